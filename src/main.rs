@@ -1,0 +1,85 @@
+//! terra: run untrusted commands inside a strict, policy-described sandbox.
+//!
+//! This file only parses the command line and dispatches; each concern lives in
+//! a crate (`terra-policy`, `terra-sandbox`, `terra-netd`, `terra-supervisor`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod policy_cmd;
+mod run_cmd;
+
+/// Run untrusted commands inside a strict, policy-described sandbox.
+///
+/// terra compiles a JSON policy (source v3) into canonical MIR v3 bytes, resolves
+/// it for this host, and runs the command confined by it, supervising the whole
+/// process tree. It refuses whatever it cannot enforce; it never guesses.
+#[derive(Debug, Parser)]
+#[command(name = "terra", version, propagate_version = true)]
+struct Cli {
+    /// Log level: error, warn, info, debug or trace (also TERRA_LOG).
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compile, validate, inspect, hash, resolve, evaluate and compare policies.
+    #[command(subcommand)]
+    Policy(policy_cmd::PolicyCommand),
+    /// Run a command confined by a policy (the embedded default when none is given).
+    Run(run_cmd::RunArgs),
+    /// Report whether this host can run terra's Linux backend, and what to change if not.
+    Doctor(run_cmd::DoctorArgs),
+    /// List backends with their declared capabilities and whether this host supports them.
+    Backends(run_cmd::BackendsArgs),
+    /// Role: the run supervisor (started by `terra run`).
+    #[command(name = "__supervisor", hide = true)]
+    Supervisor(RoleArgs),
+    /// Role: the box's init inside its namespaces.
+    #[command(name = "__vm", hide = true)]
+    Vm(RoleArgs),
+    /// Role: the network broker.
+    #[command(name = "__network", hide = true)]
+    Network(RoleArgs),
+    /// Role: the native sandbox launcher.
+    #[command(name = "__sandbox_launcher", hide = true)]
+    SandboxLauncher(RoleArgs),
+}
+
+/// Roles take their arguments raw; each role parses its own.
+#[derive(Debug, clap::Args)]
+struct RoleArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<std::ffi::OsString>,
+}
+
+fn init_logging(level: Option<&str>) {
+    let filter = level
+        .map(str::to_owned)
+        .or_else(|| std::env::var("TERRA_LOG").ok())
+        .unwrap_or_else(|| "warn".to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_level.as_deref());
+    match cli.command {
+        Command::Policy(cmd) => policy_cmd::run(cmd),
+        Command::Run(args) => run_cmd::run(args),
+        Command::Doctor(args) => run_cmd::doctor(args),
+        Command::Backends(args) => run_cmd::backends(args),
+        Command::Supervisor(r) => terra_supervisor::role_main(r.args),
+        Command::Vm(r) => terra_sandbox::vm_role_main(r.args),
+        Command::Network(r) => terra_netd::role_main(r.args),
+        Command::SandboxLauncher(r) => terra_sandbox::launcher_role_main(r.args),
+    }
+}
