@@ -93,7 +93,9 @@ impl CapabilitySet {
     }
     /// Members in bit order.
     pub fn iter(self) -> impl Iterator<Item = Capability> {
-        Capability::ALL.into_iter().filter(move |c| self.contains(*c))
+        Capability::ALL
+            .into_iter()
+            .filter(move |c| self.contains(*c))
     }
     /// What `self` needs that `available` lacks, in bit order.
     pub fn missing_from(self, available: CapabilitySet) -> Vec<Capability> {

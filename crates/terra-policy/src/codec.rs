@@ -2,8 +2,8 @@
 
 use crate::error::{PolicyError, Result};
 use crate::model::{
-    Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope, MAX_DESTINATIONS,
-    MAX_PATH_LEN, MAX_RULES,
+    Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope,
+    MAX_DESTINATIONS, MAX_PATH_LEN, MAX_RULES,
 };
 
 /// Largest MIR document, in bytes.
@@ -19,7 +19,8 @@ const FLAG_ALLOW_PRIVATE: u8 = 0x02;
 
 /// Encodes a canonical model. Called once, by the builder.
 pub(crate) fn encode(mir: &Mir) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + mir.rules().len() * 16 + mir.destinations().len() * 24);
+    let mut out =
+        Vec::with_capacity(HEADER_LEN + mir.rules().len() * 16 + mir.destinations().len() * 24);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_be_bytes());
     out.extend_from_slice(&0u16.to_be_bytes());
@@ -91,7 +92,11 @@ impl<'a> Reader<'a> {
 }
 
 fn coded<T>(value: Option<T>, what: &str, byte: u8, offset: usize) -> Result<T> {
-    value.ok_or_else(|| PolicyError::Format(format!("{what} has invalid value {byte} at byte offset {offset}")))
+    value.ok_or_else(|| {
+        PolicyError::Format(format!(
+            "{what} has invalid value {byte} at byte offset {offset}"
+        ))
+    })
 }
 
 /// Decodes MIR v3 bytes that crossed a trust boundary. The model is rebuilt
@@ -105,15 +110,21 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     }
     let mut r = Reader { bytes, pos: 0 };
     if r.take(4, "magic")? != MAGIC {
-        return Err(PolicyError::Format("bad magic at byte offset 0: expected \"MMIR\"".into()));
+        return Err(PolicyError::Format(
+            "bad magic at byte offset 0: expected \"MMIR\"".into(),
+        ));
     }
     let version = r.u16("version")?;
     if version != VERSION {
-        return Err(PolicyError::Format(format!("unsupported version {version} at byte offset 4: expected 3")));
+        return Err(PolicyError::Format(format!(
+            "unsupported version {version} at byte offset 4: expected 3"
+        )));
     }
     let flags = r.u16("flags")?;
     if flags != 0 {
-        return Err(PolicyError::Format(format!("header flags {flags:#06x} at byte offset 6 must be 0")));
+        return Err(PolicyError::Format(format!(
+            "header flags {flags:#06x} at byte offset 6 must be 0"
+        )));
     }
     let rule_count = r.u32("filesystem record count")? as usize;
     if rule_count > MAX_RULES {
@@ -128,7 +139,9 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     let b = r.u8("root mode")?;
     let root_mode = coded(RootMode::from_code(b), "root mode", b, 14)?;
     if r.u8("reserved")? != 0 {
-        return Err(PolicyError::Format("reserved header byte at offset 15 must be 0".into()));
+        return Err(PolicyError::Format(
+            "reserved header byte at offset 15 must be 0".into(),
+        ));
     }
     let destination_count = r.u32("destination count")? as usize;
     if destination_count > MAX_DESTINATIONS {
@@ -144,7 +157,10 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     }
 
     let mut builder = MirBuilder::new();
-    builder.set_network(network).set_process_tree(process_tree).set_root_mode(root_mode);
+    builder
+        .set_network(network)
+        .set_process_tree(process_tree)
+        .set_root_mode(root_mode);
     for index in 0..rule_count {
         let start = r.pos;
         let what = |field: &str| format!("filesystem record {index} {field}");
@@ -177,11 +193,19 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
         }
         let path = r.take(len, &what("path"))?;
         let path = std::str::from_utf8(path).map_err(|_| {
-            PolicyError::Format(format!("filesystem record {index} path at byte offset {} is not UTF-8", start + 12))
+            PolicyError::Format(format!(
+                "filesystem record {index} path at byte offset {} is not UTF-8",
+                start + 12
+            ))
         })?;
         builder
             .add_rule(access, root, path, scope, missing)
-            .map_err(|e| PolicyError::Format(format!("filesystem record {index} at byte offset {start}: {}", e.detail())))?;
+            .map_err(|e| {
+                PolicyError::Format(format!(
+                    "filesystem record {index} at byte offset {start}: {}",
+                    e.detail()
+                ))
+            })?;
     }
     for index in 0..destination_count {
         let start = r.pos;
@@ -228,11 +252,24 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
         }
         let host = r.take(len, &what("host"))?;
         let host = std::str::from_utf8(host).map_err(|_| {
-            PolicyError::Format(format!("destination record {index} host at byte offset {} is not UTF-8", start + 8))
+            PolicyError::Format(format!(
+                "destination record {index} host at byte offset {} is not UTF-8",
+                start + 8
+            ))
         })?;
         builder
-            .add_destination(host, port, flags & FLAG_REQUIRE_TLS_SNI != 0, flags & FLAG_ALLOW_PRIVATE != 0)
-            .map_err(|e| PolicyError::Format(format!("destination record {index} at byte offset {start}: {}", e.detail())))?;
+            .add_destination(
+                host,
+                port,
+                flags & FLAG_REQUIRE_TLS_SNI != 0,
+                flags & FLAG_ALLOW_PRIVATE != 0,
+            )
+            .map_err(|e| {
+                PolicyError::Format(format!(
+                    "destination record {index} at byte offset {start}: {}",
+                    e.detail()
+                ))
+            })?;
     }
     if r.pos != bytes.len() {
         return Err(PolicyError::Format(format!(
@@ -243,7 +280,12 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     }
     let mir = builder.build()?;
     if mir.bytes() != bytes {
-        let offset = mir.bytes().iter().zip(bytes).position(|(a, b)| a != b).unwrap_or(mir.bytes().len().min(bytes.len()));
+        let offset = mir
+            .bytes()
+            .iter()
+            .zip(bytes)
+            .position(|(a, b)| a != b)
+            .unwrap_or(mir.bytes().len().min(bytes.len()));
         return Err(PolicyError::NonCanonical(format!(
             "the document re-encodes differently from byte offset {offset} \
              (records must be normalized, de-duplicated, merged and sorted; hosts lowercase)"

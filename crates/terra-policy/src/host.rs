@@ -38,7 +38,10 @@ pub fn classify_host(host: &str) -> Result<HostKind> {
         if label.len() > MAX_LABEL_LEN {
             return Err(bad("label longer than 63 bytes"));
         }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
             return Err(bad("labels may hold only letters, digits and '-'"));
         }
         if label.starts_with('-') || label.ends_with('-') {
@@ -63,7 +66,10 @@ fn is_numeric_label(label: &str) -> bool {
     if b.iter().all(u8::is_ascii_digit) {
         return true;
     }
-    b.len() > 2 && b[0] == b'0' && (b[1] == b'x' || b[1] == b'X') && b[2..].iter().all(u8::is_ascii_hexdigit)
+    b.len() > 2
+        && b[0] == b'0'
+        && (b[1] == b'x' || b[1] == b'X')
+        && b[2..].iter().all(u8::is_ascii_hexdigit)
 }
 
 /// Four decimal octets 0..=255, no leading zeros except "0" itself.
@@ -85,19 +91,51 @@ mod tests {
 
     #[test]
     fn grammar() {
-        for ok in ["93.184.216.34", "1.example.com", "0xdead.example.com", "a", "github.com", "0.0.0.0"] {
+        for ok in [
+            "93.184.216.34",
+            "1.example.com",
+            "0xdead.example.com",
+            "a",
+            "github.com",
+            "0.0.0.0",
+        ] {
             assert!(classify_host(ok).is_ok(), "{ok}");
         }
-        assert_eq!(classify_host("93.184.216.34").unwrap(), HostKind::Ipv4Literal);
+        assert_eq!(
+            classify_host("93.184.216.34").unwrap(),
+            HostKind::Ipv4Literal
+        );
         for bad in [
-            "127.1", "2130706433", "0x7f.1", "010.0.0.1", "999.1.1.1", "example.0x1", "0X7F.1", "", ".a", "a.", "a..b",
-            "-a.b", "a-.b", "*.example.com", "a_b.com", "::1", "[::1]", "1.2.3.4.5",
+            "127.1",
+            "2130706433",
+            "0x7f.1",
+            "010.0.0.1",
+            "999.1.1.1",
+            "example.0x1",
+            "0X7F.1",
+            "",
+            ".a",
+            "a.",
+            "a..b",
+            "-a.b",
+            "a-.b",
+            "*.example.com",
+            "a_b.com",
+            "::1",
+            "[::1]",
+            "1.2.3.4.5",
         ] {
             assert!(classify_host(bad).is_err(), "{bad}");
         }
         assert!(classify_host(&"a".repeat(64)).is_err());
         assert!(classify_host(&"a".repeat(63)).is_ok());
-        let long = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+        let long = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
         assert_eq!(long.len(), 253);
         assert!(classify_host(&long).is_ok());
         assert!(classify_host(&format!("{long}e")).is_err());

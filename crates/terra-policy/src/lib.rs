@@ -12,7 +12,8 @@ pub mod model;
 
 pub use error::{ErrorClass, PolicyError, Result};
 pub use model::{
-    Access, Destination, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Rule, Scope, Target,
+    Access, Destination, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode,
+    Rule, Scope, Target,
 };
 
 pub mod capability;

@@ -187,9 +187,24 @@ impl MirBuilder {
 
     /// Adds a rule. `path` is normalized; for `MinimalRuntime` it must be empty,
     /// for `Host` absolute, otherwise relative.
-    pub fn add_rule(&mut self, access: Access, root: RootKind, path: &str, scope: Scope, missing: Missing) -> Result<&mut Self> {
+    pub fn add_rule(
+        &mut self,
+        access: Access,
+        root: RootKind,
+        path: &str,
+        scope: Scope,
+        missing: Missing,
+    ) -> Result<&mut Self> {
         let path = normalize_path(root, path)?;
-        self.insert_rule(Target { root, path, scope, missing }, access);
+        self.insert_rule(
+            Target {
+                root,
+                path,
+                scope,
+                missing,
+            },
+            access,
+        );
         Ok(self)
     }
 
@@ -199,7 +214,13 @@ impl MirBuilder {
             return; // a deny absorbs every later rule of its target
         }
         match access {
-            Access::Deny => *state = TargetState { grant: None, deny_write: false, deny: true },
+            Access::Deny => {
+                *state = TargetState {
+                    grant: None,
+                    deny_write: false,
+                    deny: true,
+                }
+            }
             Access::DenyWrite => state.deny_write = true,
             Access::Read | Access::Write => state.grant = state.grant.max(Some(access)),
         }
@@ -212,18 +233,31 @@ impl MirBuilder {
 
     /// Adds a TCP destination. The host is checked and lowercased; duplicates
     /// merge restrictively (TLS SNI or-ed, private addresses and-ed).
-    pub fn add_destination(&mut self, host: &str, port: u16, require_tls_sni: bool, allow_private_addresses: bool) -> Result<&mut Self> {
+    pub fn add_destination(
+        &mut self,
+        host: &str,
+        port: u16,
+        require_tls_sni: bool,
+        allow_private_addresses: bool,
+    ) -> Result<&mut Self> {
         let host = host.to_ascii_lowercase();
         let kind = classify_host(&host)?;
         if port == 0 {
-            return Err(PolicyError::Argument(format!("destination {host}: port must be 1..65535")));
+            return Err(PolicyError::Argument(format!(
+                "destination {host}: port must be 1..65535"
+            )));
         }
         if kind == HostKind::Ipv4Literal && require_tls_sni {
             return Err(PolicyError::Argument(format!(
                 "destination {host}:{port}: an IPv4 literal cannot require TLS SNI"
             )));
         }
-        self.insert_destination(Destination { host, port, require_tls_sni, allow_private_addresses });
+        self.insert_destination(Destination {
+            host,
+            port,
+            require_tls_sni,
+            allow_private_addresses,
+        });
         Ok(self)
     }
 
@@ -259,7 +293,10 @@ impl MirBuilder {
             let mut accesses: Vec<Access> = accesses.into_iter().flatten().collect();
             accesses.sort();
             for access in accesses {
-                rules.push(Rule { target: target.clone(), access });
+                rules.push(Rule {
+                    target: target.clone(),
+                    access,
+                });
             }
         }
         if rules.len() > MAX_RULES {
@@ -286,7 +323,9 @@ impl MirBuilder {
         }
         match (self.network, destinations.is_empty()) {
             (NetworkMode::Mediated, true) => {
-                return Err(PolicyError::Format("network mode mediated needs at least one destination".into()))
+                return Err(PolicyError::Format(
+                    "network mode mediated needs at least one destination".into(),
+                ))
             }
             (NetworkMode::None | NetworkMode::Direct, false) => {
                 return Err(PolicyError::Format(format!(
@@ -318,7 +357,9 @@ pub fn normalize_path(root: RootKind, path: &str) -> Result<String> {
         )));
     }
     if path.contains('\0') {
-        return Err(PolicyError::Format(format!("path {path:?} contains a NUL byte")));
+        return Err(PolicyError::Format(format!(
+            "path {path:?} contains a NUL byte"
+        )));
     }
     match root {
         RootKind::MinimalRuntime if !path.is_empty() => {
@@ -327,7 +368,9 @@ pub fn normalize_path(root: RootKind, path: &str) -> Result<String> {
             )))
         }
         RootKind::Host if !path.starts_with('/') => {
-            return Err(PolicyError::Format(format!("absolute path {path:?} must start with '/'")))
+            return Err(PolicyError::Format(format!(
+                "absolute path {path:?} must start with '/'"
+            )))
         }
         RootKind::Workspace | RootKind::Temp if path.starts_with('/') => {
             return Err(PolicyError::Format(format!(
@@ -340,12 +383,20 @@ pub fn normalize_path(root: RootKind, path: &str) -> Result<String> {
     for segment in path.split('/') {
         match segment {
             "" | "." => {}
-            ".." => return Err(PolicyError::Format(format!("path {path:?} contains a '..' segment"))),
+            ".." => {
+                return Err(PolicyError::Format(format!(
+                    "path {path:?} contains a '..' segment"
+                )))
+            }
             s => segments.push(s),
         }
     }
     let joined = segments.join("/");
-    Ok(if root == RootKind::Host { format!("/{joined}") } else { joined })
+    Ok(if root == RootKind::Host {
+        format!("/{joined}")
+    } else {
+        joined
+    })
 }
 
 #[cfg(test)]
@@ -354,7 +405,10 @@ mod tests {
 
     #[test]
     fn normalization() {
-        assert_eq!(normalize_path(RootKind::Workspace, "build//./output").unwrap(), "build/output");
+        assert_eq!(
+            normalize_path(RootKind::Workspace, "build//./output").unwrap(),
+            "build/output"
+        );
         assert_eq!(normalize_path(RootKind::Workspace, "").unwrap(), "");
         assert_eq!(normalize_path(RootKind::Workspace, "./").unwrap(), "");
         assert_eq!(normalize_path(RootKind::Host, "/").unwrap(), "/");
@@ -368,15 +422,60 @@ mod tests {
     #[test]
     fn merge_table() {
         let mut b = MirBuilder::new();
-        b.add_rule(Access::Read, RootKind::Workspace, "a", Scope::Tree, Missing::Error).unwrap();
-        b.add_rule(Access::Write, RootKind::Workspace, "a", Scope::Tree, Missing::Error).unwrap();
-        b.add_rule(Access::DenyWrite, RootKind::Workspace, "a", Scope::Tree, Missing::Error).unwrap();
-        b.add_rule(Access::Deny, RootKind::Workspace, "b", Scope::Tree, Missing::Error).unwrap();
-        b.add_rule(Access::Write, RootKind::Workspace, "b", Scope::Tree, Missing::Error).unwrap();
-        b.add_rule(Access::Read, RootKind::Workspace, "a", Scope::Tree, Missing::Skip).unwrap();
+        b.add_rule(
+            Access::Read,
+            RootKind::Workspace,
+            "a",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Write,
+            RootKind::Workspace,
+            "a",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::DenyWrite,
+            RootKind::Workspace,
+            "a",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Deny,
+            RootKind::Workspace,
+            "b",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Write,
+            RootKind::Workspace,
+            "b",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Read,
+            RootKind::Workspace,
+            "a",
+            Scope::Tree,
+            Missing::Skip,
+        )
+        .unwrap();
         let m = b.build().unwrap();
-        let got: Vec<(&str, Access, Missing)> =
-            m.rules().iter().map(|r| (r.target.path.as_str(), r.access, r.target.missing)).collect();
+        let got: Vec<(&str, Access, Missing)> = m
+            .rules()
+            .iter()
+            .map(|r| (r.target.path.as_str(), r.access, r.target.missing))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -397,7 +496,12 @@ mod tests {
         let m = b.build().unwrap();
         assert_eq!(
             m.destinations(),
-            &[Destination { host: "a.example".into(), port: 443, require_tls_sni: true, allow_private_addresses: false }]
+            &[Destination {
+                host: "a.example".into(),
+                port: 443,
+                require_tls_sni: true,
+                allow_private_addresses: false
+            }]
         );
     }
 }

@@ -8,12 +8,21 @@ fn vectors_dir() -> PathBuf {
 
 fn unhex(s: &str) -> Vec<u8> {
     let s = s.trim();
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 #[test]
 fn vectors_decode_and_digest() {
-    for name in ["minimal", "workspace", "deny-write", "mediated", "mediated-flags"] {
+    for name in [
+        "minimal",
+        "workspace",
+        "deny-write",
+        "mediated",
+        "mediated-flags",
+    ] {
         let dir = vectors_dir();
         let bytes = unhex(&std::fs::read_to_string(dir.join(format!("{name}.mir.hex"))).unwrap());
         let digest = std::fs::read_to_string(dir.join(format!("{name}.sha256"))).unwrap();

@@ -93,14 +93,18 @@ impl BoxHandle {
     }
     /// Waits for the box to end.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
-        Err(SandboxError::Unsupported("the Linux launcher is not built yet".into()))
+        Err(SandboxError::Unsupported(
+            "the Linux launcher is not built yet".into(),
+        ))
     }
 }
 
 /// Starts a box. The caller must be single-threaded (the launcher forks).
 pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
     let _ = config;
-    Err(SandboxError::Unsupported("the Linux launcher is not built yet".into()))
+    Err(SandboxError::Unsupported(
+        "the Linux launcher is not built yet".into(),
+    ))
 }
 
 /// The mount and filter program `spawn_box` would apply, for `terra run --dry-run`.
@@ -128,7 +132,9 @@ impl RoleHandle {
     }
     /// Waits for the role; returns its exit code (128+N for signal N).
     pub fn wait(self) -> Result<i32, SandboxError> {
-        Err(SandboxError::Unsupported("the Linux launcher is not built yet".into()))
+        Err(SandboxError::Unsupported(
+            "the Linux launcher is not built yet".into(),
+        ))
     }
 }
 
@@ -136,9 +142,14 @@ impl RoleHandle {
 /// the host network, with no /dev and no /tmp, a cleared environment, all
 /// capabilities dropped and no_new_privs; then runs `main` inside (in process,
 /// no exec), which applies its own seccomp/Landlock and returns an exit code.
-pub fn spawn_confined_role(config: RoleConfig, main: fn() -> i32) -> Result<RoleHandle, SandboxError> {
+pub fn spawn_confined_role(
+    config: RoleConfig,
+    main: fn() -> i32,
+) -> Result<RoleHandle, SandboxError> {
     let _ = (config, main);
-    Err(SandboxError::Unsupported("the Linux launcher is not built yet".into()))
+    Err(SandboxError::Unsupported(
+        "the Linux launcher is not built yet".into(),
+    ))
 }
 
 /// What this host offers the Linux backend, for `terra doctor` and `terra backends`.
