@@ -101,9 +101,12 @@ fn coded<T>(value: Option<T>, what: &str, byte: u8, offset: usize) -> Result<T> 
 
 /// Decodes MIR v3 bytes that crossed a trust boundary. The model is rebuilt
 /// through the builder and re-encoded; only byte-identical input is accepted.
+/// Structural damage (size, header, record values, truncation, trailing bytes)
+/// is a format error; a readable document that re-encodes differently is
+/// non-canonical (spec section 2).
 pub fn decode(bytes: &[u8]) -> Result<Mir> {
     if bytes.len() > MAX_MIR_LEN {
-        return Err(PolicyError::Limit(format!(
+        return Err(PolicyError::Format(format!(
             "MIR of {} bytes; at most {MAX_MIR_LEN} are allowed",
             bytes.len()
         )));
@@ -128,7 +131,7 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     }
     let rule_count = r.u32("filesystem record count")? as usize;
     if rule_count > MAX_RULES {
-        return Err(PolicyError::Limit(format!(
+        return Err(PolicyError::Format(format!(
             "filesystem record count {rule_count} at byte offset 8 exceeds {MAX_RULES}"
         )));
     }
@@ -145,7 +148,7 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     }
     let destination_count = r.u32("destination count")? as usize;
     if destination_count > MAX_DESTINATIONS {
-        return Err(PolicyError::Limit(format!(
+        return Err(PolicyError::Format(format!(
             "destination count {destination_count} at byte offset 16 exceeds {MAX_DESTINATIONS}"
         )));
     }

@@ -8,9 +8,19 @@ pub mod codec;
 pub mod digest;
 pub mod error;
 pub mod host;
+pub mod inspect;
 pub mod model;
+pub mod source;
 
 pub use error::{ErrorClass, PolicyError, Result};
+pub use inspect::inspection_json;
+pub use source::compile_source;
+
+/// terra's default policy (JSON source v3): the workspace writable, the minimal
+/// runtime readable, a private temp directory writable, no network, the whole
+/// process tree confined, the root read-only. Printed by `terra policy init`.
+pub const DEFAULT_POLICY_SOURCE: &str = include_str!("default-policy.json");
+
 pub use model::{
     Access, Destination, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode,
     Rule, Scope, Target,

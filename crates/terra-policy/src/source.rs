@@ -1,0 +1,1847 @@
+//! The strict JSON source v3 parser (spec section 1).
+//!
+//! Hand-written on purpose: a general JSON library accepts duplicate keys, `null`,
+//! any number form, a BOM and other whitespace, and decodes lone surrogates
+//! leniently. This parser refuses every one of those, then walks the document
+//! against the source schema and feeds the decision to [`MirBuilder`], which
+//! normalizes, merges, sorts and checks the limits after de-duplication.
+//!
+//! Error classes: size and count limits (input length, nesting depth, path
+//! length, rules and destinations after de-duplication) -> limit; syntax, keys,
+//! types, values and paths -> format; an invalid host or a TLS-SNI demand on an
+//! IPv4 literal -> argument. Syntax errors name the byte offset; schema errors
+//! name the key path (for example `filesystem.rules[3].path.relative`) and the
+//! byte offset of the offending value.
+
+use crate::error::{PolicyError, Result};
+use crate::model::{
+    Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope,
+};
+
+/// Largest source document, in bytes.
+pub const MAX_SOURCE_LEN: usize = 1 << 20;
+/// Deepest nesting of objects and arrays (the top-level object is depth 1).
+pub const MAX_DEPTH: usize = 32;
+/// The only `$schema` value accepted.
+pub const SCHEMA_URL: &str = "https://schemas.maelys.dev/mir-source/v3/schema.json";
+
+/// Compiles a JSON source v3 document into a canonical [`Mir`].
+pub fn compile_source(bytes: &[u8]) -> Result<Mir> {
+    let root = parse_document(bytes)?;
+    lower(&root)
+}
+
+// ---------------------------------------------------------------------------
+// Syntax: a strict JSON reader that keeps byte offsets.
+
+/// A parsed JSON value with the byte offset where it starts.
+#[derive(Debug)]
+struct Node {
+    offset: usize,
+    value: Value,
+}
+
+#[derive(Debug)]
+enum Value {
+    /// Members in document order; keys are unique.
+    Object(Vec<(String, Node)>),
+    Array(Vec<Node>),
+    String(String),
+    /// The number exactly as written; it matched the JSON number grammar.
+    Number(String),
+    Bool(bool),
+}
+
+impl Value {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::Object(_) => "an object",
+            Value::Array(_) => "an array",
+            Value::String(_) => "a string",
+            Value::Number(_) => "a number",
+            Value::Bool(_) => "a boolean",
+        }
+    }
+}
+
+/// One step of the key path, used to name where a syntax-level refusal is.
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+fn render_path(segments: &[Segment]) -> String {
+    let mut out = String::new();
+    for s in segments {
+        match s {
+            Segment::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Segment::Index(i) => {
+                out.push('[');
+                out.push_str(&i.to_string());
+                out.push(']');
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push_str("the top-level object");
+    }
+    out
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    depth: usize,
+    path: Vec<Segment>,
+}
+
+fn parse_document(bytes: &[u8]) -> Result<Node> {
+    if bytes.is_empty() {
+        return Err(PolicyError::Limit(
+            "the source is empty; it must hold 1 byte to 1 MiB".into(),
+        ));
+    }
+    if bytes.len() > MAX_SOURCE_LEN {
+        return Err(PolicyError::Limit(format!(
+            "the source is {} bytes; at most {MAX_SOURCE_LEN} (1 MiB) are allowed",
+            bytes.len()
+        )));
+    }
+    if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        return Err(PolicyError::Format(
+            "syntax error at byte offset 0: a byte order mark is not allowed".into(),
+        ));
+    }
+    let mut p = Parser {
+        bytes,
+        pos: 0,
+        depth: 0,
+        path: Vec::new(),
+    };
+    p.skip_ws();
+    if p.peek() != Some(b'{') {
+        return Err(p.syntax("the document must be a JSON object"));
+    }
+    let root = p.value()?;
+    p.skip_ws();
+    if p.pos != bytes.len() {
+        return Err(p.syntax("only whitespace may follow the top-level object"));
+    }
+    Ok(root)
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    fn syntax(&self, why: &str) -> PolicyError {
+        self.syntax_at(self.pos, why)
+    }
+
+    fn syntax_at(&self, offset: usize, why: &str) -> PolicyError {
+        let found = match self.bytes.get(offset) {
+            None => "end of input".to_string(),
+            Some(&b) if (0x21..0x7f).contains(&b) => format!("'{}'", char::from(b)),
+            Some(&b) => format!("byte 0x{b:02x}"),
+        };
+        PolicyError::Format(format!(
+            "syntax error at byte offset {offset} (found {found}, in {}): {why}",
+            render_path(&self.path)
+        ))
+    }
+
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\r' | b'\n') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn expect_literal(&mut self, literal: &[u8]) -> Result<()> {
+        if self.bytes[self.pos..].starts_with(literal) {
+            self.pos += literal.len();
+            Ok(())
+        } else {
+            Err(self.syntax("expected a JSON value"))
+        }
+    }
+
+    fn value(&mut self) -> Result<Node> {
+        let offset = self.pos;
+        let value = match self.peek() {
+            Some(b'{') => self.object()?,
+            Some(b'[') => self.array()?,
+            Some(b'"') => Value::String(self.string()?),
+            Some(b't') => {
+                self.expect_literal(b"true")?;
+                Value::Bool(true)
+            }
+            Some(b'f') => {
+                self.expect_literal(b"false")?;
+                Value::Bool(false)
+            }
+            Some(b'n') if self.bytes[self.pos..].starts_with(b"null") => {
+                return Err(PolicyError::Format(format!(
+                    "{} at byte offset {offset}: null is not allowed anywhere",
+                    render_path(&self.path)
+                )))
+            }
+            Some(b'-' | b'0'..=b'9') => Value::Number(self.number()?),
+            _ => return Err(self.syntax("expected a JSON value")),
+        };
+        Ok(Node { offset, value })
+    }
+
+    fn enter(&mut self) -> Result<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(PolicyError::Limit(format!(
+                "nesting deeper than {MAX_DEPTH} levels at byte offset {} (in {})",
+                self.pos,
+                render_path(&self.path)
+            )));
+        }
+        Ok(())
+    }
+
+    fn object(&mut self) -> Result<Value> {
+        self.enter()?;
+        self.pos += 1; // '{'
+        let mut members: Vec<(String, Node)> = Vec::new();
+        let mut seen: Option<std::collections::HashSet<String>> = None;
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(Value::Object(members));
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.syntax("expected a string key"));
+            }
+            let key_offset = self.pos;
+            let key = self.string()?;
+            let duplicate = match &mut seen {
+                Some(set) => !set.insert(key.clone()),
+                None => members.iter().any(|(k, _)| *k == key),
+            };
+            if duplicate {
+                return Err(PolicyError::Format(format!(
+                    "duplicate key \"{}\" in {} at byte offset {key_offset}",
+                    key.escape_debug(),
+                    render_path(&self.path)
+                )));
+            }
+            self.skip_ws();
+            if self.peek() != Some(b':') {
+                return Err(self.syntax("expected ':' after a key"));
+            }
+            self.pos += 1;
+            self.skip_ws();
+            self.path.push(Segment::Key(key));
+            let node = self.value()?;
+            let Some(Segment::Key(key)) = self.path.pop() else {
+                unreachable!("the key pushed above")
+            };
+            members.push((key, node));
+            if members.len() == 16 {
+                seen = Some(members.iter().map(|(k, _)| k.clone()).collect());
+            }
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    self.depth -= 1;
+                    return Ok(Value::Object(members));
+                }
+                _ => return Err(self.syntax("expected ',' or '}' in an object")),
+            }
+        }
+    }
+
+    fn array(&mut self) -> Result<Value> {
+        self.enter()?;
+        self.pos += 1; // '['
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(Value::Array(items));
+        }
+        loop {
+            self.skip_ws();
+            self.path.push(Segment::Index(items.len()));
+            let node = self.value()?;
+            self.path.pop();
+            items.push(node);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    self.depth -= 1;
+                    return Ok(Value::Array(items));
+                }
+                _ => return Err(self.syntax("expected ',' or ']' in an array")),
+            }
+        }
+    }
+
+    /// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, kept as written.
+    fn number(&mut self) -> Result<String> {
+        let start = self.pos;
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => {
+                self.pos += 1;
+                if let Some(b'0'..=b'9') = self.peek() {
+                    return Err(self.syntax_at(start, "numbers must not have leading zeros"));
+                }
+            }
+            Some(b'1'..=b'9') => self.digits(),
+            _ => return Err(self.syntax_at(start, "malformed number: expected a digit")),
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.syntax_at(start, "malformed number: expected a digit after '.'"));
+            }
+            self.digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(
+                    self.syntax_at(start, "malformed number: expected a digit in the exponent")
+                );
+            }
+            self.digits();
+        }
+        // The grammar admits only ASCII here.
+        Ok(String::from_utf8_lossy(&self.bytes[start..self.pos]).into_owned())
+    }
+
+    fn digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// A JSON string: raw bytes must be valid UTF-8 and not control characters;
+    /// escapes are decoded; lone surrogates and U+0000 are refused.
+    fn string(&mut self) -> Result<String> {
+        self.pos += 1; // '"'
+        let mut out = String::new();
+        loop {
+            // Copy the longest run of plain bytes at once.
+            let run_start = self.pos;
+            while let Some(b) = self.peek() {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            if self.pos > run_start {
+                let run = &self.bytes[run_start..self.pos];
+                match std::str::from_utf8(run) {
+                    Ok(s) => out.push_str(s),
+                    Err(e) => {
+                        return Err(self.syntax_at(
+                            run_start + e.valid_up_to(),
+                            "strings must be valid shortest-form UTF-8",
+                        ))
+                    }
+                }
+            }
+            match self.peek() {
+                None => return Err(self.syntax("unterminated string")),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                Some(b'\\') => {
+                    let escape_offset = self.pos;
+                    self.pos += 1;
+                    let c = match self.peek() {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => {
+                            self.pos += 1;
+                            let c = self.unicode_escape(escape_offset)?;
+                            out.push(c);
+                            continue;
+                        }
+                        _ => return Err(self.syntax_at(escape_offset, "invalid escape sequence")),
+                    };
+                    self.pos += 1;
+                    out.push(c);
+                }
+                Some(_) => {
+                    return Err(self.syntax("control characters must be escaped inside strings"));
+                }
+            }
+        }
+    }
+
+    fn hex4(&mut self, escape_offset: usize) -> Result<u32> {
+        let Some(h) = self.bytes.get(self.pos..self.pos + 4) else {
+            return Err(self.syntax_at(escape_offset, "\\u needs four hex digits"));
+        };
+        let mut v = 0u32;
+        for &b in h {
+            let d = match b {
+                b'0'..=b'9' => b - b'0',
+                b'a'..=b'f' => b - b'a' + 10,
+                b'A'..=b'F' => b - b'A' + 10,
+                _ => return Err(self.syntax_at(escape_offset, "\\u needs four hex digits")),
+            };
+            v = v * 16 + u32::from(d);
+        }
+        self.pos += 4;
+        Ok(v)
+    }
+
+    /// After `\u`: one code point, combining a surrogate pair.
+    fn unicode_escape(&mut self, escape_offset: usize) -> Result<char> {
+        let first = self.hex4(escape_offset)?;
+        let code = match first {
+            0 => return Err(self.syntax_at(escape_offset, "\\u0000 is not allowed")),
+            0xD800..=0xDBFF => {
+                if !self.bytes[self.pos..].starts_with(b"\\u") {
+                    return Err(
+                        self.syntax_at(escape_offset, "a lone high surrogate is not allowed")
+                    );
+                }
+                let low_offset = self.pos;
+                self.pos += 2;
+                let low = self.hex4(low_offset)?;
+                if !(0xDC00..=0xDFFF).contains(&low) {
+                    return Err(self.syntax_at(
+                        escape_offset,
+                        "a high surrogate must be followed by a low surrogate",
+                    ));
+                }
+                0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00)
+            }
+            0xDC00..=0xDFFF => {
+                return Err(self.syntax_at(escape_offset, "a lone low surrogate is not allowed"))
+            }
+            c => c,
+        };
+        // Every value left is a Unicode scalar value.
+        char::from_u32(code).ok_or_else(|| self.syntax_at(escape_offset, "invalid code point"))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Schema: walk the document and feed the builder.
+
+fn at(path: &str, node: &Node, why: impl std::fmt::Display) -> PolicyError {
+    PolicyError::Format(format!("{path} (byte offset {}): {why}", node.offset))
+}
+
+/// Re-labels a builder refusal with the key path, keeping its class.
+fn in_context(path: &str, node: &Node, e: PolicyError) -> PolicyError {
+    let m = format!("{path} (byte offset {}): {}", node.offset, e.detail());
+    match e {
+        PolicyError::Format(_) => PolicyError::Format(m),
+        PolicyError::Limit(_) => PolicyError::Limit(m),
+        PolicyError::Argument(_) => PolicyError::Argument(m),
+        PolicyError::NonCanonical(_) => PolicyError::NonCanonical(m),
+        PolicyError::Io(_) => PolicyError::Io(m),
+        PolicyError::Unsupported(_) => PolicyError::Unsupported(m),
+        PolicyError::Missing(_) => PolicyError::Missing(m),
+        PolicyError::Conflict(_) => PolicyError::Conflict(m),
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The members of an object whose keys are all in `allowed`.
+struct Object<'a> {
+    path: String,
+    node: &'a Node,
+    members: &'a [(String, Node)],
+}
+
+impl<'a> Object<'a> {
+    fn new(path: String, node: &'a Node, allowed: &[&str]) -> Result<Self> {
+        let Value::Object(members) = &node.value else {
+            return Err(at(
+                &path,
+                node,
+                format!("expected an object, found {}", node.value.type_name()),
+            ));
+        };
+        for (key, value) in members {
+            if !allowed.contains(&key.as_str()) {
+                let place = if path.is_empty() {
+                    "the top-level object".to_string()
+                } else {
+                    path.clone()
+                };
+                return Err(PolicyError::Format(format!(
+                    "unknown key \"{}\" in {place} (byte offset {}); allowed keys: {}",
+                    key.escape_debug(),
+                    value.offset,
+                    allowed.join(", ")
+                )));
+            }
+        }
+        Ok(Object {
+            path,
+            node,
+            members,
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Node> {
+        self.members.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    fn required(&self, key: &str) -> Result<&'a Node> {
+        self.get(key).ok_or_else(|| {
+            let place = if self.path.is_empty() {
+                "the top-level object".to_string()
+            } else {
+                self.path.clone()
+            };
+            PolicyError::Format(format!(
+                "{place} (byte offset {}): the required key \"{key}\" is missing",
+                self.node.offset
+            ))
+        })
+    }
+
+    fn child(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+
+    fn string(&self, key: &str, node: &'a Node) -> Result<&'a str> {
+        match &node.value {
+            Value::String(s) => Ok(s),
+            other => Err(at(
+                &self.child(key),
+                node,
+                format!("expected a string, found {}", other.type_name()),
+            )),
+        }
+    }
+
+    fn boolean(&self, key: &str, node: &Node) -> Result<bool> {
+        match &node.value {
+            Value::Bool(b) => Ok(*b),
+            other => Err(at(
+                &self.child(key),
+                node,
+                format!("expected true or false, found {}", other.type_name()),
+            )),
+        }
+    }
+
+    /// A string naming one value of an enum.
+    fn choice<T>(
+        &self,
+        key: &str,
+        node: &'a Node,
+        parse: fn(&str) -> Option<T>,
+        names: &[&str],
+    ) -> Result<T> {
+        let s = self.string(key, node)?;
+        parse(s).ok_or_else(|| {
+            at(
+                &self.child(key),
+                node,
+                format!("\"{}\" is not one of {}", s.escape_debug(), quoted(names)),
+            )
+        })
+    }
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn lower(root: &Node) -> Result<Mir> {
+    let top = Object::new(
+        String::new(),
+        root,
+        &[
+            "$schema",
+            "formatVersion",
+            "filesystem",
+            "network",
+            "process",
+            "root",
+        ],
+    )?;
+    if let Some(node) = top.get("$schema") {
+        let s = top.string("$schema", node)?;
+        if s != SCHEMA_URL {
+            return Err(at(
+                "$schema",
+                node,
+                format!("must be exactly \"{SCHEMA_URL}\" when present"),
+            ));
+        }
+    }
+    let version = top.required("formatVersion")?;
+    match &version.value {
+        Value::Number(n) if n == "3" => {}
+        Value::Number(n) => {
+            return Err(at(
+                "formatVersion",
+                version,
+                format!("must be the bare integer 3, found {n}"),
+            ));
+        }
+        other => {
+            return Err(at(
+                "formatVersion",
+                version,
+                format!("must be the bare integer 3, found {}", other.type_name()),
+            ));
+        }
+    }
+
+    let mut builder = MirBuilder::new();
+    filesystem(&mut builder, top.required("filesystem")?)?;
+    network(&mut builder, top.required("network")?)?;
+
+    let process = Object::new(
+        "process".into(),
+        top.required("process")?,
+        &["treeConfinement"],
+    )?;
+    let node = process.required("treeConfinement")?;
+    builder.set_process_tree(process.choice(
+        "treeConfinement",
+        node,
+        ProcessTree::from_name,
+        &["required", "disabled"],
+    )?);
+
+    let root_mode = Object::new("root".into(), top.required("root")?, &["mode"])?;
+    let node = root_mode.required("mode")?;
+    builder.set_root_mode(root_mode.choice(
+        "mode",
+        node,
+        RootMode::from_name,
+        &["read-only", "ephemeral-write"],
+    )?);
+
+    builder.build()
+}
+
+fn filesystem(builder: &mut MirBuilder, node: &Node) -> Result<()> {
+    let fs = Object::new("filesystem".into(), node, &["default", "rules"])?;
+    let default = fs.required("default")?;
+    if fs.string("default", default)? != "deny" {
+        return Err(at("filesystem.default", default, "must be \"deny\""));
+    }
+    let rules = fs.required("rules")?;
+    let Value::Array(items) = &rules.value else {
+        return Err(at(
+            "filesystem.rules",
+            rules,
+            format!("expected an array, found {}", rules.value.type_name()),
+        ));
+    };
+    for (i, item) in items.iter().enumerate() {
+        rule(builder, format!("filesystem.rules[{i}]"), item)?;
+    }
+    Ok(())
+}
+
+fn rule(builder: &mut MirBuilder, path: String, node: &Node) -> Result<()> {
+    let r = Object::new(path, node, &["access", "path", "scope", "missing"])?;
+    let n = r.required("access")?;
+    let access = r.choice(
+        "access",
+        n,
+        Access::from_name,
+        &["read", "write", "deny", "deny-write"],
+    )?;
+    let scope = match r.get("scope") {
+        Some(n) => r.choice("scope", n, Scope::from_name, &["exact", "tree"])?,
+        None => Scope::Tree,
+    };
+    let missing = match r.get("missing") {
+        Some(n) => r.choice("missing", n, Missing::from_name, &["error", "skip"])?,
+        None => Missing::Error,
+    };
+    let p = r.required("path")?;
+    let pobj_path = r.child("path");
+    let Value::Object(members) = &p.value else {
+        return Err(at(
+            &pobj_path,
+            p,
+            format!("expected an object, found {}", p.value.type_name()),
+        ));
+    };
+    let (root, text, text_path, text_node) = if members.iter().any(|(k, _)| k == "special") {
+        let po = Object::new(pobj_path, p, &["special"])?;
+        let n = po.required("special")?;
+        if po.string("special", n)? != "minimal-runtime" {
+            return Err(at(&po.child("special"), n, "must be \"minimal-runtime\""));
+        }
+        (RootKind::MinimalRuntime, "", po.child("special"), n)
+    } else if members.iter().any(|(k, _)| k == "absolute") {
+        let po = Object::new(pobj_path, p, &["absolute"])?;
+        let n = po.required("absolute")?;
+        let s = po.string("absolute", n)?;
+        if !s.starts_with('/') {
+            return Err(at(
+                &po.child("absolute"),
+                n,
+                "an absolute path must start with '/'",
+            ));
+        }
+        (RootKind::Host, s, po.child("absolute"), n)
+    } else if members.iter().any(|(k, _)| k == "root") {
+        let po = Object::new(pobj_path, p, &["root", "relative"])?;
+        let n = po.required("root")?;
+        let root = match po.string("root", n)? {
+            "workspace" => RootKind::Workspace,
+            "temp" => RootKind::Temp,
+            other => {
+                return Err(at(
+                    &po.child("root"),
+                    n,
+                    format!(
+                        "\"{}\" is not one of \"workspace\", \"temp\"",
+                        other.escape_debug()
+                    ),
+                ))
+            }
+        };
+        match po.get("relative") {
+            Some(rn) => {
+                let s = po.string("relative", rn)?;
+                if s.starts_with('/') {
+                    return Err(at(
+                        &po.child("relative"),
+                        rn,
+                        "a relative path must not start with '/'",
+                    ));
+                }
+                (root, s, po.child("relative"), rn)
+            }
+            None => (root, "", po.child("root"), n),
+        }
+    } else {
+        return Err(at(
+            &pobj_path,
+            p,
+            "a path is {\"special\": \"minimal-runtime\"}, {\"root\": \"workspace\"|\"temp\", \"relative\"?: ...} \
+             or {\"absolute\": \"/...\"}",
+        ));
+    };
+    builder
+        .add_rule(access, root, text, scope, missing)
+        .map_err(|e| in_context(&text_path, text_node, e))?;
+    Ok(())
+}
+
+fn network(builder: &mut MirBuilder, node: &Node) -> Result<()> {
+    let net = Object::new("network".into(), node, &["mode", "allow"])?;
+    let n = net.required("mode")?;
+    let mode = net.choice(
+        "mode",
+        n,
+        NetworkMode::from_name,
+        &["none", "direct", "mediated"],
+    )?;
+    builder.set_network(mode);
+    let allow = net.get("allow");
+    match (mode, allow) {
+        (NetworkMode::Mediated, None) => {
+            return Err(PolicyError::Format(format!(
+                "network (byte offset {}): mode \"mediated\" requires \"allow\" with 1 to 1024 destinations",
+                node.offset
+            )))
+        }
+        (NetworkMode::None | NetworkMode::Direct, Some(a)) => {
+            return Err(at("network.allow", a, format!("\"allow\" is only allowed when mode is \"mediated\", not \"{mode}\"")))
+        }
+        (_, None) => return Ok(()),
+        (_, Some(a)) => {
+            let Value::Array(items) = &a.value else {
+                return Err(at("network.allow", a, format!("expected an array, found {}", a.value.type_name())));
+            };
+            if items.is_empty() {
+                return Err(at("network.allow", a, "must hold at least one destination"));
+            }
+            for (i, item) in items.iter().enumerate() {
+                destination(builder, format!("network.allow[{i}]"), item)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn destination(builder: &mut MirBuilder, path: String, node: &Node) -> Result<()> {
+    let d = Object::new(
+        path,
+        node,
+        &[
+            "protocol",
+            "host",
+            "port",
+            "requireTlsSni",
+            "allowPrivateAddresses",
+        ],
+    )?;
+    let n = d.required("protocol")?;
+    if d.string("protocol", n)? != "tcp" {
+        return Err(at(&d.child("protocol"), n, "must be \"tcp\""));
+    }
+    let host_node = d.required("host")?;
+    let host = d.string("host", host_node)?;
+    let port_node = d.required("port")?;
+    let port = match &port_node.value {
+        Value::Number(n) => parse_port(n).ok_or_else(|| {
+            at(
+                &d.child("port"),
+                port_node,
+                format!("must be a bare integer 1..65535 (no sign, fraction, exponent or leading zero), found {n}"),
+            )
+        })?,
+        other => {
+            return Err(at(
+                &d.child("port"),
+                port_node,
+                format!("must be an integer 1..65535, found {}", other.type_name()),
+            ))
+        }
+    };
+    let sni = match d.get("requireTlsSni") {
+        Some(n) => d.boolean("requireTlsSni", n)?,
+        None => false,
+    };
+    let private = match d.get("allowPrivateAddresses") {
+        Some(n) => d.boolean("allowPrivateAddresses", n)?,
+        None => false,
+    };
+    // Name the key that makes the host unacceptable: the grammar is the host's,
+    // an IPv4 literal is refused only because TLS SNI was demanded.
+    if let Err(e) = crate::host::classify_host(&host.to_ascii_lowercase()) {
+        return Err(in_context(&d.child("host"), host_node, e));
+    }
+    builder
+        .add_destination(host, port, sni, private)
+        .map_err(|e| {
+            let key = "requireTlsSni";
+            match d.get(key) {
+                Some(n) => in_context(&d.child(key), n, e),
+                None => in_context(&d.path, node, e),
+            }
+        })?;
+    Ok(())
+}
+
+/// `[1-9][0-9]*` within 1..=65535.
+fn parse_port(text: &str) -> Option<u16> {
+    let b = text.as_bytes();
+    if b.is_empty() || b.len() > 5 || b[0] == b'0' || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    text.parse::<u16>().ok().filter(|&p| p >= 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+
+    const MINIMAL: &str = r#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[]},"network":{"mode":"none"},"process":{"treeConfinement":"required"},"root":{"mode":"read-only"}}"#;
+
+    /// A full document with `rules` and `network` substituted.
+    fn doc(rules: &str, network: &str) -> String {
+        format!(
+            r#"{{"formatVersion":3,"filesystem":{{"default":"deny","rules":[{rules}]}},"network":{network},"process":{{"treeConfinement":"required"}},"root":{{"mode":"read-only"}}}}"#
+        )
+    }
+
+    fn rule_doc(rule: &str) -> String {
+        doc(rule, r#"{"mode":"none"}"#)
+    }
+
+    fn dest_doc(dest: &str) -> String {
+        doc("", &format!(r#"{{"mode":"mediated","allow":[{dest}]}}"#))
+    }
+
+    fn refused(src: &str, class: ErrorClass, needle: &str) {
+        refused_bytes(src.as_bytes(), class, needle);
+    }
+
+    fn refused_bytes(src: &[u8], class: ErrorClass, needle: &str) {
+        match compile_source(src) {
+            Ok(m) => panic!("accepted {:?}: {m:?}", String::from_utf8_lossy(src)),
+            Err(e) => {
+                assert_eq!(
+                    e.class(),
+                    class,
+                    "{e} for {:?}",
+                    String::from_utf8_lossy(src)
+                );
+                assert!(
+                    e.detail().contains(needle),
+                    "{e:?} should mention {needle:?}"
+                );
+            }
+        }
+    }
+
+    fn ok(src: &str) -> Mir {
+        compile_source(src.as_bytes()).unwrap_or_else(|e| panic!("{src}: {e}"))
+    }
+
+    fn single_path(src: &str) -> (RootKind, String) {
+        let m = ok(src);
+        assert_eq!(m.rules().len(), 1);
+        (m.rules()[0].target.root, m.rules()[0].target.path.clone())
+    }
+
+    #[test]
+    fn minimal_document_is_accepted() {
+        let m = ok(MINIMAL);
+        assert!(m.rules().is_empty());
+        assert_eq!(m.network(), NetworkMode::None);
+        assert_eq!(m.process_tree(), ProcessTree::Required);
+        assert_eq!(m.root_mode(), RootMode::ReadOnly);
+    }
+
+    #[test]
+    fn all_whitespace_kinds_and_key_order_are_accepted() {
+        let src = " \t\r\n{ \"root\" :\t{\"mode\":\"ephemeral-write\"},\r\n\"process\":{\"treeConfinement\":\"disabled\"},\
+                   \"network\":{\"mode\":\"direct\"},\"filesystem\":{\"rules\":[],\"default\":\"deny\"},\
+                   \"formatVersion\":3 } \n\t\r ";
+        let m = ok(src);
+        assert_eq!(m.network(), NetworkMode::Direct);
+        assert_eq!(m.process_tree(), ProcessTree::Disabled);
+        assert_eq!(m.root_mode(), RootMode::EphemeralWrite);
+    }
+
+    #[test]
+    fn refuses_empty_input_as_limit() {
+        refused_bytes(b"", ErrorClass::Limit, "empty");
+    }
+
+    #[test]
+    fn refuses_input_over_one_mebibyte_as_limit() {
+        let mut src = MINIMAL.as_bytes().to_vec();
+        src.resize(MAX_SOURCE_LEN + 1, b' ');
+        refused_bytes(&src, ErrorClass::Limit, "1048577 bytes");
+        // Exactly 1 MiB is fine.
+        src.truncate(MAX_SOURCE_LEN);
+        assert!(compile_source(&src).is_ok());
+    }
+
+    #[test]
+    fn refuses_bom() {
+        let mut src = vec![0xEF, 0xBB, 0xBF];
+        src.extend_from_slice(MINIMAL.as_bytes());
+        refused_bytes(&src, ErrorClass::Format, "byte order mark");
+    }
+
+    #[test]
+    fn refuses_other_whitespace() {
+        for ws in ["\u{0b}", "\u{0c}", "\u{a0}", "\u{2028}", "\u{3000}"] {
+            refused(
+                &format!("{ws}{MINIMAL}"),
+                ErrorClass::Format,
+                "byte offset 0",
+            );
+            refused(
+                &format!("{MINIMAL}{ws}"),
+                ErrorClass::Format,
+                "only whitespace may follow",
+            );
+            let inner = MINIMAL.replacen(':', &format!(":{ws}"), 1);
+            refused(&inner, ErrorClass::Format, "syntax error at byte offset 17");
+        }
+    }
+
+    #[test]
+    fn refuses_content_after_the_object() {
+        refused(
+            &format!("{MINIMAL}{{}}"),
+            ErrorClass::Format,
+            "only whitespace may follow",
+        );
+        refused(
+            &format!("{MINIMAL} x"),
+            ErrorClass::Format,
+            "only whitespace may follow",
+        );
+        refused(
+            &format!("{MINIMAL}\0"),
+            ErrorClass::Format,
+            "only whitespace may follow",
+        );
+    }
+
+    #[test]
+    fn refuses_non_object_top_level() {
+        for src in ["[]", "3", "\"x\"", "true", "null", " ", "\n"] {
+            refused(src, ErrorClass::Format, "must be a JSON object");
+        }
+    }
+
+    #[test]
+    fn refuses_truncation_at_every_length() {
+        for len in 1..MINIMAL.len() {
+            let e = compile_source(&MINIMAL.as_bytes()[..len]).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Format, "{len}: {e}");
+        }
+    }
+
+    #[test]
+    fn refuses_nesting_deeper_than_32() {
+        // Depth 32 inside an unknown key parses, then the key is refused (format);
+        // depth 33 is refused by the parser as a limit.
+        let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let src = MINIMAL.replacen('{', &format!("{{\"x\":{},", nest(31)), 1);
+        refused(&src, ErrorClass::Format, "unknown key \"x\"");
+        let src = MINIMAL.replacen('{', &format!("{{\"x\":{},", nest(32)), 1);
+        refused(&src, ErrorClass::Limit, "nesting deeper than 32");
+        let objects = format!("{}1{}", "{\"a\":".repeat(40), "}".repeat(40));
+        refused(&objects, ErrorClass::Limit, "nesting deeper than 32");
+    }
+
+    #[test]
+    fn refuses_invalid_utf8() {
+        for bad in [
+            &[0xff][..],
+            &[0xc0, 0xaf],             // overlong '/'
+            &[0xe0, 0x80, 0xaf],       // overlong
+            &[0xed, 0xa0, 0x80],       // encoded surrogate
+            &[0xf4, 0x90, 0x80, 0x80], // above U+10FFFF
+            &[0xc3],                   // truncated sequence
+            &[0x80],                   // lone continuation
+        ] {
+            let mut src = br#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[{"access":"read","path":{"root":"workspace","relative":"a"#.to_vec();
+            src.extend_from_slice(bad);
+            src.extend_from_slice(br#""}}]},"network":{"mode":"none"},"process":{"treeConfinement":"required"},"root":{"mode":"read-only"}}"#);
+            refused_bytes(&src, ErrorClass::Format, "UTF-8");
+        }
+        // Invalid UTF-8 outside strings is a plain syntax error.
+        let mut src = MINIMAL.as_bytes().to_vec();
+        src.insert(1, 0xc3);
+        refused_bytes(&src, ErrorClass::Format, "byte 0xc3");
+    }
+
+    #[test]
+    fn accepts_multibyte_utf8_in_paths() {
+        let src =
+            rule_doc(r#"{"access":"read","path":{"root":"workspace","relative":"dé/文/😀"}}"#);
+        assert_eq!(
+            single_path(&src),
+            (RootKind::Workspace, "dé/文/😀".to_string())
+        );
+    }
+
+    #[test]
+    fn decodes_escapes() {
+        let src = rule_doc(
+            r#"{"access":"read","path":{"root":"workspace","relative":"q\"b\\s\/n\nt\tr\rb\bf\fu\u00e9\u6587\ud83d\ude00\u0041\u00E9"}}"#,
+        );
+        assert_eq!(
+            single_path(&src).1,
+            "q\"b\\s/n\nt\tr\rb\u{8}f\u{c}u\u{e9}\u{6587}\u{1f600}A\u{e9}"
+        );
+    }
+
+    #[test]
+    fn escaped_slash_counts_as_a_separator() {
+        let src = rule_doc(r#"{"access":"read","path":{"absolute":"\/usr\/\/lib\/"}}"#);
+        assert_eq!(single_path(&src), (RootKind::Host, "/usr/lib".to_string()));
+    }
+
+    #[test]
+    fn refuses_nul_escape() {
+        let src =
+            rule_doc(r#"{"access":"read","path":{"root":"workspace","relative":"a\u0000b"}}"#);
+        refused(&src, ErrorClass::Format, "\\u0000 is not allowed");
+    }
+
+    #[test]
+    fn refuses_lone_surrogates() {
+        for (esc, why) in [
+            (r"\ud800", "lone high surrogate"),
+            (r"\ud800x", "lone high surrogate"),
+            (r"\udbff\u0041", "followed by a low surrogate"),
+            (r"\ud800\ud800", "followed by a low surrogate"),
+            (r"\udc00", "lone low surrogate"),
+            (r"\udfff\ud800", "lone low surrogate"),
+        ] {
+            let src = rule_doc(&format!(
+                r#"{{"access":"read","path":{{"root":"workspace","relative":"{esc}"}}}}"#
+            ));
+            refused(&src, ErrorClass::Format, why);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_escapes() {
+        for esc in [r"\x41", r"\u12", r"\u12G4", r"\U0041", r"\'", r"\ ", r"\0"] {
+            let src = rule_doc(&format!(
+                r#"{{"access":"read","path":{{"root":"workspace","relative":"{esc}"}}}}"#
+            ));
+            let e = compile_source(src.as_bytes()).unwrap_err();
+            assert_eq!(e.class(), ErrorClass::Format, "{esc}: {e}");
+            assert!(
+                e.detail().contains("escape") || e.detail().contains("hex digits"),
+                "{esc}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_raw_control_characters_in_strings() {
+        for c in ['\0', '\n', '\t', '\u{1f}'] {
+            let src = rule_doc(&format!(
+                r#"{{"access":"read","path":{{"root":"workspace","relative":"a{c}b"}}}}"#
+            ));
+            refused(&src, ErrorClass::Format, "control characters");
+        }
+    }
+
+    #[test]
+    fn refuses_unterminated_string() {
+        refused(
+            r#"{"formatVersion"#,
+            ErrorClass::Format,
+            "unterminated string",
+        );
+    }
+
+    #[test]
+    fn refuses_null_anywhere() {
+        refused(
+            &MINIMAL.replace(r#""formatVersion":3"#, r#""formatVersion":null"#),
+            ErrorClass::Format,
+            "formatVersion at byte offset 17: null",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"special":"minimal-runtime"},"scope":null}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].scope at byte offset",
+        );
+        refused(
+            &rule_doc("null"),
+            ErrorClass::Format,
+            "filesystem.rules[0] at byte offset",
+        );
+        refused(
+            &MINIMAL.replacen('{', r#"{"x":[1,null],"#, 1),
+            ErrorClass::Format,
+            "x[1] at byte offset",
+        );
+    }
+
+    #[test]
+    fn refuses_bad_literals() {
+        for lit in ["tru", "True", "nul", "NaN", "Infinity", "'a'", "fals"] {
+            let src = rule_doc(&format!(
+                r#"{{"access":"read","path":{{"special":"minimal-runtime"}},"scope":{lit}}}"#
+            ));
+            refused(&src, ErrorClass::Format, "syntax error");
+        }
+    }
+
+    #[test]
+    fn refuses_structural_syntax_errors() {
+        for (src, why) in [
+            (r#"{"formatVersion" 3}"#, "expected ':'"),
+            (r#"{"formatVersion":3,}"#, "expected a string key"),
+            (r#"{"formatVersion":3 "x":1}"#, "expected ',' or '}'"),
+            (r#"{formatVersion:3}"#, "expected a string key"),
+            (r#"{"a":[1 2]}"#, "expected ',' or ']'"),
+            (r#"{"a":[1,]}"#, "expected a JSON value"),
+            (r#"{"a":}"#, "expected a JSON value"),
+        ] {
+            refused(src, ErrorClass::Format, why);
+        }
+    }
+
+    #[test]
+    fn refuses_unknown_keys_at_every_level() {
+        refused(
+            &MINIMAL.replacen('{', r#"{"extra":1,"#, 1),
+            ErrorClass::Format,
+            "unknown key \"extra\" in the top-level object",
+        );
+        refused(
+            &MINIMAL.replace(r#""rules":[]"#, r#""rules":[],"extra":1"#),
+            ErrorClass::Format,
+            "unknown key \"extra\" in filesystem",
+        );
+        refused(
+            &doc("", r#"{"mode":"none","extra":1}"#),
+            ErrorClass::Format,
+            "unknown key \"extra\" in network",
+        );
+        refused(
+            &MINIMAL.replace(
+                r#""treeConfinement":"required""#,
+                r#""treeConfinement":"required","x":1"#,
+            ),
+            ErrorClass::Format,
+            "unknown key \"x\" in process",
+        );
+        refused(
+            &MINIMAL.replace(r#""mode":"read-only""#, r#""mode":"read-only","x":1"#),
+            ErrorClass::Format,
+            "unknown key \"x\" in root",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"special":"minimal-runtime"},"x":1}"#),
+            ErrorClass::Format,
+            "unknown key \"x\" in filesystem.rules[0]",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"special":"minimal-runtime","x":1}}"#),
+            ErrorClass::Format,
+            "unknown key \"x\" in filesystem.rules[0].path",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"temp","relative":"a","absolute":"/a"}}"#),
+            ErrorClass::Format,
+            "unknown key \"root\" in filesystem.rules[0].path",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"temp","special":"minimal-runtime"}}"#),
+            ErrorClass::Format,
+            "unknown key \"root\" in filesystem.rules[0].path",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":"a.com","port":1,"x":true}"#),
+            ErrorClass::Format,
+            "unknown key \"x\" in network.allow[0]",
+        );
+        // Keys are case-sensitive.
+        refused(
+            &MINIMAL.replace("formatVersion", "FormatVersion"),
+            ErrorClass::Format,
+            "unknown key \"FormatVersion\"",
+        );
+    }
+
+    #[test]
+    fn refuses_duplicate_keys_at_every_level() {
+        refused(
+            &MINIMAL.replacen('{', r#"{"formatVersion":3,"#, 1),
+            ErrorClass::Format,
+            "duplicate key \"formatVersion\" in the top-level object",
+        );
+        refused(
+            &MINIMAL.replace(r#""rules":[]"#, r#""rules":[],"rules":[]"#),
+            ErrorClass::Format,
+            "duplicate key \"rules\" in filesystem",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","access":"read","path":{"special":"minimal-runtime"}}"#),
+            ErrorClass::Format,
+            "duplicate key \"access\" in filesystem.rules[0]",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"temp","root":"temp"}}"#),
+            ErrorClass::Format,
+            "duplicate key \"root\" in filesystem.rules[0].path",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":"a.com","port":1,"port":1}"#),
+            ErrorClass::Format,
+            "duplicate key \"port\" in network.allow[0]",
+        );
+        // Escapes are decoded before comparing keys.
+        refused(
+            &MINIMAL.replacen('{', r#"{"formatVers\u0069on":3,"#, 1),
+            ErrorClass::Format,
+            "duplicate key \"formatVersion\"",
+        );
+        // Duplicates are found in unknown objects too, and in large ones.
+        let many: String = (0..40).map(|i| format!("\"k{i}\":1,")).collect();
+        refused(
+            &MINIMAL.replacen('{', &format!("{{\"x\":{{{many}\"k39\":2}},"), 1),
+            ErrorClass::Format,
+            "duplicate key \"k39\" in x",
+        );
+    }
+
+    #[test]
+    fn refuses_missing_required_keys() {
+        for key in ["formatVersion", "filesystem", "network", "process", "root"] {
+            let v = MINIMAL.find(&format!("\"{key}\"")).unwrap();
+            // Remove `"key":value,` or `,"key":value` by re-serializing without it.
+            let src = remove_member(MINIMAL, v);
+            refused(
+                &src,
+                ErrorClass::Format,
+                &format!("the required key \"{key}\" is missing"),
+            );
+        }
+        refused(
+            &MINIMAL.replace(r#""default":"deny","#, ""),
+            ErrorClass::Format,
+            "filesystem (byte offset",
+        );
+        refused(
+            &MINIMAL.replace(r#","rules":[]"#, ""),
+            ErrorClass::Format,
+            "\"rules\" is missing",
+        );
+        refused(&doc("", "{}"), ErrorClass::Format, "\"mode\" is missing");
+        refused(
+            &MINIMAL.replace(r#""treeConfinement":"required""#, ""),
+            ErrorClass::Format,
+            "\"treeConfinement\" is missing",
+        );
+        refused(
+            &MINIMAL.replace(r#""mode":"read-only""#, ""),
+            ErrorClass::Format,
+            "\"mode\" is missing",
+        );
+        refused(
+            &rule_doc(r#"{"path":{"special":"minimal-runtime"}}"#),
+            ErrorClass::Format,
+            "\"access\" is missing",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read"}"#),
+            ErrorClass::Format,
+            "\"path\" is missing",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"relative":"a"}}"#),
+            ErrorClass::Format,
+            "a path is",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{}}"#),
+            ErrorClass::Format,
+            "a path is",
+        );
+        refused(
+            &dest_doc(r#"{"host":"a.com","port":1}"#),
+            ErrorClass::Format,
+            "\"protocol\" is missing",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","port":1}"#),
+            ErrorClass::Format,
+            "\"host\" is missing",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":"a.com"}"#),
+            ErrorClass::Format,
+            "\"port\" is missing",
+        );
+    }
+
+    /// Removes the top-level member whose key starts at `at` (test helper).
+    fn remove_member(src: &str, at: usize) -> String {
+        // Members of MINIMAL end at the next top-level ',' or the final '}'.
+        let bytes = src.as_bytes();
+        let mut depth = 0;
+        let mut end = at;
+        while end < bytes.len() {
+            match bytes[end] {
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' if depth == 0 => break,
+                b'}' | b']' => depth -= 1,
+                b',' if depth == 0 => {
+                    end += 1;
+                    break;
+                }
+                _ => {}
+            }
+            end += 1;
+        }
+        let mut out = format!("{}{}", &src[..at], &src[end..]);
+        if out.ends_with(",}") {
+            out.replace_range(out.len() - 2..out.len() - 1, "");
+        }
+        out
+    }
+
+    #[test]
+    fn format_version_is_the_bare_integer_3() {
+        for bad in [
+            "3.0", "3e0", "3E0", "30e-1", "\"3\"", "2", "4", "-3", "true", "[3]", "{}", "0.3e1",
+        ] {
+            let src = MINIMAL.replace(r#""formatVersion":3"#, &format!(r#""formatVersion":{bad}"#));
+            refused(
+                &src,
+                ErrorClass::Format,
+                "formatVersion (byte offset 17): must be the bare integer 3",
+            );
+        }
+        for bad in ["03", "-03", "+3", "3.", ".3", "3e", "-"] {
+            let src = MINIMAL.replace(r#""formatVersion":3"#, &format!(r#""formatVersion":{bad}"#));
+            refused(&src, ErrorClass::Format, "syntax error at byte offset 17");
+        }
+    }
+
+    #[test]
+    fn schema_must_be_exact_when_present() {
+        let good = MINIMAL.replacen('{', &format!("{{\"$schema\":\"{SCHEMA_URL}\","), 1);
+        ok(&good);
+        for bad in [
+            "\"https://schemas.maelys.dev/mir-source/v2/schema.json\"",
+            "\"HTTPS://schemas.maelys.dev/mir-source/v3/schema.json\"",
+            "\"https://schemas.maelys.dev/mir-source/v3/schema.json \"",
+            "\"\"",
+        ] {
+            refused(
+                &MINIMAL.replacen('{', &format!("{{\"$schema\":{bad},"), 1),
+                ErrorClass::Format,
+                "$schema (byte offset 11)",
+            );
+        }
+        refused(
+            &MINIMAL.replacen('{', "{\"$schema\":3,", 1),
+            ErrorClass::Format,
+            "expected a string",
+        );
+    }
+
+    #[test]
+    fn enums_must_be_known_strings() {
+        refused(
+            &rule_doc(r#"{"access":"Read","path":{"special":"minimal-runtime"}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].access",
+        );
+        refused(
+            &rule_doc(r#"{"access":1,"path":{"special":"minimal-runtime"}}"#),
+            ErrorClass::Format,
+            "expected a string",
+        );
+        refused(
+            &rule_doc(
+                r#"{"access":"read","path":{"special":"minimal-runtime"},"scope":"subtree"}"#,
+            ),
+            ErrorClass::Format,
+            "filesystem.rules[0].scope",
+        );
+        refused(
+            &rule_doc(
+                r#"{"access":"read","path":{"special":"minimal-runtime"},"missing":"ignore"}"#,
+            ),
+            ErrorClass::Format,
+            "filesystem.rules[0].missing",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"special":"runtime"}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.special",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"host"}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.root",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"minimal-runtime"}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.root",
+        );
+        refused(
+            &doc("", r#"{"mode":"proxy"}"#),
+            ErrorClass::Format,
+            "network.mode",
+        );
+        refused(
+            &MINIMAL.replace(r#""default":"deny""#, r#""default":"allow""#),
+            ErrorClass::Format,
+            "filesystem.default",
+        );
+        refused(
+            &MINIMAL.replace(r#""required""#, r#""yes""#),
+            ErrorClass::Format,
+            "process.treeConfinement",
+        );
+        refused(
+            &MINIMAL.replace(r#""read-only""#, r#""readonly""#),
+            ErrorClass::Format,
+            "root.mode",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"udp","host":"a.com","port":1}"#),
+            ErrorClass::Format,
+            "network.allow[0].protocol",
+        );
+    }
+
+    #[test]
+    fn types_are_checked() {
+        refused(
+            &MINIMAL.replace(r#""rules":[]"#, r#""rules":{}"#),
+            ErrorClass::Format,
+            "filesystem.rules (byte offset",
+        );
+        refused(
+            &MINIMAL.replace(
+                r#""filesystem":{"default":"deny","rules":[]}"#,
+                r#""filesystem":[]"#,
+            ),
+            ErrorClass::Format,
+            "filesystem (byte offset",
+        );
+        refused(
+            &rule_doc("[]"),
+            ErrorClass::Format,
+            "filesystem.rules[0] (byte offset",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":"/usr"}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path (byte offset",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"absolute":1}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.absolute",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"temp","relative":false}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.relative",
+        );
+        refused(
+            &doc("", r#"{"mode":"mediated","allow":{}}"#),
+            ErrorClass::Format,
+            "network.allow (byte offset",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":1,"port":1}"#),
+            ErrorClass::Format,
+            "network.allow[0].host",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":"a.com","port":"443"}"#),
+            ErrorClass::Format,
+            "network.allow[0].port",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":"a.com","port":1,"requireTlsSni":"true"}"#),
+            ErrorClass::Format,
+            "network.allow[0].requireTlsSni",
+        );
+        refused(
+            &dest_doc(r#"{"protocol":"tcp","host":"a.com","port":1,"allowPrivateAddresses":1}"#),
+            ErrorClass::Format,
+            "network.allow[0].allowPrivateAddresses",
+        );
+    }
+
+    #[test]
+    fn port_is_a_bare_integer_in_range() {
+        for good in ["1", "443", "65535"] {
+            let m = ok(&dest_doc(&format!(
+                r#"{{"protocol":"tcp","host":"a.com","port":{good}}}"#
+            )));
+            assert_eq!(m.destinations()[0].port.to_string(), good);
+        }
+        for bad in [
+            "0",
+            "65536",
+            "99999",
+            "100000",
+            "443.0",
+            "443e0",
+            "4.43e2",
+            "-443",
+            "-0",
+            "1e5",
+            "18446744073709551617",
+        ] {
+            let src = dest_doc(&format!(
+                r#"{{"protocol":"tcp","host":"a.com","port":{bad}}}"#
+            ));
+            refused(&src, ErrorClass::Format, "network.allow[0].port");
+        }
+        for bad in ["0443", "+443", "443.", ".5"] {
+            let src = dest_doc(&format!(
+                r#"{{"protocol":"tcp","host":"a.com","port":{bad}}}"#
+            ));
+            refused(&src, ErrorClass::Format, "syntax error");
+        }
+    }
+
+    #[test]
+    fn allow_exactly_when_mediated() {
+        refused(
+            &doc("", r#"{"mode":"mediated"}"#),
+            ErrorClass::Format,
+            "requires \"allow\"",
+        );
+        refused(
+            &doc("", r#"{"mode":"mediated","allow":[]}"#),
+            ErrorClass::Format,
+            "at least one destination",
+        );
+        for mode in ["none", "direct"] {
+            refused(
+                &doc("", &format!(r#"{{"mode":"{mode}","allow":[]}}"#)),
+                ErrorClass::Format,
+                "only allowed when mode is \"mediated\"",
+            );
+            refused(
+                &doc(
+                    "",
+                    &format!(
+                        r#"{{"mode":"{mode}","allow":[{{"protocol":"tcp","host":"a.com","port":1}}]}}"#
+                    ),
+                ),
+                ErrorClass::Format,
+                "network.allow",
+            );
+        }
+    }
+
+    #[test]
+    fn relative_and_absolute_path_rules() {
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"root":"workspace","relative":"/etc"}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.relative",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"absolute":"etc"}}"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].path.absolute",
+        );
+        refused(
+            &rule_doc(r#"{"access":"read","path":{"absolute":""}}"#),
+            ErrorClass::Format,
+            "must start with '/'",
+        );
+        assert_eq!(
+            single_path(&rule_doc(r#"{"access":"read","path":{"root":"temp"}}"#)),
+            (RootKind::Temp, String::new())
+        );
+        assert_eq!(
+            single_path(&rule_doc(
+                r#"{"access":"read","path":{"root":"temp","relative":"./a//b/."}}"#
+            )),
+            (RootKind::Temp, "a/b".to_string())
+        );
+        assert_eq!(
+            single_path(&rule_doc(r#"{"access":"read","path":{"absolute":"/"}}"#)),
+            (RootKind::Host, "/".to_string())
+        );
+        assert_eq!(
+            single_path(&rule_doc(
+                r#"{"access":"read","path":{"absolute":"//a/./b/"}}"#
+            )),
+            (RootKind::Host, "/a/b".to_string())
+        );
+    }
+
+    #[test]
+    fn refuses_dotdot_segments() {
+        for p in ["..", "a/..", "../a", "a/../b", "a/./../b"] {
+            let src = rule_doc(&format!(
+                r#"{{"access":"read","path":{{"root":"workspace","relative":"{p}"}}}}"#
+            ));
+            refused(
+                &src,
+                ErrorClass::Format,
+                "filesystem.rules[0].path.relative (byte offset",
+            );
+            let src = rule_doc(&format!(
+                r#"{{"access":"read","path":{{"absolute":"/{p}"}}}}"#
+            ));
+            refused(&src, ErrorClass::Format, "'..' segment");
+        }
+        // `...` and `..a` are ordinary names.
+        assert_eq!(
+            single_path(&rule_doc(
+                r#"{"access":"read","path":{"root":"temp","relative":".../..a"}}"#
+            ))
+            .1,
+            ".../..a"
+        );
+    }
+
+    #[test]
+    fn refuses_paths_longer_than_4096_bytes_as_limit() {
+        let p = "a".repeat(4096);
+        ok(&rule_doc(&format!(
+            r#"{{"access":"read","path":{{"root":"workspace","relative":"{p}"}}}}"#
+        )));
+        let p = "a".repeat(4097);
+        refused(
+            &rule_doc(&format!(
+                r#"{{"access":"read","path":{{"root":"workspace","relative":"{p}"}}}}"#
+            )),
+            ErrorClass::Limit,
+            "filesystem.rules[0].path.relative",
+        );
+        let p = format!("/{}", "b".repeat(4096));
+        refused(
+            &rule_doc(&format!(
+                r#"{{"access":"read","path":{{"absolute":"{p}"}}}}"#
+            )),
+            ErrorClass::Limit,
+            "4097 bytes",
+        );
+    }
+
+    #[test]
+    fn defaults_for_scope_and_missing() {
+        let m = ok(&rule_doc(
+            r#"{"access":"write","path":{"root":"workspace"}}"#,
+        ));
+        assert_eq!(m.rules()[0].target.scope, Scope::Tree);
+        assert_eq!(m.rules()[0].target.missing, Missing::Error);
+        let m = ok(&rule_doc(
+            r#"{"access":"write","path":{"root":"workspace"},"scope":"exact","missing":"skip"}"#,
+        ));
+        assert_eq!(m.rules()[0].target.scope, Scope::Exact);
+        assert_eq!(m.rules()[0].target.missing, Missing::Skip);
+    }
+
+    #[test]
+    fn refuses_invalid_hosts_as_argument() {
+        for host in [
+            "",
+            "a..b",
+            "-a.com",
+            "*.example.com",
+            "127.1",
+            "0X7F.1",
+            "999.1.1.1",
+            "a_b.com",
+            "[::1]",
+            "ex ample.com",
+            "é.com",
+        ] {
+            let src = dest_doc(&format!(
+                r#"{{"protocol":"tcp","host":"{host}","port":443}}"#
+            ));
+            refused(&src, ErrorClass::Argument, "network.allow[0].host");
+        }
+        let a = "a".repeat(63);
+        let long = format!("{a}.{a}.{a}.{a}");
+        refused(
+            &dest_doc(&format!(
+                r#"{{"protocol":"tcp","host":"{long}","port":443}}"#
+            )),
+            ErrorClass::Argument,
+            "253",
+        );
+    }
+
+    #[test]
+    fn refuses_tls_sni_on_ipv4_literal_as_argument() {
+        refused(
+            &dest_doc(
+                r#"{"protocol":"tcp","host":"93.184.216.34","port":443,"requireTlsSni":true}"#,
+            ),
+            ErrorClass::Argument,
+            "network.allow[0].requireTlsSni",
+        );
+        let m = ok(&dest_doc(
+            r#"{"protocol":"tcp","host":"93.184.216.34","port":443,"requireTlsSni":false}"#,
+        ));
+        assert_eq!(m.destinations()[0].host, "93.184.216.34");
+    }
+
+    #[test]
+    fn hosts_are_lowercased_and_merged() {
+        let m = ok(&dest_doc(
+            r#"{"protocol":"tcp","host":"A.COM","port":1,"allowPrivateAddresses":true},{"protocol":"tcp","host":"a.com","port":1,"requireTlsSni":true}"#,
+        ));
+        assert_eq!(m.destinations().len(), 1);
+        let d = &m.destinations()[0];
+        assert_eq!(
+            (
+                d.host.as_str(),
+                d.require_tls_sni,
+                d.allow_private_addresses
+            ),
+            ("a.com", true, false)
+        );
+    }
+
+    #[test]
+    fn refuses_more_than_4096_rules_after_dedup_as_limit() {
+        let rule = |i: usize| {
+            format!(r#"{{"access":"read","path":{{"root":"workspace","relative":"r{i}"}}}}"#)
+        };
+        let mut rules: Vec<String> = (0..4096).map(rule).collect();
+        // Duplicates do not count.
+        rules.push(rule(0));
+        rules.push(rule(1));
+        let m = ok(&rule_doc(&rules.join(",")));
+        assert_eq!(m.rules().len(), 4096);
+        rules.push(rule(4096));
+        refused(
+            &rule_doc(&rules.join(",")),
+            ErrorClass::Limit,
+            "4097 filesystem rules",
+        );
+    }
+
+    #[test]
+    fn refuses_more_than_1024_destinations_after_dedup_as_limit() {
+        let dest = |i: usize| format!(r#"{{"protocol":"tcp","host":"h{i}.example","port":443}}"#);
+        let mut ds: Vec<String> = (0..1024).map(dest).collect();
+        ds.push(dest(7));
+        let m = ok(&dest_doc(&ds.join(",")));
+        assert_eq!(m.destinations().len(), 1024);
+        ds.push(dest(1024));
+        refused(
+            &dest_doc(&ds.join(",")),
+            ErrorClass::Limit,
+            "1025 destinations",
+        );
+    }
+
+    #[test]
+    fn offsets_and_paths_name_the_place() {
+        let src = rule_doc(
+            r#"{"access":"read","path":{"special":"minimal-runtime"}},{"access":"read","path":{"root":"temp","relative":"/x"}}"#,
+        );
+        let e = compile_source(src.as_bytes()).unwrap_err();
+        let offset = src.find(r#""/x""#).unwrap();
+        assert_eq!(
+            e.detail(),
+            format!("filesystem.rules[1].path.relative (byte offset {offset}): a relative path must not start with '/'")
+        );
+    }
+}
