@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use crate::error::{PolicyError, Result};
+use crate::model::{Access, Mir, Missing, NetworkMode, ProcessTree, RootMode};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
     FsRead,
@@ -101,6 +104,92 @@ impl CapabilitySet {
     pub fn missing_from(self, available: CapabilitySet) -> Vec<Capability> {
         self.iter().filter(|c| !available.contains(*c)).collect()
     }
+}
+
+impl CapabilitySet {
+    /// Every capability.
+    pub const ALL: CapabilitySet = CapabilitySet(0x0fff);
+
+    /// Parses stable names; an unknown name is an argument error.
+    pub fn parse<'a, I: IntoIterator<Item = &'a str>>(names: I) -> Result<CapabilitySet> {
+        let mut set = CapabilitySet::EMPTY;
+        for name in names {
+            match Capability::from_name(name) {
+                Some(c) => set.insert(c),
+                None => {
+                    let known: Vec<&str> = Capability::ALL.iter().map(|c| c.name()).collect();
+                    return Err(PolicyError::Argument(format!(
+                        "unknown capability {name:?}; known: {}",
+                        known.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The names in bit order, comma-separated.
+    pub fn names(self) -> Vec<&'static str> {
+        self.iter().map(Capability::name).collect()
+    }
+}
+
+/// The fs capability an access kind needs.
+pub fn capability_for_access(access: Access) -> Capability {
+    match access {
+        Access::Read => Capability::FsRead,
+        Access::Write => Capability::FsWrite,
+        Access::Deny => Capability::FsDeny,
+        Access::DenyWrite => Capability::FsDenyWrite,
+    }
+}
+
+/// The capabilities of everything but the filesystem rules (spec section 6):
+/// exactly one network-mode bit, process-tree when required,
+/// root-ephemeral-write when ephemeral, the destination-flag bits when any
+/// destination sets them.
+pub(crate) fn non_fs_capabilities(mir: &Mir) -> CapabilitySet {
+    let mut set = CapabilitySet::EMPTY;
+    set.insert(match mir.network() {
+        NetworkMode::None => Capability::NetworkNone,
+        NetworkMode::Direct => Capability::NetworkDirect,
+        NetworkMode::Mediated => Capability::NetworkMediated,
+    });
+    if mir.process_tree() == ProcessTree::Required {
+        set.insert(Capability::ProcessTree);
+    }
+    if mir.root_mode() == RootMode::EphemeralWrite {
+        set.insert(Capability::RootEphemeralWrite);
+    }
+    if mir.destinations().iter().any(|d| d.require_tls_sni) {
+        set.insert(Capability::NetworkRequireTlsSni);
+    }
+    if mir.destinations().iter().any(|d| d.allow_private_addresses) {
+        set.insert(Capability::NetworkPrivateAddresses);
+    }
+    set
+}
+
+/// The capabilities a decision requires before host resolution: one fs bit per
+/// access kind its rules use plus [`non_fs_capabilities`]. Checks nothing.
+///
+/// Resolution can change the fs part: an omitted grant needs nothing, and a
+/// kept protect-create rule adds `fs-protect-create` (see
+/// [`may_require_protect_create`]). `Resolution::required_capabilities` is exact.
+pub fn required_capabilities(mir: &Mir) -> CapabilitySet {
+    let mut set = non_fs_capabilities(mir);
+    for rule in mir.rules() {
+        set.insert(capability_for_access(rule.access));
+    }
+    set
+}
+
+/// Whether resolution may keep a protect-create rule (a deny or deny-write with
+/// `missing: skip`), which would require `fs-protect-create`.
+pub fn may_require_protect_create(mir: &Mir) -> bool {
+    mir.rules().iter().any(|r| {
+        matches!(r.access, Access::Deny | Access::DenyWrite) && r.target.missing == Missing::Skip
+    })
 }
 
 impl FromIterator<Capability> for CapabilitySet {

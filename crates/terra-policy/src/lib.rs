@@ -31,3 +31,15 @@ pub mod plan;
 
 pub use capability::{Capability, CapabilitySet};
 pub use plan::{HostBindings, OmittedGrant, ResolvedRule, SandboxPlan};
+
+pub mod compose;
+pub mod conflict;
+pub mod evaluate;
+pub mod resolve;
+
+pub use capability::required_capabilities;
+pub use compose::{contains, diff, overlaps, restrict};
+pub use conflict::{check_conflicts, find_conflicts, Conflict};
+pub use evaluate::{Evaluation, Permission, Reason, RuleSet};
+pub use plan::compile_plan;
+pub use resolve::{default_minimal_roots, resolve, Resolution};

@@ -3,12 +3,15 @@
 //! safe to share between threads.
 //!
 //! Resolution (`resolve`), capability checks and evaluation live in their own
-//! modules; this module holds the plan's shape.
+//! modules; this module holds the plan's shape and [`compile_plan`].
 
 use std::path::PathBuf;
 
 use crate::capability::CapabilitySet;
-use crate::model::{Access, Destination, NetworkMode, ProcessTree, RootKind, RootMode, Scope};
+use crate::error::Result;
+use crate::evaluate::Evaluation;
+use crate::model::{Access, Destination, Mir, NetworkMode, ProcessTree, RootKind, RootMode, Scope};
+use crate::resolve::{resolve, Resolution};
 
 /// Trusted host bindings (spec section 4).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,56 +47,72 @@ pub struct OmittedGrant {
     pub source_rule: usize,
 }
 
-/// The immutable plan.
+/// The immutable plan: a [`Resolution`] whose required capabilities the
+/// backend declared. Made only by [`compile_plan`] or [`Resolution::into_plan`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPlan {
-    pub(crate) rules: Vec<ResolvedRule>,
-    pub(crate) omitted: Vec<OmittedGrant>,
-    pub(crate) network: NetworkMode,
-    pub(crate) mediator: Option<String>,
-    pub(crate) destinations: Vec<Destination>,
-    pub(crate) root_mode: RootMode,
-    pub(crate) process_tree: ProcessTree,
-    pub(crate) required: CapabilitySet,
-    pub(crate) decision_digest: String,
-    pub(crate) mir_bytes: Vec<u8>,
+    pub(crate) resolution: Resolution,
+    pub(crate) declared: CapabilitySet,
 }
 
 impl SandboxPlan {
     /// Resolved rules in plan order: grants, then deny-writes, then denies;
     /// within a group shorter path first, then bytes, tree before exact, read before write.
     pub fn rules(&self) -> &[ResolvedRule] {
-        &self.rules
+        self.resolution.rules()
     }
     pub fn omitted(&self) -> &[OmittedGrant] {
-        &self.omitted
+        self.resolution.omitted()
     }
     pub fn network(&self) -> NetworkMode {
-        self.network
+        self.resolution.network()
     }
     pub fn mediator(&self) -> Option<&str> {
-        self.mediator.as_deref()
+        self.resolution.mediator()
     }
     pub fn destinations(&self) -> &[Destination] {
-        &self.destinations
+        self.resolution.destinations()
     }
     pub fn root_mode(&self) -> RootMode {
-        self.root_mode
+        self.resolution.root_mode()
     }
     pub fn process_tree(&self) -> ProcessTree {
-        self.process_tree
+        self.resolution.process_tree()
     }
     pub fn required_capabilities(&self) -> CapabilitySet {
-        self.required
+        self.resolution.required_capabilities()
+    }
+    /// What the backend declared when the plan was made (a superset of the required set).
+    pub fn declared_capabilities(&self) -> CapabilitySet {
+        self.declared
     }
     /// Decision digest of the MIR this plan was resolved from.
     pub fn decision_digest(&self) -> &str {
-        &self.decision_digest
+        self.resolution.decision_digest()
     }
     /// Canonical MIR bytes this plan was resolved from (what travels to roles).
     pub fn mir_bytes(&self) -> &[u8] {
-        &self.mir_bytes
+        self.resolution.mir_bytes()
     }
+    /// The resolution this plan was made from (what the comparisons take).
+    pub fn resolution(&self) -> &Resolution {
+        &self.resolution
+    }
+    /// Contract-2 permission of a canonical absolute path (spec section 5).
+    pub fn evaluate(&self, path: &str) -> Result<Evaluation> {
+        self.resolution.evaluate(path)
+    }
+}
+
+/// Resolves `mir` on this host, checks conflicts and the backend's declared
+/// capabilities. Every missing capability is reported at once (unsupported);
+/// no plan is returned after any failure.
+pub fn compile_plan(
+    mir: &Mir,
+    bindings: &HostBindings,
+    declared: CapabilitySet,
+) -> Result<SandboxPlan> {
+    resolve(mir, bindings)?.into_plan(declared)
 }
 
 #[cfg(test)]
@@ -102,5 +121,6 @@ mod tests {
     fn plan_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<super::SandboxPlan>();
+        assert_send_sync::<super::Resolution>();
     }
 }

@@ -1,0 +1,425 @@
+//! Permissions of a path under contract 2 (spec section 5).
+//!
+//! [`RuleSet`] holds resolved rules in plan order plus a by-path index, so one
+//! evaluation costs one binary search per ancestor of the queried path
+//! (O(depth x log n)), never a scan of every rule. [`evaluate_rules`] is the
+//! plain linear evaluator over rules in any order; tests use it as a reference.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use crate::error::{PolicyError, Result};
+use crate::model::{Access, Scope};
+use crate::plan::ResolvedRule;
+
+/// What a path may be used for. Ordered: none < read < read-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Permission {
+    None,
+    Read,
+    ReadWrite,
+}
+
+impl Permission {
+    pub fn name(self) -> &'static str {
+        match self {
+            Permission::None => "none",
+            Permission::Read => "read",
+            Permission::ReadWrite => "read-write",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<Permission> {
+        [Permission::None, Permission::Read, Permission::ReadWrite]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a path has its permission (the table of spec section 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    DefaultDeny,
+    DenyRule,
+    WriteRule,
+    ReadRule,
+    DenyWriteRule,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::DefaultDeny => "default-deny",
+            Reason::DenyRule => "deny-rule",
+            Reason::WriteRule => "write-rule",
+            Reason::ReadRule => "read-rule",
+            Reason::DenyWriteRule => "deny-write-rule",
+        }
+    }
+    pub fn from_name(name: &str) -> Option<Reason> {
+        [
+            Reason::DefaultDeny,
+            Reason::DenyRule,
+            Reason::WriteRule,
+            Reason::ReadRule,
+            Reason::DenyWriteRule,
+        ]
+        .into_iter()
+        .find(|r| r.name() == name)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The verdict for one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evaluation {
+    pub permission: Permission,
+    pub reason: Reason,
+    /// Index (into the rules evaluated) of the decisive rule: the most specific
+    /// applicable rule of the kind that decided (longest path; at one path exact
+    /// before tree; then first in order). `None` for default-deny.
+    pub decisive: Option<usize>,
+    /// How many rules apply to the path.
+    pub applicable: usize,
+}
+
+/// Refuses a path that is not canonical and absolute: it must start with '/',
+/// hold no empty, '.' or '..' segment (so no '//' and no trailing '/', except
+/// "/" itself) and no NUL byte.
+pub fn check_canonical_path(path: &str) -> Result<()> {
+    let bad =
+        |why: &str| PolicyError::NonCanonical(format!("path {path:?} is not canonical: {why}"));
+    if !path.starts_with('/') {
+        return Err(bad("it must start with '/'"));
+    }
+    if path.contains('\0') {
+        return Err(bad("it contains a NUL byte"));
+    }
+    if path == "/" {
+        return Ok(());
+    }
+    for segment in path[1..].split('/') {
+        match segment {
+            "" => return Err(bad("it holds an empty segment ('//' or a trailing '/')")),
+            "." | ".." => return Err(bad("it holds a '.' or '..' segment")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether a rule at `rule_path` with `scope` applies to the canonical `path`.
+/// Tree scope matches on segment boundaries; the tree of "/" covers everything.
+pub fn rule_applies(rule_path: &str, scope: Scope, path: &str) -> bool {
+    match scope {
+        Scope::Exact => rule_path == path,
+        Scope::Tree => is_same_or_ancestor(rule_path, path),
+    }
+}
+
+/// `a` equals `b` or is an ancestor of `b` on segment boundaries.
+pub(crate) fn is_same_or_ancestor(a: &str, b: &str) -> bool {
+    a == "/" || (b.starts_with(a) && (b.len() == a.len() || b.as_bytes()[a.len()] == b'/'))
+}
+
+/// Orders paths so that every path comes right before its descendants
+/// (pre-order of the tree): bytes compared with '/' ranking lowest.
+pub(crate) fn tree_order(a: &str, b: &str) -> Ordering {
+    let key = |c: u8| if c == b'/' { 0u8 } else { c };
+    a.bytes().map(key).cmp(b.bytes().map(key))
+}
+
+/// Plan order (spec section 5): grants, then deny-writes, then denies; within a
+/// group shorter path first, then bytes, tree before exact, read before write.
+pub fn plan_order(a: &ResolvedRule, b: &ResolvedRule) -> Ordering {
+    fn group(x: Access) -> u8 {
+        match x {
+            Access::Read | Access::Write => 0,
+            Access::DenyWrite => 1,
+            Access::Deny => 2,
+        }
+    }
+    fn scope_rank(s: Scope) -> u8 {
+        match s {
+            Scope::Tree => 0,
+            Scope::Exact => 1,
+        }
+    }
+    group(a.access)
+        .cmp(&group(b.access))
+        .then(a.path.len().cmp(&b.path.len()))
+        .then_with(|| a.path.as_bytes().cmp(b.path.as_bytes()))
+        .then(scope_rank(a.scope).cmp(&scope_rank(b.scope)))
+        .then(a.access.code().cmp(&b.access.code()))
+        .then(a.source_rule.cmp(&b.source_rule))
+}
+
+/// Accumulates applicable rules while walking a path's ancestors.
+#[derive(Default)]
+struct Verdict {
+    best: [Option<usize>; 4], // read, write, deny, deny-write
+    applicable: usize,
+}
+
+fn slot(a: Access) -> usize {
+    match a {
+        Access::Read => 0,
+        Access::Write => 1,
+        Access::Deny => 2,
+        Access::DenyWrite => 3,
+    }
+}
+
+impl Verdict {
+    fn add(&mut self, rules: &[ResolvedRule], index: usize) {
+        self.applicable += 1;
+        let rule = &rules[index];
+        let best = &mut self.best[slot(rule.access)];
+        let replace = match *best {
+            None => true,
+            Some(old) => {
+                let old = &rules[old];
+                rule.path.len() > old.path.len()
+                    || (rule.path.len() == old.path.len()
+                        && rule.scope == Scope::Exact
+                        && old.scope == Scope::Tree)
+            }
+        };
+        if replace {
+            *best = Some(index);
+        }
+    }
+
+    fn finish(self) -> Evaluation {
+        let [read, write, deny, deny_write] = self.best;
+        let (permission, reason, decisive) = if deny.is_some() {
+            (Permission::None, Reason::DenyRule, deny)
+        } else if write.is_some() && deny_write.is_some() {
+            (Permission::Read, Reason::DenyWriteRule, deny_write)
+        } else if write.is_some() {
+            (Permission::ReadWrite, Reason::WriteRule, write)
+        } else if read.is_some() {
+            (Permission::Read, Reason::ReadRule, read)
+        } else {
+            (Permission::None, Reason::DefaultDeny, None)
+        };
+        Evaluation {
+            permission,
+            reason,
+            decisive,
+            applicable: self.applicable,
+        }
+    }
+}
+
+/// Contract 2 over `rules` in any order, by a linear scan. `decisive` indexes `rules`.
+pub fn evaluate_rules(rules: &[ResolvedRule], path: &str) -> Result<Evaluation> {
+    check_canonical_path(path)?;
+    let mut v = Verdict::default();
+    for (i, r) in rules.iter().enumerate() {
+        if rule_applies(&r.path, r.scope, path) {
+            v.add(rules, i);
+        }
+    }
+    Ok(v.finish())
+}
+
+/// Resolved rules in plan order with an index for fast evaluation. Immutable.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RuleSet {
+    rules: Vec<ResolvedRule>,
+    /// Indices into `rules`, sorted by path bytes.
+    by_path: Vec<u32>,
+}
+
+impl RuleSet {
+    /// Sorts `rules` into plan order and drops exact duplicates (same access,
+    /// path and scope; the one from the lowest source rule stays).
+    pub fn new(mut rules: Vec<ResolvedRule>) -> RuleSet {
+        rules.sort_unstable_by(plan_order);
+        rules.dedup_by(|later, kept| {
+            later.access == kept.access && later.scope == kept.scope && later.path == kept.path
+        });
+        let mut by_path: Vec<u32> = (0..rules.len() as u32).collect();
+        by_path.sort_by(|&a, &b| {
+            rules[a as usize]
+                .path
+                .cmp(&rules[b as usize].path)
+                .then(a.cmp(&b))
+        });
+        RuleSet { rules, by_path }
+    }
+
+    /// The rules in plan order.
+    pub fn rules(&self) -> &[ResolvedRule] {
+        &self.rules
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Contract 2 for a canonical absolute path. `decisive` indexes [`RuleSet::rules`].
+    pub fn evaluate(&self, path: &str) -> Result<Evaluation> {
+        check_canonical_path(path)?;
+        Ok(self.evaluate_canonical(path))
+    }
+
+    /// Like [`RuleSet::evaluate`] for a path the caller already knows is canonical.
+    pub fn evaluate_canonical(&self, path: &str) -> Evaluation {
+        let mut v = Verdict::default();
+        self.visit(&mut v, "/", path == "/");
+        if path != "/" {
+            for (i, b) in path.bytes().enumerate().skip(1) {
+                if b == b'/' {
+                    self.visit(&mut v, &path[..i], false);
+                }
+            }
+            self.visit(&mut v, path, true);
+        }
+        v.finish()
+    }
+
+    /// Adds the rules named exactly `prefix`: tree rules always, exact ones when
+    /// `prefix` is the queried path itself.
+    fn visit(&self, v: &mut Verdict, prefix: &str, is_self: bool) {
+        let start = self
+            .by_path
+            .partition_point(|&i| self.rules[i as usize].path.as_str() < prefix);
+        for &i in &self.by_path[start..] {
+            let r = &self.rules[i as usize];
+            if r.path != prefix {
+                break;
+            }
+            if is_self || r.scope == Scope::Tree {
+                v.add(&self.rules, i as usize);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RootKind;
+
+    fn r(access: Access, scope: Scope, path: &str) -> ResolvedRule {
+        ResolvedRule {
+            access,
+            path: path.into(),
+            scope,
+            protect_create: false,
+            source_rule: 0,
+            source_root: RootKind::Host,
+        }
+    }
+
+    #[test]
+    fn canonical_paths() {
+        for ok in ["/", "/a", "/a/b", "/a.b/..c", "/..."] {
+            assert!(check_canonical_path(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "a", "/a/", "//", "//a", "/a//b", "/a/./b", "/a/..", "/.", "/a\0",
+        ] {
+            let e = check_canonical_path(bad).unwrap_err();
+            assert_eq!(e.class(), crate::ErrorClass::NonCanonical, "{bad}");
+        }
+    }
+
+    #[test]
+    fn segment_boundaries_and_root() {
+        assert!(rule_applies("/a", Scope::Tree, "/a/b"));
+        assert!(rule_applies("/a", Scope::Tree, "/a"));
+        assert!(!rule_applies("/a", Scope::Tree, "/ab"));
+        assert!(rule_applies("/", Scope::Tree, "/"));
+        assert!(rule_applies("/", Scope::Tree, "/x/y"));
+        assert!(!rule_applies("/", Scope::Exact, "/x"));
+        assert!(!rule_applies("/a", Scope::Exact, "/a/b"));
+    }
+
+    #[test]
+    fn tree_order_is_preorder() {
+        let mut v = vec!["/a/b", "/a-b", "/a", "/", "/a/b/c", "/b", "/a.b"];
+        v.sort_by(|a, b| tree_order(a, b));
+        assert_eq!(v, vec!["/", "/a", "/a/b", "/a/b/c", "/a-b", "/a.b", "/b"]);
+    }
+
+    #[test]
+    fn plan_order_groups() {
+        let set = RuleSet::new(vec![
+            r(Access::Deny, Scope::Exact, "/a"),
+            r(Access::DenyWrite, Scope::Tree, "/a/b"),
+            r(Access::Write, Scope::Exact, "/a"),
+            r(Access::Read, Scope::Exact, "/a"),
+            r(Access::Read, Scope::Tree, "/bb"),
+            r(Access::Read, Scope::Tree, "/c"),
+            r(Access::Read, Scope::Tree, "/c"),
+        ]);
+        let got: Vec<(Access, Scope, &str)> = set
+            .rules()
+            .iter()
+            .map(|x| (x.access, x.scope, x.path.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Access::Read, Scope::Exact, "/a"),
+                (Access::Write, Scope::Exact, "/a"),
+                (Access::Read, Scope::Tree, "/c"),
+                (Access::Read, Scope::Tree, "/bb"),
+                (Access::DenyWrite, Scope::Tree, "/a/b"),
+                (Access::Deny, Scope::Exact, "/a"),
+            ]
+        );
+    }
+
+    #[test]
+    fn decisive_rule_is_most_specific_of_its_kind() {
+        let set = RuleSet::new(vec![
+            r(Access::Deny, Scope::Tree, "/"),
+            r(Access::Deny, Scope::Tree, "/a"),
+            r(Access::Deny, Scope::Exact, "/a"),
+            r(Access::Read, Scope::Tree, "/a"),
+        ]);
+        let e = set.evaluate("/a").unwrap();
+        assert_eq!(
+            (e.permission, e.reason, e.applicable),
+            (Permission::None, Reason::DenyRule, 4)
+        );
+        let d = &set.rules()[e.decisive.unwrap()];
+        assert_eq!(
+            (d.access, d.scope, d.path.as_str()),
+            (Access::Deny, Scope::Exact, "/a")
+        );
+        let e = set.evaluate("/a/x").unwrap();
+        assert_eq!(e.applicable, 3);
+        assert_eq!(set.rules()[e.decisive.unwrap()].path, "/a");
+        let e = set.evaluate("/b").unwrap();
+        assert_eq!(
+            (e.applicable, set.rules()[e.decisive.unwrap()].path.as_str()),
+            (1, "/")
+        );
+        let empty = RuleSet::new(vec![]);
+        let e = empty.evaluate("/").unwrap();
+        assert_eq!(
+            (e.permission, e.reason, e.decisive, e.applicable),
+            (Permission::None, Reason::DefaultDeny, None, 0)
+        );
+        assert!(empty.evaluate("/a/").is_err());
+    }
+}

@@ -1,0 +1,462 @@
+//! Host resolution (spec section 4): trusted bindings, realpath of every
+//! candidate, missing handling, protect-create names, symlink escapes.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::capability::{capability_for_access, non_fs_capabilities, Capability, CapabilitySet};
+use crate::conflict::check_conflicts;
+use crate::error::{PolicyError, Result};
+use crate::evaluate::{Evaluation, RuleSet};
+use crate::model::{
+    Access, Destination, Mir, Missing, NetworkMode, ProcessTree, RootKind, RootMode,
+};
+use crate::plan::{HostBindings, OmittedGrant, ResolvedRule, SandboxPlan};
+
+/// Most minimal-runtime roots, counted after de-duplication by resolved path.
+pub const MAX_MINIMAL_ROOTS: usize = 64;
+/// Longest mediator id, in bytes.
+pub const MAX_MEDIATOR_LEN: usize = 255;
+
+/// The minimal-runtime roots used when none are given: whichever of these exist.
+pub const DEFAULT_MINIMAL_ROOT_CANDIDATES: [&str; 9] = [
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+];
+
+/// The default minimal-runtime roots on this host: the entries of
+/// [`DEFAULT_MINIMAL_ROOT_CANDIDATES`] that exist (as directories, symlinks
+/// followed), in that order. Resolution de-duplicates them by resolved path
+/// (e.g. /bin -> /usr/bin).
+pub fn default_minimal_roots() -> Vec<PathBuf> {
+    DEFAULT_MINIMAL_ROOT_CANDIDATES
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// Checks a mediator id: non-empty, at most 255 bytes, UTF-8 (a `&str`), no
+/// whitespace and no control characters.
+pub fn validate_mediator(id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(PolicyError::Argument("mediator id is empty".into()));
+    }
+    if id.len() > MAX_MEDIATOR_LEN {
+        return Err(PolicyError::Argument(format!(
+            "mediator id of {} bytes; at most {MAX_MEDIATOR_LEN} are allowed",
+            id.len()
+        )));
+    }
+    if let Some(c) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(PolicyError::Argument(format!(
+            "mediator id {id:?} holds whitespace or a control character ({:?})",
+            c
+        )));
+    }
+    Ok(())
+}
+
+/// Bindings after validation: canonical directory paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalBindings {
+    pub workspace: Option<String>,
+    pub temp: Option<String>,
+    /// De-duplicated by resolved path, first occurrence kept, order preserved.
+    pub minimal_roots: Vec<String>,
+    pub mediator: Option<String>,
+}
+
+/// ENOTDIR on every Unix terra targets (Linux, macOS, the BSDs).
+const ENOTDIR: i32 = 20;
+
+/// Only ENOENT and ENOTDIR mean "missing".
+fn is_missing(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || (cfg!(unix) && e.raw_os_error() == Some(ENOTDIR))
+}
+
+fn utf8(path: PathBuf, what: &str) -> Result<String> {
+    path.into_os_string()
+        .into_string()
+        .map_err(|p| PolicyError::Format(format!("{what}: resolved path {p:?} is not valid UTF-8")))
+}
+
+fn canonical_dir(path: &Path, what: &str) -> Result<String> {
+    let real = std::fs::canonicalize(path)
+        .map_err(|e| PolicyError::Io(format!("{what} {}: realpath failed: {e}", path.display())))?;
+    let md = std::fs::metadata(&real)
+        .map_err(|e| PolicyError::Io(format!("{what} {}: {e}", real.display())))?;
+    if !md.is_dir() {
+        return Err(PolicyError::Argument(format!(
+            "{what} {} is not a directory",
+            path.display()
+        )));
+    }
+    utf8(real, what)
+}
+
+impl HostBindings {
+    /// Canonicalizes every binding with realpath; each must be a directory.
+    /// Minimal-runtime roots are de-duplicated by resolved path, at most 64.
+    pub fn canonicalize(&self) -> Result<CanonicalBindings> {
+        let workspace = self
+            .workspace
+            .as_deref()
+            .map(|p| canonical_dir(p, "workspace binding"))
+            .transpose()?;
+        let temp = self
+            .temp
+            .as_deref()
+            .map(|p| canonical_dir(p, "temp binding"))
+            .transpose()?;
+        let mut minimal_roots: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for root in &self.minimal_roots {
+            let real = canonical_dir(root, "minimal-runtime root")?;
+            if seen.insert(real.clone()) {
+                minimal_roots.push(real);
+                if minimal_roots.len() > MAX_MINIMAL_ROOTS {
+                    return Err(PolicyError::Limit(format!(
+                        "more than {MAX_MINIMAL_ROOTS} distinct minimal-runtime roots"
+                    )));
+                }
+            }
+        }
+        if let Some(m) = &self.mediator {
+            validate_mediator(m)?;
+        }
+        Ok(CanonicalBindings {
+            workspace,
+            temp,
+            minimal_roots,
+            mediator: self.mediator.clone(),
+        })
+    }
+}
+
+/// A decision resolved on this host and checked for conflicts, before any
+/// backend's capabilities are compared. Immutable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    rules: RuleSet,
+    omitted: Vec<OmittedGrant>,
+    network: NetworkMode,
+    mediator: Option<String>,
+    destinations: Vec<Destination>,
+    root_mode: RootMode,
+    process_tree: ProcessTree,
+    required: CapabilitySet,
+    decision_digest: String,
+    mir_bytes: Vec<u8>,
+}
+
+impl Resolution {
+    /// Resolved rules in plan order.
+    pub fn rules(&self) -> &[ResolvedRule] {
+        self.rules.rules()
+    }
+    pub fn rule_set(&self) -> &RuleSet {
+        &self.rules
+    }
+    /// Grants skipped because their target was missing, in MIR rule order.
+    pub fn omitted(&self) -> &[OmittedGrant] {
+        &self.omitted
+    }
+    pub fn network(&self) -> NetworkMode {
+        self.network
+    }
+    /// The mediator id, present exactly when the network is mediated.
+    pub fn mediator(&self) -> Option<&str> {
+        self.mediator.as_deref()
+    }
+    pub fn destinations(&self) -> &[Destination] {
+        &self.destinations
+    }
+    pub fn root_mode(&self) -> RootMode {
+        self.root_mode
+    }
+    pub fn process_tree(&self) -> ProcessTree {
+        self.process_tree
+    }
+    /// Exactly what the resolved plan requires (spec section 6).
+    pub fn required_capabilities(&self) -> CapabilitySet {
+        self.required
+    }
+    pub fn decision_digest(&self) -> &str {
+        &self.decision_digest
+    }
+    pub fn mir_bytes(&self) -> &[u8] {
+        &self.mir_bytes
+    }
+    /// Contract-2 permission of a canonical absolute path; `decisive` indexes [`Resolution::rules`].
+    pub fn evaluate(&self, path: &str) -> Result<Evaluation> {
+        self.rules.evaluate(path)
+    }
+    /// The capabilities required but not in `declared`, in bit order.
+    pub fn missing_capabilities(&self, declared: CapabilitySet) -> Vec<Capability> {
+        self.required.missing_from(declared)
+    }
+    /// Checks the backend's declared capabilities; every missing one is named
+    /// in one unsupported error, and no plan is returned.
+    pub fn into_plan(self, declared: CapabilitySet) -> Result<SandboxPlan> {
+        let missing = self.missing_capabilities(declared);
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|c| c.name()).collect();
+            return Err(PolicyError::Unsupported(format!(
+                "the backend lacks {} capabilit{} the plan requires: {}",
+                missing.len(),
+                if missing.len() == 1 { "y" } else { "ies" },
+                names.join(", ")
+            )));
+        }
+        Ok(SandboxPlan {
+            resolution: self,
+            declared,
+        })
+    }
+}
+
+/// How one candidate path resolved.
+enum Outcome {
+    Found(String),
+    Missing,
+}
+
+fn realpath(candidate: &str) -> Result<Outcome> {
+    match std::fs::canonicalize(candidate) {
+        Ok(p) => Ok(Outcome::Found(utf8(p, candidate)?)),
+        Err(e) if is_missing(&e) => Ok(Outcome::Missing),
+        Err(e) => Err(PolicyError::Io(format!("realpath {candidate}: {e}"))),
+    }
+}
+
+/// `path` is `root` or below it on a segment boundary.
+fn inside(root: &str, path: &str) -> bool {
+    crate::evaluate::is_same_or_ancestor(root, path)
+}
+
+fn join(base: &str, rest: &str) -> String {
+    if rest.is_empty() {
+        base.to_string()
+    } else if base.ends_with('/') {
+        format!("{base}{rest}")
+    } else {
+        format!("{base}/{rest}")
+    }
+}
+
+fn escape_error(rule: usize, root: RootKind, base: &str, written: &str, real: &str) -> PolicyError {
+    PolicyError::Format(format!(
+        "rule {rule} ({root} {written:?}): resolves to {real}, outside its root {base}, through a symlink"
+    ))
+}
+
+/// The protect-create name of an absent target: the existing canonical prefix
+/// plus the absent components as written, found by an lstat walk from `base`
+/// (canonical). A dangling symlink or a non-directory on the path is refused.
+fn protect_create_name(rule: usize, root: RootKind, base: &str, relative: &str) -> Result<String> {
+    let components: Vec<&str> = relative.split('/').filter(|c| !c.is_empty()).collect();
+    let mut prefix = base.to_string();
+    for (i, component) in components.iter().enumerate() {
+        let next = join(&prefix, component);
+        match std::fs::symlink_metadata(&next) {
+            Ok(md) if md.file_type().is_symlink() => match std::fs::canonicalize(&next) {
+                Ok(real) => {
+                    let real = utf8(real, &next)?;
+                    if root != RootKind::Host && !inside(base, &real) {
+                        return Err(escape_error(rule, root, base, relative, &real));
+                    }
+                    let is_dir = std::fs::metadata(&real)
+                        .map_err(|e| PolicyError::Io(format!("stat {real}: {e}")))?
+                        .is_dir();
+                    if !is_dir {
+                        return Err(PolicyError::Format(format!(
+                            "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path: {next} is not a directory"
+                        )));
+                    }
+                    prefix = real;
+                }
+                Err(e) if is_missing(&e) => {
+                    return Err(PolicyError::Format(format!(
+                        "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path through the dangling symlink {next}"
+                    )))
+                }
+                Err(e) => return Err(PolicyError::Io(format!("realpath {next}: {e}"))),
+            },
+            Ok(md) if md.is_dir() => prefix = next,
+            Ok(_) => {
+                return Err(PolicyError::Format(format!(
+                    "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path: {next} is not a directory"
+                )))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(join(&prefix, &components[i..].join("/")));
+            }
+            Err(e) => return Err(PolicyError::Io(format!("lstat {next}: {e}"))),
+        }
+    }
+    Err(PolicyError::Io(format!(
+        "rule {rule} ({root} {relative:?}): the target appeared while it was being resolved"
+    )))
+}
+
+/// Resolves `mir` with `bindings` (spec section 4), then refuses conflicts
+/// (spec section 5). No capability check: see [`Resolution::into_plan`].
+pub fn resolve(mir: &Mir, bindings: &HostBindings) -> Result<Resolution> {
+    let b = bindings.canonicalize()?;
+    resolve_canonical(mir, &b)
+}
+
+/// [`resolve`] with bindings already canonicalized.
+pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution> {
+    let mediator = match mir.network() {
+        NetworkMode::Mediated => match &b.mediator {
+            Some(m) => Some(m.clone()),
+            None => {
+                return Err(PolicyError::Unsupported(
+                    "network mode mediated needs a mediator binding, and none was given; falling back to ambient networking is forbidden"
+                        .into(),
+                ))
+            }
+        },
+        _ => None,
+    };
+    let mut rules = Vec::new();
+    let mut omitted = Vec::new();
+    for (index, rule) in mir.rules().iter().enumerate() {
+        let t = &rule.target;
+        let bases: Vec<&str> = match t.root {
+            RootKind::Host => vec!["/"],
+            RootKind::Workspace => match &b.workspace {
+                Some(w) => vec![w.as_str()],
+                None => {
+                    return Err(PolicyError::Unsupported(format!(
+                        "rule {index} ({} workspace {:?}) needs a workspace binding, and none was given",
+                        rule.access, t.path
+                    )))
+                }
+            },
+            RootKind::Temp => match &b.temp {
+                Some(w) => vec![w.as_str()],
+                None => {
+                    return Err(PolicyError::Unsupported(format!(
+                        "rule {index} ({} temp {:?}) needs a temp binding, and none was given",
+                        rule.access, t.path
+                    )))
+                }
+            },
+            RootKind::MinimalRuntime => {
+                if b.minimal_roots.is_empty() {
+                    return Err(PolicyError::Unsupported(format!(
+                        "rule {index} ({} minimal-runtime) needs minimal-runtime roots, and none are bound",
+                        rule.access
+                    )));
+                }
+                b.minimal_roots.iter().map(String::as_str).collect()
+            }
+        };
+        let relative = if t.root == RootKind::Host {
+            t.path.trim_start_matches('/')
+        } else {
+            t.path.as_str()
+        };
+        for base in bases {
+            let candidate = join(base, relative);
+            match realpath(&candidate)? {
+                Outcome::Found(real) => {
+                    if t.root != RootKind::Host && !inside(base, &real) {
+                        return Err(escape_error(index, t.root, base, &t.path, &real));
+                    }
+                    rules.push(ResolvedRule {
+                        access: rule.access,
+                        path: real,
+                        scope: t.scope,
+                        protect_create: false,
+                        source_rule: index,
+                        source_root: t.root,
+                    });
+                }
+                Outcome::Missing => match (t.missing, rule.access) {
+                    (Missing::Error, _) => {
+                        return Err(PolicyError::Missing(format!(
+                        "rule {index} ({} {} {:?}): {candidate} does not exist (missing: error)",
+                        rule.access, t.root, t.path
+                    )))
+                    }
+                    (Missing::Skip, Access::Read | Access::Write) => omitted.push(OmittedGrant {
+                        access: rule.access,
+                        path: candidate,
+                        source_rule: index,
+                    }),
+                    (Missing::Skip, Access::Deny | Access::DenyWrite) => {
+                        let name = protect_create_name(index, t.root, base, relative)?;
+                        rules.push(ResolvedRule {
+                            access: rule.access,
+                            path: name,
+                            scope: t.scope,
+                            protect_create: true,
+                            source_rule: index,
+                            source_root: t.root,
+                        });
+                    }
+                },
+            }
+        }
+    }
+    let rules = RuleSet::new(rules);
+    check_conflicts(rules.rules())?;
+    let mut required = non_fs_capabilities(mir);
+    for r in rules.rules() {
+        required.insert(capability_for_access(r.access));
+        if r.protect_create {
+            required.insert(Capability::FsProtectCreate);
+        }
+    }
+    Ok(Resolution {
+        rules,
+        omitted,
+        network: mir.network(),
+        mediator,
+        destinations: mir.destinations().to_vec(),
+        root_mode: mir.root_mode(),
+        process_tree: mir.process_tree(),
+        required,
+        decision_digest: mir.decision_digest(),
+        mir_bytes: mir.bytes().to_vec(),
+    })
+}
+
+impl Resolution {
+    /// Joins resolutions of one decision made with different bindings into one
+    /// (rules and omitted grants concatenated, plan order restored, conflicts
+    /// checked again). Used by the benchmark to build the 4,096 x 64 plan that
+    /// MIR v3 cannot name directly; every part must come from the same MIR.
+    pub fn merge(parts: Vec<Resolution>) -> Result<Resolution> {
+        let mut iter = parts.into_iter();
+        let mut first = iter
+            .next()
+            .ok_or_else(|| PolicyError::Argument("no resolutions to merge".into()))?;
+        let mut rules = first.rules.rules().to_vec();
+        for part in iter {
+            if part.mir_bytes != first.mir_bytes || part.mediator != first.mediator {
+                return Err(PolicyError::Argument(
+                    "resolutions of different decisions cannot be merged".into(),
+                ));
+            }
+            rules.extend_from_slice(part.rules.rules());
+            first.omitted.extend(part.omitted);
+            first.required = CapabilitySet::from_bits(first.required.bits() | part.required.bits());
+        }
+        let set = RuleSet::new(rules);
+        check_conflicts(set.rules())?;
+        first.rules = set;
+        Ok(first)
+    }
+}
