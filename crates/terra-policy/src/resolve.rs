@@ -460,3 +460,591 @@ impl Resolution {
         Ok(first)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+    use crate::model::{MirBuilder, Scope};
+    use crate::plan::compile_plan;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    fn tmp() -> (tempfile::TempDir, String) {
+        let t = tempfile::tempdir().unwrap();
+        let p = std::fs::canonicalize(t.path())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        (t, p)
+    }
+
+    fn one(access: Access, root: RootKind, path: &str, scope: Scope, missing: Missing) -> Mir {
+        let mut b = MirBuilder::new();
+        b.add_rule(access, root, path, scope, missing).unwrap();
+        b.build().unwrap()
+    }
+
+    fn ws(dir: &str) -> HostBindings {
+        HostBindings {
+            workspace: Some(dir.into()),
+            ..HostBindings::default()
+        }
+    }
+
+    fn class(r: Result<Resolution>) -> (ErrorClass, String) {
+        let e = r.unwrap_err();
+        (e.class(), e.detail().to_string())
+    }
+
+    #[test]
+    fn bindings_are_checked() {
+        let (_t, d) = tmp();
+        std::fs::write(format!("{d}/file"), b"").unwrap();
+        let file = HostBindings {
+            workspace: Some(format!("{d}/file").into()),
+            ..HostBindings::default()
+        };
+        assert_eq!(
+            file.canonicalize().unwrap_err().class(),
+            ErrorClass::Argument
+        );
+        let absent = HostBindings {
+            temp: Some(format!("{d}/absent").into()),
+            ..HostBindings::default()
+        };
+        assert_eq!(absent.canonicalize().unwrap_err().class(), ErrorClass::Io);
+        // De-duplicated by resolved path; at most 64 distinct.
+        symlink(&d, format!("{d}/link")).unwrap();
+        let dup = HostBindings {
+            minimal_roots: vec![d.clone().into(), format!("{d}/link").into()],
+            ..HostBindings::default()
+        };
+        assert_eq!(dup.canonicalize().unwrap().minimal_roots, vec![d.clone()]);
+        let mut roots = vec![];
+        for i in 0..65 {
+            std::fs::create_dir(format!("{d}/r{i}")).unwrap();
+            roots.push(PathBuf::from(format!("{d}/r{i}")));
+        }
+        let sixty_four = HostBindings {
+            minimal_roots: roots[..64].to_vec(),
+            ..HostBindings::default()
+        };
+        assert_eq!(sixty_four.canonicalize().unwrap().minimal_roots.len(), 64);
+        let mut with_dups = roots[..64].to_vec();
+        with_dups.extend(roots[..64].iter().cloned());
+        let b = HostBindings {
+            minimal_roots: with_dups,
+            ..HostBindings::default()
+        };
+        assert_eq!(b.canonicalize().unwrap().minimal_roots.len(), 64);
+        let too_many = HostBindings {
+            minimal_roots: roots,
+            ..HostBindings::default()
+        };
+        assert_eq!(
+            too_many.canonicalize().unwrap_err().class(),
+            ErrorClass::Limit
+        );
+    }
+
+    #[test]
+    fn mediator_ids() {
+        for ok in ["m", "broker-1", "ünïcode", &"x".repeat(255)] {
+            assert!(validate_mediator(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "a\tb",
+            "a\nb",
+            "a\u{7f}",
+            "a\u{85}b",
+            "a\u{3000}b",
+            &"x".repeat(256),
+        ] {
+            assert_eq!(
+                validate_mediator(bad).unwrap_err().class(),
+                ErrorClass::Argument,
+                "{bad:?}"
+            );
+        }
+        let b = HostBindings {
+            mediator: Some("a b".into()),
+            ..HostBindings::default()
+        };
+        assert_eq!(b.canonicalize().unwrap_err().class(), ErrorClass::Argument);
+    }
+
+    #[test]
+    fn unbound_roots_and_mediator_are_unsupported() {
+        let m = one(
+            Access::Read,
+            RootKind::Workspace,
+            "",
+            Scope::Tree,
+            Missing::Error,
+        );
+        let (c, msg) = class(resolve(&m, &HostBindings::default()));
+        assert_eq!(c, ErrorClass::Unsupported);
+        assert!(msg.contains("workspace binding"), "{msg}");
+        let m = one(
+            Access::Write,
+            RootKind::Temp,
+            "",
+            Scope::Tree,
+            Missing::Error,
+        );
+        assert_eq!(
+            class(resolve(&m, &HostBindings::default())).0,
+            ErrorClass::Unsupported
+        );
+        let m = one(
+            Access::Read,
+            RootKind::MinimalRuntime,
+            "",
+            Scope::Tree,
+            Missing::Error,
+        );
+        let (c, msg) = class(resolve(&m, &HostBindings::default()));
+        assert_eq!(c, ErrorClass::Unsupported);
+        assert!(msg.contains("minimal-runtime"), "{msg}");
+        let mut b = MirBuilder::new();
+        b.set_network(NetworkMode::Mediated);
+        b.add_destination("example.com", 443, true, false).unwrap();
+        let m = b.build().unwrap();
+        let (c, msg) = class(resolve(&m, &HostBindings::default()));
+        assert_eq!(c, ErrorClass::Unsupported);
+        assert!(
+            msg.contains("falling back to ambient networking is forbidden"),
+            "{msg}"
+        );
+        let with = HostBindings {
+            mediator: Some("netd".into()),
+            ..HostBindings::default()
+        };
+        let r = resolve(&m, &with).unwrap();
+        assert_eq!(r.mediator(), Some("netd"));
+        assert!(r
+            .required_capabilities()
+            .contains(Capability::NetworkMediated));
+        assert!(r
+            .required_capabilities()
+            .contains(Capability::NetworkRequireTlsSni));
+        assert!(!r
+            .required_capabilities()
+            .contains(Capability::NetworkPrivateAddresses));
+        // A mediator is dropped when the network is not mediated.
+        let none = one(
+            Access::Read,
+            RootKind::Host,
+            "/",
+            Scope::Tree,
+            Missing::Error,
+        );
+        assert_eq!(resolve(&none, &with).unwrap().mediator(), None);
+    }
+
+    #[test]
+    fn minimal_runtime_resolves_once_per_root() {
+        let (_t, d) = tmp();
+        for r in ["a", "b", "c"] {
+            std::fs::create_dir(format!("{d}/{r}")).unwrap();
+        }
+        let b = HostBindings {
+            minimal_roots: ["a", "b", "c", "a"]
+                .iter()
+                .map(|r| PathBuf::from(format!("{d}/{r}")))
+                .collect(),
+            ..HostBindings::default()
+        };
+        let m = one(
+            Access::Read,
+            RootKind::MinimalRuntime,
+            "",
+            Scope::Tree,
+            Missing::Error,
+        );
+        let r = resolve(&m, &b).unwrap();
+        let paths: Vec<&str> = r.rules().iter().map(|x| x.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![format!("{d}/a"), format!("{d}/b"), format!("{d}/c")]
+        );
+        assert!(r
+            .rules()
+            .iter()
+            .all(|x| x.source_root == RootKind::MinimalRuntime));
+    }
+
+    #[test]
+    fn missing_targets() {
+        let (_t, d) = tmp();
+        std::fs::write(format!("{d}/file"), b"").unwrap();
+        // ENOENT and ENOTDIR both mean missing.
+        for rel in ["absent", "absent/deeper", "file/below"] {
+            let m = one(
+                Access::Read,
+                RootKind::Workspace,
+                rel,
+                Scope::Tree,
+                Missing::Error,
+            );
+            let (c, msg) = class(resolve(&m, &ws(&d)));
+            assert_eq!(c, ErrorClass::Missing, "{rel}: {msg}");
+            let m = one(
+                Access::Write,
+                RootKind::Workspace,
+                rel,
+                Scope::Tree,
+                Missing::Skip,
+            );
+            let r = resolve(&m, &ws(&d)).unwrap();
+            assert!(r.rules().is_empty());
+            assert_eq!(
+                r.omitted(),
+                &[OmittedGrant {
+                    access: Access::Write,
+                    path: format!("{d}/{rel}"),
+                    source_rule: 0
+                }]
+            );
+            assert!(!r.required_capabilities().contains(Capability::FsWrite));
+        }
+        let m = one(
+            Access::Read,
+            RootKind::Host,
+            &format!("{d}/nope"),
+            Scope::Exact,
+            Missing::Error,
+        );
+        assert_eq!(
+            class(resolve(&m, &HostBindings::default())).0,
+            ErrorClass::Missing
+        );
+    }
+
+    #[test]
+    fn protect_create_names() {
+        let (_t, d) = tmp();
+        std::fs::create_dir_all(format!("{d}/real/sub")).unwrap();
+        symlink(format!("{d}/real"), format!("{d}/alias")).unwrap();
+        std::fs::write(format!("{d}/file"), b"").unwrap();
+        symlink(format!("{d}/gone"), format!("{d}/dangling")).unwrap();
+        symlink(format!("{d}/file"), format!("{d}/filelink")).unwrap();
+        for (rel, name) in [
+            (".git", format!("{d}/.git")),
+            ("real/sub/x/y", format!("{d}/real/sub/x/y")),
+            ("alias/sub/new", format!("{d}/real/sub/new")),
+            ("alias/absent/x", format!("{d}/real/absent/x")),
+        ] {
+            for access in [Access::Deny, Access::DenyWrite] {
+                let m = one(access, RootKind::Workspace, rel, Scope::Tree, Missing::Skip);
+                let r = resolve(&m, &ws(&d)).unwrap();
+                assert_eq!(r.rules().len(), 1);
+                assert_eq!(r.rules()[0].path, name, "{rel}");
+                assert!(r.rules()[0].protect_create);
+                assert!(r
+                    .required_capabilities()
+                    .contains(Capability::FsProtectCreate));
+                assert!(r.omitted().is_empty());
+            }
+        }
+        // The same through a host rule.
+        let m = one(
+            Access::Deny,
+            RootKind::Host,
+            &format!("{d}/alias/n"),
+            Scope::Exact,
+            Missing::Skip,
+        );
+        assert_eq!(
+            resolve(&m, &HostBindings::default()).unwrap().rules()[0].path,
+            format!("{d}/real/n")
+        );
+        // A dangling symlink or a non-directory on the path is refused.
+        for rel in ["dangling/x", "file/x", "filelink/x", "real/plain/x"] {
+            if rel == "real/plain/x" {
+                std::fs::write(format!("{d}/real/plain"), b"").unwrap();
+            }
+            let m = one(
+                Access::Deny,
+                RootKind::Workspace,
+                rel,
+                Scope::Tree,
+                Missing::Skip,
+            );
+            let (c, msg) = class(resolve(&m, &ws(&d)));
+            assert_eq!(c, ErrorClass::Format, "{rel}: {msg}");
+        }
+        // A present deny is not protect-create.
+        let m = one(
+            Access::Deny,
+            RootKind::Workspace,
+            "real",
+            Scope::Tree,
+            Missing::Skip,
+        );
+        let r = resolve(&m, &ws(&d)).unwrap();
+        assert!(!r.rules()[0].protect_create);
+        assert!(!r
+            .required_capabilities()
+            .contains(Capability::FsProtectCreate));
+    }
+
+    #[test]
+    fn symlink_escape_is_refused() {
+        let (_t, outside) = tmp();
+        let (_t2, d) = tmp();
+        std::fs::create_dir(format!("{d}/inside")).unwrap();
+        symlink(&outside, format!("{d}/out")).unwrap();
+        symlink(format!("{d}/inside"), format!("{d}/in")).unwrap();
+        let m = one(
+            Access::Read,
+            RootKind::Workspace,
+            "out",
+            Scope::Tree,
+            Missing::Error,
+        );
+        let (c, msg) = class(resolve(&m, &ws(&d)));
+        assert_eq!(c, ErrorClass::Format);
+        assert!(msg.contains("outside its root"), "{msg}");
+        // Through the protect-create walk too.
+        let m = one(
+            Access::Deny,
+            RootKind::Workspace,
+            "out/absent",
+            Scope::Tree,
+            Missing::Skip,
+        );
+        assert_eq!(class(resolve(&m, &ws(&d))).0, ErrorClass::Format);
+        // Temp and minimal-runtime roots are symbolic roots as well.
+        let m = one(
+            Access::Write,
+            RootKind::Temp,
+            "out",
+            Scope::Tree,
+            Missing::Error,
+        );
+        let t = HostBindings {
+            temp: Some(d.clone().into()),
+            ..HostBindings::default()
+        };
+        assert_eq!(class(resolve(&m, &t)).0, ErrorClass::Format);
+        // A symlink that stays inside is fine and resolves to its target.
+        let m = one(
+            Access::Read,
+            RootKind::Workspace,
+            "in",
+            Scope::Tree,
+            Missing::Error,
+        );
+        assert_eq!(
+            resolve(&m, &ws(&d)).unwrap().rules()[0].path,
+            format!("{d}/inside")
+        );
+        // Host rules have no root to leave.
+        let m = one(
+            Access::Read,
+            RootKind::Host,
+            &format!("{d}/out"),
+            Scope::Tree,
+            Missing::Error,
+        );
+        assert_eq!(
+            resolve(&m, &HostBindings::default()).unwrap().rules()[0].path,
+            outside
+        );
+    }
+
+    #[test]
+    fn symlink_loop_is_io() {
+        let (_t, d) = tmp();
+        symlink(format!("{d}/b"), format!("{d}/a")).unwrap();
+        symlink(format!("{d}/a"), format!("{d}/b")).unwrap();
+        for missing in [Missing::Error, Missing::Skip] {
+            for access in [Access::Read, Access::Deny] {
+                let m = one(access, RootKind::Workspace, "a/x", Scope::Tree, missing);
+                let (c, msg) = class(resolve(&m, &ws(&d)));
+                assert_eq!(c, ErrorClass::Io, "{msg}");
+            }
+        }
+    }
+
+    fn euid() -> u32 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    }
+
+    /// The EACCES check itself; run directly by a non-root user, or in a child
+    /// process as uid 65534 when the tests run as root.
+    fn check_eacces(d: &str) {
+        for missing in [Missing::Error, Missing::Skip] {
+            for access in [Access::Read, Access::Deny] {
+                let m = one(
+                    access,
+                    RootKind::Workspace,
+                    "locked/x",
+                    Scope::Tree,
+                    missing,
+                );
+                let (c, msg) = class(resolve(&m, &ws(d)));
+                assert_eq!(c, ErrorClass::Io, "{msg}");
+                assert!(msg.contains("ermission denied"), "{msg}");
+            }
+        }
+    }
+
+    /// Helper for `permission_denied_is_io`: does nothing unless that test
+    /// started it with TERRA_TEST_EACCES_DIR set.
+    #[test]
+    fn eacces_child() {
+        if let Ok(d) = std::env::var("TERRA_TEST_EACCES_DIR") {
+            assert_ne!(euid(), 0, "the child must not run as root");
+            check_eacces(&d);
+        }
+    }
+
+    #[test]
+    fn permission_denied_is_io() {
+        let (t, d) = tmp();
+        std::fs::create_dir(format!("{d}/locked")).unwrap();
+        std::fs::set_permissions(
+            format!("{d}/locked"),
+            std::fs::Permissions::from_mode(0o000),
+        )
+        .unwrap();
+        if euid() != 0 {
+            check_eacces(&d);
+            return;
+        }
+        // Root ignores the mode bits: run the check as uid 65534 in a child.
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&exe)
+            .args([
+                "--exact",
+                "resolve::tests::eacces_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("TERRA_TEST_EACCES_DIR", &d)
+            .output();
+        match out {
+            Ok(out) => {
+                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+                assert!(out.status.success(), "child as uid 65534 failed:\n{text}");
+                assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+            }
+            Err(e) => println!("SKIPPED the EACCES sub-assertion: running as root and setpriv is unavailable ({e})"),
+        }
+    }
+
+    #[test]
+    fn capabilities_are_checked_all_at_once() {
+        let (_t, d) = tmp();
+        let mut b = MirBuilder::new();
+        b.add_rule(
+            Access::Write,
+            RootKind::Workspace,
+            "",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::DenyWrite,
+            RootKind::Workspace,
+            ".git",
+            Scope::Tree,
+            Missing::Skip,
+        )
+        .unwrap();
+        b.set_root_mode(RootMode::EphemeralWrite);
+        let m = b.build().unwrap();
+        let required = resolve(&m, &ws(&d)).unwrap().required_capabilities();
+        assert_eq!(
+            required.names(),
+            vec![
+                "fs-write",
+                "network-none",
+                "process-tree",
+                "root-ephemeral-write",
+                "fs-protect-create",
+                "fs-deny-write"
+            ]
+        );
+        let declared = CapabilitySet::parse(["fs-write", "network-none"]).unwrap();
+        let e = compile_plan(&m, &ws(&d), declared).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::Unsupported);
+        for name in [
+            "process-tree",
+            "root-ephemeral-write",
+            "fs-protect-create",
+            "fs-deny-write",
+        ] {
+            assert!(e.detail().contains(name), "{}", e.detail());
+        }
+        assert!(e.detail().contains("4 capabilities"), "{}", e.detail());
+        let plan = compile_plan(&m, &ws(&d), required).unwrap();
+        assert_eq!(plan.required_capabilities(), required);
+        assert_eq!(plan.decision_digest(), m.decision_digest());
+        assert_eq!(plan.mir_bytes(), m.bytes());
+        assert_eq!(
+            plan.evaluate(&d).unwrap().permission,
+            crate::evaluate::Permission::ReadWrite
+        );
+        assert_eq!(
+            plan.evaluate(&format!("{d}/.git/x")).unwrap().permission,
+            crate::evaluate::Permission::Read
+        );
+        // The static set reads the MIR alone.
+        let stat = crate::capability::required_capabilities(&m);
+        assert!(!stat.contains(Capability::FsProtectCreate));
+        assert!(crate::capability::may_require_protect_create(&m));
+    }
+
+    #[test]
+    fn conflicts_refuse_resolution() {
+        let (_t, d) = tmp();
+        std::fs::create_dir_all(format!("{d}/p/q")).unwrap();
+        let mut b = MirBuilder::new();
+        b.add_rule(
+            Access::Deny,
+            RootKind::Workspace,
+            "p",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Read,
+            RootKind::Workspace,
+            "p/q",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        let (c, msg) = class(resolve(&b.build().unwrap(), &ws(&d)));
+        assert_eq!(c, ErrorClass::Conflict);
+        assert!(
+            msg.contains(&format!("{d}/p/q")) && msg.contains("before=read after=none"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn default_minimal_roots_exist() {
+        let roots = default_minimal_roots();
+        for r in &roots {
+            assert!(r.is_dir());
+            assert!(DEFAULT_MINIMAL_ROOT_CANDIDATES.contains(&r.to_str().unwrap()));
+        }
+        if Path::new("/usr").is_dir() {
+            assert_eq!(roots[0], PathBuf::from("/usr"));
+        }
+    }
+}
