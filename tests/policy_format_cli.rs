@@ -1,0 +1,513 @@
+//! `terra policy` format commands against the built binary: compile, validate,
+//! inspect, hash, artifact-hash, init; --replace and atomic output; exit codes;
+//! the 1 MiB input limit; and every destination corpus case's compile verdict.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn spec_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec"))
+}
+
+fn vector(name: &str, ext: &str) -> Vec<u8> {
+    let p = spec_dir().join("vectors").join(format!("{name}.{ext}"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn unhex(s: &[u8]) -> Vec<u8> {
+    let s = std::str::from_utf8(s).unwrap().trim();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+const VECTORS: [&str; 5] = [
+    "minimal",
+    "workspace",
+    "deny-write",
+    "mediated",
+    "mediated-flags",
+];
+
+fn terra(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_terra"))
+        .args(args)
+        .output()
+        .expect("run terra")
+}
+
+fn terra_p(args: &[&str], paths: &[&Path]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_terra"));
+    cmd.args(args);
+    for p in paths {
+        cmd.arg(p);
+    }
+    cmd.output().expect("run terra")
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", stdout(o)))
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn compile_reproduces_every_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in VECTORS {
+        let src = dir.path().join(format!("{name}.json"));
+        std::fs::write(&src, vector(name, "source.json")).unwrap();
+        let out = dir.path().join(format!("{name}.mir"));
+        let o = terra_p(&["policy", "compile"], &[&src, Path::new("--output"), &out]);
+        assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            unhex(&vector(name, "mir.hex")),
+            "{name}"
+        );
+        let digest = String::from_utf8(vector(name, "sha256")).unwrap();
+        assert!(
+            stdout(&o).contains(&format!("decision digest sha256:{}", digest.trim())),
+            "{}",
+            stdout(&o)
+        );
+
+        let o = terra_p(&["policy", "validate"], &[&out]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let o = terra_p(&["policy", "inspect"], &[&out]);
+        assert_eq!(code(&o), 0);
+        assert_eq!(o.stdout, vector(name, "inspect.json"), "{name}");
+        let o = terra_p(&["policy", "hash"], &[&out]);
+        assert_eq!(stdout(&o), format!("sha256:{}\n", digest.trim()));
+    }
+}
+
+#[test]
+fn compile_json_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("s.json");
+    std::fs::write(&src, vector("mediated", "source.json")).unwrap();
+    let out = dir.path().join("s.mir");
+    let o = terra_p(
+        &["policy", "compile", "--json"],
+        &[&src, Path::new("-o"), &out],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    let digest = String::from_utf8(vector("mediated", "sha256")).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["decisionDigest"], format!("sha256:{}", digest.trim()));
+    assert_eq!(v["rules"], 1);
+    assert_eq!(v["destinations"], 2);
+    assert_eq!(v["bytes"], unhex(&vector("mediated", "mir.hex")).len());
+}
+
+#[test]
+fn existing_output_needs_replace() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("s.json");
+    std::fs::write(&src, vector("workspace", "source.json")).unwrap();
+    let out = dir.path().join("out.mir");
+    std::fs::write(&out, b"precious").unwrap();
+
+    let o = terra_p(&["policy", "compile"], &[&src, Path::new("--output"), &out]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).starts_with("terra: argument: "),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("--replace"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+
+    let o = terra_p(
+        &["policy", "compile", "--json"],
+        &[&src, Path::new("--output"), &out],
+    );
+    assert_eq!(code(&o), 1);
+    let v = json(&o);
+    assert_eq!(
+        (v["ok"].as_bool(), v["class"].as_str()),
+        (Some(false), Some("argument"))
+    );
+    assert!(v["message"].as_str().unwrap().contains("already exists"));
+
+    let o = terra_p(
+        &["policy", "compile", "--replace"],
+        &[&src, Path::new("--output"), &out],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        unhex(&vector("workspace", "mir.hex"))
+    );
+    assert_eq!(listing(dir.path()), vec!["out.mir", "s.json"]);
+}
+
+#[test]
+fn failed_compile_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, br#"{"formatVersion":3.0}"#).unwrap();
+    let out = dir.path().join("new.mir");
+    let o = terra_p(&["policy", "compile"], &[&bad, Path::new("--output"), &out]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).starts_with("terra: format: formatVersion"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(listing(dir.path()), vec!["bad.json"]);
+
+    // An existing output survives a failed --replace compile untouched.
+    let old = dir.path().join("old.mir");
+    std::fs::write(&old, b"old").unwrap();
+    let o = terra_p(
+        &["policy", "compile", "--replace"],
+        &[&bad, Path::new("--output"), &old],
+    );
+    assert_eq!(code(&o), 1);
+    assert_eq!(std::fs::read(&old).unwrap(), b"old");
+    assert_eq!(listing(dir.path()), vec!["bad.json", "old.mir"]);
+
+    // A rename that fails (the output is a non-empty directory) removes the temp file.
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, vector("minimal", "source.json")).unwrap();
+    let target = dir.path().join("taken");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("x"), b"x").unwrap();
+    let o = terra_p(
+        &["policy", "compile", "--replace"],
+        &[&good, Path::new("--output"), &target],
+    );
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_eq!(
+        listing(dir.path()),
+        vec!["bad.json", "good.json", "old.mir", "taken"]
+    );
+
+    // An output directory that does not exist.
+    let o = terra_p(
+        &["policy", "compile"],
+        &[
+            &good,
+            Path::new("--output"),
+            &dir.path().join("no/such/dir/x.mir"),
+        ],
+    );
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+}
+
+#[test]
+fn validate_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = unhex(&vector("mediated-flags", "mir.hex"));
+    let p = dir.path().join("m.mir");
+
+    std::fs::write(&p, &good).unwrap();
+    let o = terra_p(&["policy", "validate", "--json"], &[&p]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(
+        (v["ok"].as_bool(), v["valid"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let digest = String::from_utf8(vector("mediated-flags", "sha256")).unwrap();
+    assert_eq!(v["decisionDigest"], format!("sha256:{}", digest.trim()));
+
+    // Readable but not canonical (an uppercase host): exit 2.
+    let mut upper = good.clone();
+    upper[43] = b'A';
+    std::fs::write(&p, &upper).unwrap();
+    let o = terra_p(&["policy", "validate"], &[&p]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).starts_with("terra: non-canonical: "),
+        "{}",
+        stderr(&o)
+    );
+    let o = terra_p(&["policy", "validate", "--json"], &[&p]);
+    assert_eq!(code(&o), 2);
+    let v = json(&o);
+    assert_eq!(
+        (v["ok"].as_bool(), v["valid"].as_bool(), v["class"].as_str()),
+        (Some(false), Some(false), Some("non-canonical"))
+    );
+
+    // The other commands refuse it as a failure (exit 1).
+    for cmd in ["inspect", "hash"] {
+        let o = terra_p(&["policy", cmd], &[&p]);
+        assert_eq!(code(&o), 1, "{cmd}");
+        assert!(
+            stderr(&o).starts_with("terra: non-canonical: "),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+    }
+
+    // Structural damage: exit 1, format.
+    std::fs::write(&p, &good[..good.len() - 1]).unwrap();
+    let o = terra_p(&["policy", "validate", "--json"], &[&p]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(
+        (v["ok"].as_bool(), v["class"].as_str()),
+        (Some(false), Some("format"))
+    );
+    assert!(!v["message"].as_str().unwrap().is_empty());
+
+    // Missing file: exit 1, io.
+    let o = terra_p(&["policy", "validate"], &[&dir.path().join("absent.mir")]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    // A directory: exit 1, io.
+    let o = terra_p(&["policy", "validate"], &[dir.path()]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+}
+
+#[test]
+fn hash_and_artifact_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("abc");
+    std::fs::write(&p, b"abc").unwrap();
+    // FIPS 180-2 test vector for "abc".
+    let abc = "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    let o = terra_p(&["policy", "artifact-hash"], &[&p]);
+    assert_eq!((code(&o), stdout(&o)), (0, format!("{abc}\n")));
+    let o = terra_p(&["policy", "artifact-hash", "--json"], &[&p]);
+    assert_eq!(json(&o)["digest"], abc);
+
+    // `hash` wants canonical MIR: "abc" is not.
+    let o = terra_p(&["policy", "hash"], &[&p]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
+
+    let m = dir.path().join("m.mir");
+    std::fs::write(&m, unhex(&vector("minimal", "mir.hex"))).unwrap();
+    let o = terra_p(&["policy", "hash", "--json"], &[&m]);
+    let v = json(&o);
+    let digest = String::from_utf8(vector("minimal", "sha256")).unwrap();
+    assert_eq!(v["digest"], format!("sha256:{}", digest.trim()));
+    assert_eq!(v["ok"], true);
+    // The artifact digest of MIR bytes is the decision digest of the same bytes.
+    let o = terra_p(&["policy", "artifact-hash"], &[&m]);
+    assert_eq!(stdout(&o), format!("sha256:{}\n", digest.trim()));
+}
+
+#[test]
+fn init_prints_the_default_policy_and_it_compiles() {
+    let o = terra(&["policy", "init"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(stdout(&o), terra_policy::DEFAULT_POLICY_SOURCE);
+    let o2 = terra(&["policy", "init", "--json"]);
+    assert_eq!(json(&o2)["source"], terra_policy::DEFAULT_POLICY_SOURCE);
+
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("default.json");
+    std::fs::write(&src, &o.stdout).unwrap();
+    let out = dir.path().join("default.mir");
+    let o = terra_p(&["policy", "compile"], &[&src, Path::new("--output"), &out]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = terra_p(&["policy", "inspect"], &[&out]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["network"]["mode"], "none");
+    assert_eq!(v["root"]["mode"], "read-only");
+    assert_eq!(v["process"]["treeConfinement"], "required");
+    assert_eq!(v["filesystem"]["rules"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn inputs_over_one_mebibyte_are_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A valid source padded with trailing whitespace to 1 MiB + 1 byte.
+    let mut src = vector("minimal", "source.json");
+    src.resize((1 << 20) + 1, b' ');
+    let big = dir.path().join("big.json");
+    std::fs::write(&big, &src).unwrap();
+    let out = dir.path().join("big.mir");
+    let o = terra_p(&["policy", "compile"], &[&big, Path::new("--output"), &out]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: limit: "), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1048577 bytes"), "{}", stderr(&o));
+    assert!(!out.exists());
+    // Exactly 1 MiB compiles.
+    src.truncate(1 << 20);
+    std::fs::write(&big, &src).unwrap();
+    let o = terra_p(&["policy", "compile"], &[&big, Path::new("--output"), &out]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let mut mir = unhex(&vector("minimal", "mir.hex"));
+    mir.resize((1 << 20) + 1, 0);
+    let bigmir = dir.path().join("big.mir2");
+    std::fs::write(&bigmir, &mir).unwrap();
+    for cmd in ["validate", "inspect", "hash"] {
+        let o = terra_p(&["policy", cmd, "--json"], &[&bigmir]);
+        assert_eq!(code(&o), 1, "{cmd}");
+        assert!(
+            stderr(&o).starts_with("terra: format: "),
+            "{cmd}: {}",
+            stderr(&o)
+        );
+        assert!(stderr(&o).contains("1 MiB"), "{cmd}: {}", stderr(&o));
+        assert_eq!(json(&o)["class"], "format");
+    }
+    let o = terra_p(&["policy", "artifact-hash"], &[&bigmir]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).starts_with("terra: limit: "), "{}", stderr(&o));
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let o = terra(&["policy", "--help"]);
+    let text = stdout(&o);
+    for cmd in [
+        "compile",
+        "validate",
+        "inspect",
+        "hash",
+        "artifact-hash",
+        "init",
+    ] {
+        assert!(text.contains(cmd), "{cmd} missing from:\n{text}");
+    }
+    let o = terra(&["policy", "compile", "--help"]);
+    assert!(
+        stdout(&o).contains("--replace") && stdout(&o).contains("atomically"),
+        "{}",
+        stdout(&o)
+    );
+    let o = terra(&["policy", "validate", "--help"]);
+    assert!(stdout(&o).contains("Exit 2"), "{}", stdout(&o));
+}
+
+// ---------------------------------------------------------------------------
+// The destination corpus: each case's `compile accepted|refused` must hold, and
+// a case that `requires network-host-wildcard` must be refused (wildcards are
+// not encodable in MIR v3).
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap()
+}
+
+/// Builds a source document from a case's `network` and `destination` lines.
+fn corpus_source(case: &str) -> (String, bool) {
+    let mut mode = None;
+    let mut dests = Vec::new();
+    let mut accepted = None;
+    let mut wildcard = false;
+    for line in case.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["network", m] => mode = Some(m.to_string()),
+            ["destination", proto, host, port, flags @ ..] => {
+                let mut d = format!(
+                    "{{\"protocol\": {}, \"host\": {}, \"port\": {port}",
+                    json_str(proto),
+                    json_str(host)
+                );
+                for f in flags {
+                    match *f {
+                        "require-tls-sni" => d.push_str(", \"requireTlsSni\": true"),
+                        "allow-private-addresses" => {
+                            d.push_str(", \"allowPrivateAddresses\": true")
+                        }
+                        other => panic!("unknown destination flag {other}"),
+                    }
+                }
+                d.push('}');
+                dests.push(d);
+            }
+            ["requires", "network-host-wildcard"] => wildcard = true,
+            ["requires", other] => panic!("unknown requirement {other}"),
+            ["compile", "accepted"] => accepted = Some(true),
+            ["compile", "refused"] => accepted = Some(false),
+            _ => {}
+        }
+    }
+    let mode = mode.unwrap_or_else(|| "mediated".to_string());
+    let network = if mode == "mediated" {
+        format!(
+            "{{\"mode\": \"mediated\", \"allow\": [{}]}}",
+            dests.join(", ")
+        )
+    } else {
+        assert!(dests.is_empty());
+        format!("{{\"mode\": {}}}", json_str(&mode))
+    };
+    let src = format!(
+        "{{\"formatVersion\": 3, \"filesystem\": {{\"default\": \"deny\", \"rules\": []}}, \"network\": {network}, \
+         \"process\": {{\"treeConfinement\": \"required\"}}, \"root\": {{\"mode\": \"read-only\"}}}}"
+    );
+    let accepted = accepted.expect("a compile line") && !wildcard;
+    (src, accepted)
+}
+
+#[test]
+fn destination_corpus_compile_verdicts() {
+    let corpus = spec_dir().join("corpus/destinations");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "case"))
+        .collect();
+    cases.sort();
+    assert!(
+        cases.len() >= 20,
+        "expected the destination corpus at {}",
+        corpus.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (mut accepted, mut refused) = (0, 0);
+    for case in &cases {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let (src, expect_accepted) = corpus_source(&std::fs::read_to_string(case).unwrap());
+        let src_path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&src_path, &src).unwrap();
+        let out = dir.path().join(format!("{name}.mir"));
+        let o = terra_p(
+            &["policy", "compile", "--json"],
+            &[&src_path, Path::new("--output"), &out],
+        );
+        if expect_accepted {
+            assert_eq!(code(&o), 0, "{name}: {}\n{src}", stderr(&o));
+            assert!(out.exists(), "{name}");
+            accepted += 1;
+        } else {
+            assert_eq!(code(&o), 1, "{name} must be refused:\n{src}");
+            assert_eq!(json(&o)["class"], "argument", "{name}: {}", stderr(&o));
+            assert!(!out.exists(), "{name}");
+            refused += 1;
+        }
+    }
+    assert!(
+        accepted > 0 && refused > 0,
+        "accepted {accepted}, refused {refused}"
+    );
+}
