@@ -1,0 +1,740 @@
+//! The broker: per connection, parse the proxy request, judge it, read the TLS
+//! ClientHello when the decision needs SNI, resolve, judge the addresses,
+//! connect to a judged address, replay what was read, relay both ways.
+//!
+//! Concurrency: std threads. Each admitted flow uses two threads (one per
+//! direction) with small stacks and small initial buffers; the number of
+//! flows is capped, connections above the cap get a short-lived refuser
+//! thread (itself capped) that answers with `flow-limit`, and anything beyond
+//! that is closed at once. Memory is therefore bounded by the caps.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use terra_policy::{Mir, NetworkMode};
+
+use crate::address::is_private;
+use crate::matcher::{judge, Pattern, Reason, Request, Verdict};
+use crate::proxy::{
+    http_head_len, parse_http_head, socks5_greeting, socks5_reply, socks5_request, HttpKind,
+    Protocol, MAX_HTTP_HEAD,
+};
+use crate::receipt::{rfc3339, Attempt, ReceiptSink};
+use crate::resolve::Resolver;
+use crate::tls::{read_client_hello, HelloProgress};
+
+/// Bounds of the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Limits {
+    /// Most flows at once (negotiating or relaying).
+    pub max_flows: usize,
+    /// Most connections at once being refused with `flow-limit`.
+    pub max_refusers: usize,
+    /// Time a client has to send its whole request (and ClientHello).
+    pub handshake_timeout_ms: u64,
+    /// A flow with no byte either way for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// Time to connect to one judged address.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_flows: 1024,
+            max_refusers: 32,
+            handshake_timeout_ms: 10_000,
+            idle_timeout_ms: 300_000,
+            connect_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// Stack of a connection thread (parsing, judging, client-to-server relay).
+const CONN_STACK: usize = 128 * 1024;
+/// Stack of the server-to-client relay thread.
+const RELAY_STACK: usize = 64 * 1024;
+/// Relay buffers start small (idle flows stay cheap) and grow once busy.
+const RELAY_BUF_MIN: usize = 8 * 1024;
+const RELAY_BUF_MAX: usize = 128 * 1024;
+
+/// The broker's state, shared by every connection thread.
+pub struct Broker {
+    mode: NetworkMode,
+    patterns: Vec<Pattern>,
+    resolver: Arc<dyn Resolver>,
+    receipts: ReceiptSink,
+    limits: Limits,
+    flows: AtomicUsize,
+    refusers: AtomicUsize,
+}
+
+/// Decrements a counter when a connection thread ends, however it ends.
+struct Slot<'a>(&'a AtomicUsize);
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A refusal on its way back to the client.
+struct Refusal {
+    reason: Reason,
+    detail: String,
+    /// SOCKS5 reply code to send (when the client speaks SOCKS5 and the
+    /// tunnel is not yet established).
+    socks_code: u8,
+}
+
+impl Refusal {
+    fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        let socks_code = match reason {
+            Reason::ResolveFailed => 0x04,
+            Reason::ConnectFailed => 0x05,
+            Reason::MalformedRequest | Reason::FlowLimit | Reason::Timeout => 0x01,
+            _ => 0x02, // connection not allowed by ruleset
+        };
+        Refusal {
+            reason,
+            detail: detail.into(),
+            socks_code,
+        }
+    }
+}
+
+/// How the client asked, once the request is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Connect,
+    Forward,
+    Socks,
+}
+
+/// A connection in negotiation.
+struct Conn {
+    client: TcpStream,
+    deadline: Instant,
+    /// Bytes read from the client and not yet consumed.
+    buf: Vec<u8>,
+    protocol: Option<Protocol>,
+    /// The tunnel was already confirmed to the client (SNI stage): a refusal
+    /// can only close.
+    established: bool,
+}
+
+impl Conn {
+    /// Reads more bytes into `buf` (at most `max_total` buffered), honouring
+    /// the handshake deadline. Returns false at end of stream.
+    fn fill(&mut self, max_total: usize) -> Result<bool, Refusal> {
+        let room = max_total.saturating_sub(self.buf.len());
+        if room == 0 {
+            return Err(Refusal::new(
+                Reason::MalformedRequest,
+                "request larger than the broker reads",
+            ));
+        }
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Refusal::new(Reason::Timeout, "client too slow"));
+        }
+        let _ = self.client.set_read_timeout(Some(left));
+        let mut chunk = [0u8; 2048];
+        let want = room.min(chunk.len());
+        loop {
+            match self.client.read(&mut chunk[..want]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut =>
+                {
+                    return Err(Refusal::new(Reason::Timeout, "client too slow"))
+                }
+                Err(e) => {
+                    return Err(Refusal::new(
+                        Reason::MalformedRequest,
+                        format!("read failed: {e}"),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Reads exactly enough that `buf` holds at least `n` bytes.
+    fn fill_to(&mut self, n: usize, what: &str) -> Result<(), Refusal> {
+        while self.buf.len() < n {
+            if !self.fill(n)? {
+                return Err(Refusal::new(
+                    Reason::MalformedRequest,
+                    format!("client closed during {what}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), Refusal> {
+        self.client
+            .write_all(bytes)
+            .map_err(|e| Refusal::new(Reason::MalformedRequest, format!("client write: {e}")))
+    }
+}
+
+impl Broker {
+    pub fn new(
+        mode: NetworkMode,
+        patterns: Vec<Pattern>,
+        resolver: Arc<dyn Resolver>,
+        receipts: ReceiptSink,
+        limits: Limits,
+    ) -> Arc<Broker> {
+        Arc::new(Broker {
+            mode,
+            patterns,
+            resolver,
+            receipts,
+            limits,
+            flows: AtomicUsize::new(0),
+            refusers: AtomicUsize::new(0),
+        })
+    }
+
+    /// A broker for a decoded MIR (its mode and exact destinations).
+    pub fn from_mir(
+        mir: &Mir,
+        resolver: Arc<dyn Resolver>,
+        receipts: ReceiptSink,
+        limits: Limits,
+    ) -> Arc<Broker> {
+        let patterns = mir
+            .destinations()
+            .iter()
+            .map(Pattern::from_destination)
+            .collect();
+        Broker::new(mir.network(), patterns, resolver, receipts, limits)
+    }
+
+    /// Flows currently negotiating or relaying.
+    pub fn active_flows(&self) -> usize {
+        self.flows.load(Ordering::SeqCst)
+    }
+
+    /// Serves sockets passed over the fd 7 channel until the box closes it.
+    #[cfg(target_os = "linux")]
+    pub fn serve_channel(self: &Arc<Self>, chan: &OwnedFd) -> io::Result<()> {
+        loop {
+            match crate::fdpass::recv_streams(chan) {
+                Ok(crate::fdpass::Received::Closed) => return Ok(()),
+                Ok(crate::fdpass::Received::Streams(streams, dropped)) => {
+                    if dropped > 0 {
+                        self.record_refusal(
+                            SystemTime::now(),
+                            Instant::now(),
+                            "unknown",
+                            &Refusal::new(
+                                Reason::MalformedRequest,
+                                format!("{dropped} passed descriptor(s) not TCP sockets"),
+                            ),
+                        );
+                    }
+                    for s in streams {
+                        self.accept(s);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Serves a listener directly (tests and benches; the box uses the channel).
+    pub fn serve_listener(self: &Arc<Self>, listener: TcpListener) -> io::Result<()> {
+        loop {
+            let (s, _) = listener.accept()?;
+            self.accept(s);
+        }
+    }
+
+    /// Takes one client connection: a flow thread when under the cap, a
+    /// refuser thread when over it, an immediate close when both are full.
+    pub fn accept(self: &Arc<Self>, client: TcpStream) {
+        let over = self.flows.fetch_add(1, Ordering::SeqCst) >= self.limits.max_flows;
+        if over {
+            self.flows.fetch_sub(1, Ordering::SeqCst);
+            if self.refusers.fetch_add(1, Ordering::SeqCst) >= self.limits.max_refusers {
+                self.refusers.fetch_sub(1, Ordering::SeqCst);
+                self.record_refusal(
+                    SystemTime::now(),
+                    Instant::now(),
+                    "unknown",
+                    &Refusal::new(Reason::FlowLimit, "flow and refusal caps reached; closed"),
+                );
+                drop(client);
+                return;
+            }
+        }
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("terra-netd-conn".into())
+            .stack_size(CONN_STACK)
+            .spawn(move || {
+                let counter = if over { &me.refusers } else { &me.flows };
+                let _slot = Slot(counter);
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    me.handle(client, over)
+                }));
+                if r.is_err() {
+                    tracing::error!(
+                        "terra-netd: a connection handler panicked; connection dropped"
+                    );
+                }
+            });
+        if let Err(e) = spawned {
+            // The closure (and its client and slot) was dropped with the error,
+            // but the counter slot was never created: give it back here.
+            if over {
+                self.refusers.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                self.flows.fetch_sub(1, Ordering::SeqCst);
+            }
+            tracing::warn!("terra-netd: cannot start a connection thread: {e}");
+        }
+    }
+
+    fn record_refusal(
+        &self,
+        time: SystemTime,
+        start: Instant,
+        protocol: &'static str,
+        r: &Refusal,
+    ) {
+        self.receipts.record(&Attempt {
+            time: rfc3339(time),
+            protocol,
+            name: None,
+            port: None,
+            sni: None,
+            resolved: Vec::new(),
+            address: None,
+            verdict: "refused",
+            reason: Some(r.reason.as_str()),
+            detail: Some(r.detail.clone()),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: start.elapsed().as_millis() as u64,
+        });
+    }
+
+    /// One connection, start to end; always writes exactly one receipt line.
+    fn handle(&self, client: TcpStream, over_cap: bool) {
+        let start = Instant::now();
+        let mut attempt = Attempt {
+            time: rfc3339(SystemTime::now()),
+            protocol: "unknown",
+            name: None,
+            port: None,
+            sni: None,
+            resolved: Vec::new(),
+            address: None,
+            verdict: "refused",
+            reason: None,
+            detail: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        };
+        let _ = client.set_nodelay(true);
+        let _ = client.set_write_timeout(Some(Duration::from_millis(
+            self.limits.handshake_timeout_ms,
+        )));
+        let handshake = if over_cap {
+            // Refusers get a short deadline: they exist only to say why.
+            Duration::from_millis(self.limits.handshake_timeout_ms.min(2_000))
+        } else {
+            Duration::from_millis(self.limits.handshake_timeout_ms)
+        };
+        let mut conn = Conn {
+            client,
+            deadline: start + handshake,
+            buf: Vec::new(),
+            protocol: None,
+            established: false,
+        };
+        match self.negotiate(&mut conn, &mut attempt, over_cap) {
+            Ok((upstream, kind, replay)) => {
+                attempt.verdict = "allowed";
+                let (up, down) = self.relay(conn, upstream, kind, replay);
+                attempt.bytes_up = up;
+                attempt.bytes_down = down;
+            }
+            Err(refusal) => {
+                attempt.reason = Some(refusal.reason.as_str());
+                attempt.detail = Some(refusal.detail.clone());
+                refuse(&mut conn, &refusal);
+            }
+        }
+        attempt.duration_ms = start.elapsed().as_millis() as u64;
+        self.receipts.record(&attempt);
+    }
+
+    /// Parses, judges, resolves and connects. On success returns the upstream
+    /// connection and the bytes to send it before relaying.
+    fn negotiate(
+        &self,
+        conn: &mut Conn,
+        attempt: &mut Attempt,
+        over_cap: bool,
+    ) -> Result<(TcpStream, Kind, Vec<u8>), Refusal> {
+        if !conn.fill(MAX_HTTP_HEAD)? {
+            return Err(Refusal::new(
+                Reason::MalformedRequest,
+                "client sent nothing",
+            ));
+        }
+        let protocol = Protocol::detect(conn.buf[0]).ok_or_else(|| {
+            Refusal::new(
+                Reason::MalformedRequest,
+                format!("first byte {:#04x} is neither SOCKS5 nor HTTP", conn.buf[0]),
+            )
+        })?;
+        conn.protocol = Some(protocol);
+        let (kind, name, port, forward_head) = match protocol {
+            Protocol::Http => {
+                attempt.protocol = "http";
+                let len = loop {
+                    if let Some(len) = http_head_len(&conn.buf) {
+                        break len;
+                    }
+                    if !conn.fill(MAX_HTTP_HEAD)? {
+                        return Err(Refusal::new(
+                            Reason::MalformedRequest,
+                            "client closed inside the request head",
+                        ));
+                    }
+                };
+                let req = parse_http_head(&conn.buf[..len])
+                    .map_err(|e| Refusal::new(Reason::MalformedRequest, e.0))?;
+                conn.buf.drain(..len);
+                match req.kind {
+                    HttpKind::Connect => {
+                        attempt.protocol = "http-connect";
+                        (Kind::Connect, req.host, req.port, None)
+                    }
+                    HttpKind::Forward { head } => (Kind::Forward, req.host, req.port, Some(head)),
+                }
+            }
+            Protocol::Socks5 => {
+                attempt.protocol = "socks5";
+                let (no_auth, used) = loop {
+                    match socks5_greeting(&conn.buf) {
+                        Ok(Some(g)) => break g,
+                        Ok(None) => {
+                            if !conn.fill(512)? {
+                                return Err(Refusal::new(
+                                    Reason::MalformedRequest,
+                                    "client closed inside the SOCKS5 greeting",
+                                ));
+                            }
+                        }
+                        Err(e) => return Err(Refusal::new(Reason::MalformedRequest, e.0)),
+                    }
+                };
+                conn.buf.drain(..used);
+                if !no_auth {
+                    let _ = conn.send(&[0x05, 0xff]);
+                    conn.protocol = None; // nothing more to say
+                    return Err(Refusal::new(
+                        Reason::MalformedRequest,
+                        "SOCKS5 client offers no 'no authentication' method",
+                    ));
+                }
+                conn.send(&[0x05, 0x00])?;
+                let (req, used) = loop {
+                    match socks5_request(&conn.buf) {
+                        Ok(Some(r)) => break r,
+                        Ok(None) => {
+                            if !conn.fill(512)? {
+                                return Err(Refusal::new(
+                                    Reason::MalformedRequest,
+                                    "client closed inside the SOCKS5 request",
+                                ));
+                            }
+                        }
+                        Err(e) => return Err(Refusal::new(Reason::MalformedRequest, e.0)),
+                    }
+                };
+                conn.buf.drain(..used);
+                if req.command != 0x01 {
+                    let mut r = Refusal::new(
+                        Reason::MalformedRequest,
+                        format!("SOCKS5 command {} (only CONNECT)", req.command),
+                    );
+                    r.socks_code = 0x07;
+                    return Err(r);
+                }
+                (Kind::Socks, req.host.as_name(), req.port, None)
+            }
+        };
+        attempt.name = Some(name.clone());
+        attempt.port = Some(port);
+        if over_cap {
+            return Err(Refusal::new(
+                Reason::FlowLimit,
+                format!("more than {} flows at once", self.limits.max_flows),
+            ));
+        }
+
+        // 1. Name and port, before any lookup: an unlisted name is never resolved.
+        let mut request = Request {
+            name: &name,
+            port,
+            sni: None,
+            resolves_private: false,
+        };
+        let sni_owned: Option<String>;
+        match judge(self.mode, &self.patterns, &request) {
+            Verdict::Allowed => sni_owned = None,
+            Verdict::Refused(Reason::SniAbsent) if kind != Kind::Forward => {
+                // 2. SNI decides: confirm the tunnel, then read the ClientHello.
+                match kind {
+                    Kind::Connect => conn.send(b"HTTP/1.1 200 Connection established\r\n\r\n")?,
+                    _ => conn.send(&socks5_reply(0x00))?,
+                }
+                conn.established = true;
+                sni_owned = Some(read_sni(conn, attempt)?);
+            }
+            Verdict::Refused(reason) => {
+                return Err(Refusal::new(reason, format!("{name}:{port}")));
+            }
+        }
+        request.sni = sni_owned.as_deref();
+        if request.sni.is_some() {
+            if let Verdict::Refused(reason) = judge(self.mode, &self.patterns, &request) {
+                return Err(Refusal::new(
+                    reason,
+                    format!(
+                        "{name}:{port} with SNI {:?}",
+                        request.sni.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+
+        // 3. Resolve once, judge every address, connect only to judged ones.
+        let addrs: Vec<IpAddr> = self
+            .resolver
+            .resolve(&name)
+            .map_err(|e| Refusal::new(Reason::ResolveFailed, format!("{name}: {e}")))?;
+        attempt.resolved = addrs.clone();
+        request.resolves_private = addrs.iter().any(|a| is_private(*a));
+        if let Verdict::Refused(reason) = judge(self.mode, &self.patterns, &request) {
+            return Err(Refusal::new(
+                reason,
+                format!("{name} resolves to a private address"),
+            ));
+        }
+        let timeout = Duration::from_millis(self.limits.connect_timeout_ms);
+        let mut last_err = None;
+        let mut upstream = None;
+        for ip in &addrs {
+            let sa = SocketAddr::new(*ip, port);
+            match TcpStream::connect_timeout(&sa, timeout) {
+                Ok(s) => {
+                    attempt.address = Some(sa);
+                    upstream = Some(s);
+                    break;
+                }
+                Err(e) => last_err = Some(format!("{sa}: {e}")),
+            }
+        }
+        let upstream = upstream.ok_or_else(|| {
+            Refusal::new(
+                Reason::ConnectFailed,
+                last_err.unwrap_or_else(|| "no address".into()),
+            )
+        })?;
+        let _ = upstream.set_nodelay(true);
+
+        // 4. Confirm to the client and collect what to replay upstream.
+        let mut replay = Vec::new();
+        match kind {
+            Kind::Connect if !conn.established => {
+                conn.send(b"HTTP/1.1 200 Connection established\r\n\r\n")?
+            }
+            Kind::Socks if !conn.established => conn.send(&socks5_reply(0x00))?,
+            Kind::Forward => replay.extend_from_slice(&forward_head.unwrap_or_default()),
+            _ => {}
+        }
+        replay.append(&mut conn.buf);
+        Ok((upstream, kind, replay))
+    }
+
+    /// Relays until both directions ended or the flow was idle too long.
+    /// Returns (bytes client->server, bytes server->client).
+    fn relay(&self, conn: Conn, upstream: TcpStream, _kind: Kind, replay: Vec<u8>) -> (u64, u64) {
+        let client = conn.client;
+        let idle = Duration::from_millis(self.limits.idle_timeout_ms.max(1));
+        let tick = (idle / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
+        let epoch = Instant::now();
+        let last = Arc::new(AtomicU64::new(0));
+        let _ = client.set_write_timeout(Some(idle));
+        let _ = upstream.set_write_timeout(Some(idle));
+        let mut up_w = &upstream;
+        if !replay.is_empty() && up_w.write_all(&replay).is_err() {
+            let _ = client.shutdown(Shutdown::Both);
+            return (0, 0);
+        }
+        let sent_replay = replay.len() as u64;
+        drop(replay);
+        let (c2, u2) = match (client.try_clone(), upstream.try_clone()) {
+            (Ok(c), Ok(u)) => (c, u),
+            _ => {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = upstream.shutdown(Shutdown::Both);
+                return (sent_replay, 0);
+            }
+        };
+        let last2 = Arc::clone(&last);
+        let down = std::thread::Builder::new()
+            .name("terra-netd-relay".into())
+            .stack_size(RELAY_STACK)
+            .spawn(move || pump(&u2, &c2, epoch, &last2, idle, tick));
+        let down = match down {
+            Ok(h) => h,
+            Err(_) => {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = upstream.shutdown(Shutdown::Both);
+                return (sent_replay, 0);
+            }
+        };
+        let up = pump(&client, &upstream, epoch, &last, idle, tick);
+        let down = down.join().unwrap_or(0);
+        (sent_replay + up, down)
+    }
+}
+
+/// Copies `from` -> `to` until end of stream (then half-closes `to`), an
+/// error, or `idle` without traffic in either direction (then closes both).
+fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    epoch: Instant,
+    last: &AtomicU64,
+    idle: Duration,
+    tick: Duration,
+) -> u64 {
+    let _ = from.set_read_timeout(Some(tick));
+    let mut buf = vec![0u8; RELAY_BUF_MIN];
+    let mut total = 0u64;
+    let mut reader = from;
+    let mut writer = to;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => {
+                let _ = to.shutdown(Shutdown::Write);
+                return total;
+            }
+            Ok(n) => {
+                last.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                if writer.write_all(&buf[..n]).is_err() {
+                    let _ = from.shutdown(Shutdown::Both);
+                    let _ = to.shutdown(Shutdown::Both);
+                    return total;
+                }
+                total += n as u64;
+                if n == buf.len() && buf.len() < RELAY_BUF_MAX {
+                    buf.resize(RELAY_BUF_MAX, 0);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
+            {
+                let quiet = (epoch.elapsed().as_millis() as u64)
+                    .saturating_sub(last.load(Ordering::Relaxed));
+                if quiet >= idle.as_millis() as u64 {
+                    let _ = from.shutdown(Shutdown::Both);
+                    let _ = to.shutdown(Shutdown::Both);
+                    return total;
+                }
+            }
+            Err(_) => {
+                let _ = to.shutdown(Shutdown::Both);
+                let _ = from.shutdown(Shutdown::Both);
+                return total;
+            }
+        }
+    }
+}
+
+/// Reads the ClientHello (exactly its records) and returns its server name.
+fn read_sni(conn: &mut Conn, attempt: &mut Attempt) -> Result<String, Refusal> {
+    loop {
+        match read_client_hello(&conn.buf) {
+            Ok(HelloProgress::Need(n)) => {
+                let want = conn.buf.len() + n;
+                conn.fill_to(want, "the TLS ClientHello")?;
+            }
+            Ok(HelloProgress::Done { sni: Some(sni), .. }) => {
+                attempt.sni = Some(sni.clone());
+                return Ok(sni);
+            }
+            Ok(HelloProgress::Done { sni: None, .. }) => {
+                return Err(Refusal::new(
+                    Reason::SniAbsent,
+                    "the ClientHello names no server",
+                ))
+            }
+            Err(e) => {
+                // Not TLS at all, or a broken ClientHello: no usable SNI.
+                let reason = if conn.buf.first() == Some(&0x16) {
+                    Reason::MalformedRequest
+                } else {
+                    Reason::SniAbsent
+                };
+                return Err(Refusal::new(reason, e.0));
+            }
+        }
+    }
+}
+
+/// Tells the client why (when the protocol still allows it), then closes.
+fn refuse(conn: &mut Conn, r: &Refusal) {
+    if !conn.established {
+        match conn.protocol {
+            Some(Protocol::Http) => {
+                let (code, text) = match r.reason {
+                    Reason::MalformedRequest => (400, "Bad Request"),
+                    Reason::ResolveFailed | Reason::ConnectFailed => (502, "Bad Gateway"),
+                    Reason::FlowLimit => (503, "Service Unavailable"),
+                    Reason::Timeout => (408, "Request Timeout"),
+                    _ => (403, "Forbidden"),
+                };
+                let body = format!(
+                    "terra: connection refused: {} ({})\n",
+                    r.reason.as_str(),
+                    r.detail.replace(['\r', '\n'], " ")
+                );
+                let msg = format!(
+                    "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain\r\nX-Terra-Refusal: {}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                    r.reason.as_str(),
+                    body.len()
+                );
+                let _ = conn.client.write_all(msg.as_bytes());
+            }
+            Some(Protocol::Socks5) => {
+                let _ = conn.client.write_all(&socks5_reply(r.socks_code));
+            }
+            None => {}
+        }
+    }
+    let _ = conn.client.shutdown(Shutdown::Both);
+}
