@@ -3,10 +3,25 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-use terra_policy::{CapabilitySet, SandboxPlan};
+use terra_policy::{Capability, CapabilitySet, NetworkMode, ResolvedRule, RootMode, SandboxPlan};
+
+mod init;
+mod landlock;
+pub mod lower;
+mod mounts;
+mod prepare;
+mod role;
+mod seccomp;
+mod status;
+mod support;
+mod sys;
+mod workload;
+
+pub use landlock::{FsAccess, LandlockPlan, NetRule};
+pub use lower::{MountOp, NodeKind};
 
 /// Why the launcher refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -76,14 +91,83 @@ pub struct BoxReport {
 
 /// Capabilities the Linux backend enforces (network-mediated and its flags
 /// only when `broker_available`).
+///
+/// fs-protect-create is not declared: an absent denied path inside a writable
+/// host bind could only be protected by a mount point created on the host.
 pub fn declared_capabilities(broker_available: bool) -> CapabilitySet {
-    let _ = broker_available;
-    CapabilitySet::EMPTY
+    let mut caps: CapabilitySet = [
+        Capability::FsRead,
+        Capability::FsWrite,
+        Capability::FsDeny,
+        Capability::FsDenyWrite,
+        Capability::NetworkNone,
+        Capability::NetworkDirect,
+        Capability::ProcessTree,
+        Capability::RootEphemeralWrite,
+    ]
+    .into_iter()
+    .collect();
+    if broker_available {
+        caps.insert(Capability::NetworkMediated);
+        caps.insert(Capability::NetworkRequireTlsSni);
+        caps.insert(Capability::NetworkPrivateAddresses);
+    }
+    caps
+}
+
+/// The parts of a plan the launcher lowers (added: lets tests and tools lower
+/// hand-made rules; `spawn_box` builds it from the checked plan).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanView {
+    pub rules: Vec<ResolvedRule>,
+    pub network: NetworkMode,
+    pub root_mode: RootMode,
+}
+
+impl PlanView {
+    pub fn of(plan: &SandboxPlan) -> PlanView {
+        PlanView {
+            rules: plan.rules().to_vec(),
+            network: plan.network(),
+            root_mode: plan.root_mode(),
+        }
+    }
+}
+
+/// [`BoxConfig`] over a [`PlanView`] (added). Callers must take the rules from a
+/// resolved, capability-checked plan; `spawn_box` does exactly that.
+pub struct BoxSpec {
+    pub plan: PlanView,
+    pub argv: Vec<OsString>,
+    pub cwd: PathBuf,
+    pub env: Vec<(OsString, OsString)>,
+    pub temp_dir: PathBuf,
+    pub canary_path: PathBuf,
+    pub canary_tcp: Option<SocketAddr>,
+    pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
+    pub hostname: String,
+}
+
+impl From<BoxConfig> for BoxSpec {
+    fn from(c: BoxConfig) -> BoxSpec {
+        BoxSpec {
+            plan: PlanView::of(&c.plan),
+            argv: c.argv,
+            cwd: c.cwd,
+            env: c.env,
+            temp_dir: c.temp_dir,
+            canary_path: c.canary_path,
+            canary_tcp: c.canary_tcp,
+            mediated: c.mediated,
+            hostname: c.hostname,
+        }
+    }
 }
 
 /// A running box.
 pub struct BoxHandle {
     pid: i32,
+    status: OwnedFd,
 }
 
 impl BoxHandle {
@@ -92,25 +176,78 @@ impl BoxHandle {
         self.pid
     }
     /// Waits for the box to end.
+    ///
+    /// Reads the box's status reports until the workload was executed (or the
+    /// box ended), then waits for the launcher.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
-        Err(SandboxError::Unsupported(
-            "the Linux launcher is not built yet".into(),
-        ))
+        let reports = status::read_all(self.status.as_raw_fd());
+        let mut st = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
+            if rc == self.pid {
+                break;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return Err(SandboxError::Io(sys::errno_str(
+                    "waitpid",
+                    &self.pid.to_string(),
+                )));
+            }
+        }
+        Ok(prepare::report(&reports, st))
     }
 }
 
 /// Starts a box. The caller must be single-threaded (the launcher forks).
 pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
-    let _ = config;
-    Err(SandboxError::Unsupported(
-        "the Linux launcher is not built yet".into(),
-    ))
+    spawn_box_spec(config.into())
+}
+
+/// Starts a box from a [`BoxSpec`] (added).
+pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
+    let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
+    let prep = prepare::prepare(&spec, mediated_fd)?;
+    let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
+    // SAFETY: getpid has no preconditions.
+    let caller = unsafe { libc::getpid() };
+    let pid = match sys::fork() {
+        Ok(0) => {
+            sys::close(status_r);
+            init::launcher(&prep, status_w, caller)
+        }
+        Ok(pid) => pid,
+        Err(e) => {
+            sys::close(status_r);
+            sys::close(status_w);
+            return Err(SandboxError::Launch(e));
+        }
+    };
+    sys::close(status_w);
+    drop(spec.mediated);
+    // SAFETY: status_r is a fresh descriptor owned only by this handle.
+    let status = unsafe { OwnedFd::from_raw_fd(status_r) };
+    Ok(BoxHandle { pid, status })
 }
 
 /// The mount and filter program `spawn_box` would apply, for `terra run --dry-run`.
 pub fn describe(config: &BoxConfig) -> String {
-    let _ = config;
-    String::new()
+    prepare::describe(
+        &PlanView::of(&config.plan),
+        &config.temp_dir,
+        &config.hostname,
+        config.mediated.as_ref().map(|(_, a, _)| *a),
+    )
+}
+
+/// [`describe`] over a [`BoxSpec`] (added).
+pub fn describe_spec(spec: &BoxSpec) -> String {
+    prepare::describe(
+        &spec.plan,
+        &spec.temp_dir,
+        &spec.hostname,
+        spec.mediated.as_ref().map(|(_, a, _)| *a),
+    )
 }
 
 /// Everything needed to start a confined host role (the broker).
@@ -132,9 +269,21 @@ impl RoleHandle {
     }
     /// Waits for the role; returns its exit code (128+N for signal N).
     pub fn wait(self) -> Result<i32, SandboxError> {
-        Err(SandboxError::Unsupported(
-            "the Linux launcher is not built yet".into(),
-        ))
+        let mut st = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
+            if rc == self.pid {
+                let (signaled, v) = sys::decode_status(st);
+                return Ok(if signaled { 128 + v } else { v });
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return Err(SandboxError::Io(sys::errno_str(
+                    "waitpid",
+                    &self.pid.to_string(),
+                )));
+            }
+        }
     }
 }
 
@@ -146,10 +295,7 @@ pub fn spawn_confined_role(
     config: RoleConfig,
     main: fn() -> i32,
 ) -> Result<RoleHandle, SandboxError> {
-    let _ = (config, main);
-    Err(SandboxError::Unsupported(
-        "the Linux launcher is not built yet".into(),
-    ))
+    role::spawn(config, main).map(|pid| RoleHandle { pid })
 }
 
 /// What this host offers the Linux backend, for `terra doctor` and `terra backends`.
@@ -161,5 +307,5 @@ pub struct HostSupport {
 }
 
 pub fn host_support() -> HostSupport {
-    HostSupport::default()
+    support::check()
 }

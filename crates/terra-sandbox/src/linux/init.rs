@@ -1,0 +1,244 @@
+//! The process chain of a box:
+//!
+//! ```text
+//! caller ── launcher (new user/mount/IPC/UTS[/net] namespaces; forwards signals; mirrors the exit)
+//!             └─ init, PID 1 of the new PID namespace (builds the root; reaps; forwards signals)
+//!                  ├─ service (mediated networking only)
+//!                  └─ workload (caps dropped, Landlock, seccomp, exec)
+//! ```
+//!
+//! Every fork sets PR_SET_PDEATHSIG(SIGKILL) and then checks that its parent
+//! still lives, so killing the caller at any moment kills the whole chain; and
+//! when init exits the kernel kills everything left in the PID namespace.
+
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use seccompiler::BpfProgram;
+
+use super::lower::MountOp;
+use super::status::{self, Status};
+use super::workload::{self, WorkloadPrep};
+use super::{mounts, sys, BoxService};
+
+/// Everything the chain needs, prepared by the caller before forking.
+pub struct BoxPrep {
+    pub uid: u32,
+    pub gid: u32,
+    pub new_net: bool,
+    pub hostname: String,
+    pub ops: Vec<MountOp>,
+    pub workload: WorkloadPrep,
+    /// Raw fd of the box end of the broker socketpair, address, service.
+    pub mediated: Option<(i32, SocketAddr, BoxService)>,
+    pub service_seccomp: Vec<BpfProgram>,
+}
+
+/// The launcher (first child of the caller). Never returns.
+pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
+    if !sys::die_with_parent(caller) {
+        sys::exit_now(125);
+    }
+    let mut keep = vec![status_fd];
+    if let Some((fd, _, _)) = &prep.mediated {
+        keep.push(*fd);
+    }
+    sys::close_fds_except(&keep);
+    let refuse = |why: String| -> ! {
+        status::send(status_fd, &Status::Refused(why));
+        sys::exit_now(125)
+    };
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS;
+    if prep.new_net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: unshare with namespace flags only affects this process.
+    if unsafe { libc::unshare(flags) } != 0 {
+        refuse(sys::errno_str(
+            "unshare",
+            "user, mount, pid, ipc, uts, net namespaces",
+        ));
+    }
+    if let Err(e) = sys::write_id_maps(prep.uid, prep.gid) {
+        refuse(format!("uid/gid maps: {e}"));
+    }
+    if let Err(e) = sys::sethostname(&prep.hostname) {
+        refuse(e);
+    }
+    if prep.new_net {
+        if let Err(e) = sys::loopback_up() {
+            refuse(e);
+        }
+    }
+    let ((life_r, life_w), (res_r, res_w)) = match (sys::pipe_cloexec(), sys::pipe_cloexec()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => refuse(e),
+    };
+    let sigs = sys::block_forwarded();
+    let init_pid = match sys::fork() {
+        Ok(0) => {
+            sys::close(life_w);
+            sys::close(res_r);
+            init(prep, status_fd, life_r, res_w)
+        }
+        Ok(pid) => pid,
+        Err(e) => refuse(e),
+    };
+    sys::close(life_r);
+    sys::close(res_w);
+    sys::close(status_fd);
+    if let Some((fd, _, _)) = &prep.mediated {
+        sys::close(*fd);
+    }
+    supervise_child(init_pid, &sigs, Some(res_r))
+}
+
+/// Forwards signals to `child` until it ends, then ends the same way. With a
+/// result pipe, the child's report (how the workload ended) wins over its own
+/// exit status.
+pub fn supervise_child(child: libc::pid_t, sigs: &libc::sigset_t, result_fd: Option<i32>) -> ! {
+    loop {
+        let sig = sys::wait_signal(sigs);
+        if sig != libc::SIGCHLD {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child, sig) };
+            continue;
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child without blocking.
+        let rc = unsafe { libc::waitpid(child, &mut st, libc::WNOHANG) };
+        if rc != child {
+            continue;
+        }
+        let (mut signaled, mut value) = sys::decode_status(st);
+        if let Some(fd) = result_fd {
+            let mut b = [0u8; 2];
+            // SAFETY: reading into a 2-byte buffer.
+            if unsafe { libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, 2) } == 2 {
+                signaled = b[0] == 1;
+                value = b[1] as i32;
+            }
+        }
+        sys::mirror_exit(signaled, value)
+    }
+}
+
+fn report_and_exit(res_w: i32, signaled: bool, value: i32) -> ! {
+    sys::write_all_fd(res_w, &[signaled as u8, value as u8]);
+    sys::exit_now(if signaled { 128 + value } else { value })
+}
+
+/// PID 1 of the box. Never returns.
+fn init(prep: &BoxPrep, status_fd: i32, life_r: i32, res_w: i32) -> ! {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if sys::peer_gone(life_r) {
+        sys::exit_now(125);
+    }
+    let refuse = |why: String| -> ! {
+        status::send(status_fd, &Status::Refused(why));
+        report_and_exit(res_w, false, 125)
+    };
+    if let Err(e) = mounts::enter_staging()
+        .and_then(|_| mounts::apply(&prep.ops))
+        .and_then(|_| mounts::enter_new_root())
+    {
+        refuse(format!("box root: {e}"));
+    }
+    let mut service_fds: Vec<i32> = Vec::new();
+    if let Some((broker_fd, addr, service)) = &prep.mediated {
+        let listener = match std::net::TcpListener::bind(addr) {
+            Ok(l) => l,
+            Err(e) => refuse(format!(
+                "mediated networking: cannot listen on {addr} inside the box: {e}"
+            )),
+        };
+        let lfd = std::os::fd::IntoRawFd::into_raw_fd(listener);
+        match sys::fork() {
+            Ok(0) => run_service(prep, *service, lfd, *broker_fd),
+            Ok(_) => {}
+            Err(e) => refuse(e),
+        }
+        service_fds = vec![lfd, *broker_fd];
+    }
+    let workload_pid = match sys::fork() {
+        Ok(0) => {
+            sys::reset_signals();
+            if !sys::die_with_parent(1) {
+                sys::exit_now(125);
+            }
+            workload::run(&prep.workload, status_fd)
+        }
+        Ok(pid) => pid,
+        Err(e) => refuse(e),
+    };
+    sys::close(status_fd);
+    for fd in service_fds {
+        sys::close(fd);
+    }
+    let sigs = sys::block_forwarded();
+    loop {
+        let sig = sys::wait_signal(&sigs);
+        if sig != libc::SIGCHLD {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(workload_pid, sig) };
+            continue;
+        }
+        loop {
+            let mut st = 0;
+            // SAFETY: reaping any child without blocking.
+            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            if pid == workload_pid {
+                let (signaled, value) = sys::decode_status(st);
+                report_and_exit(res_w, signaled, value);
+            }
+        }
+    }
+}
+
+/// The mediated-networking service: a child of init, capabilities dropped,
+/// no_new_privs and the workload's seccomp filter.
+fn run_service(prep: &BoxPrep, service: BoxService, listener: i32, broker: i32) -> ! {
+    sys::reset_signals();
+    if !sys::die_with_parent(1) {
+        sys::exit_now(125);
+    }
+    // Move the broker end to fd 7 (the fixed number) and the listener beside it.
+    // SAFETY: fcntl/dup2 on descriptors this freshly forked child owns; both
+    // are first moved above 100 so neither dup2 can clobber the other.
+    unsafe {
+        let b = libc::fcntl(broker, libc::F_DUPFD_CLOEXEC, 100);
+        let l = libc::fcntl(listener, libc::F_DUPFD_CLOEXEC, 100);
+        libc::dup2(b, 7);
+        libc::dup2(l, 6);
+    }
+    sys::close_fds_except(&[6, 7]);
+    if sys::drop_all_capabilities().is_err()
+        || super::seccomp::install(&prep.service_seccomp).is_err()
+    {
+        sys::exit_now(125);
+    }
+    // SAFETY: fds 6 and 7 are open and owned by nobody else in this process.
+    let (l, b) = unsafe {
+        (
+            std::net::TcpListener::from_raw_fd(6),
+            OwnedFd::from_raw_fd(7),
+        )
+    };
+    service(l, b)
+}

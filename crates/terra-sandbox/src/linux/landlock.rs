@@ -1,0 +1,163 @@
+//! Landlock: a second, independent layer over the same filesystem plan, plus
+//! TCP and scope restrictions where the kernel ABI has them. Best effort by ABI.
+
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope as LlScope, ABI,
+};
+
+use super::lower::MountOp;
+use super::mounts::DEV_NODES;
+
+/// The highest ABI whose rights terra asks for (6: scopes of abstract unix
+/// sockets and signals).
+const TARGET: ABI = ABI::V6;
+
+/// What one path may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsAccess {
+    /// List the directory only.
+    ListDir,
+    Read,
+    ReadWrite,
+}
+
+/// TCP policy of the workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetRule {
+    /// No TCP restriction (network direct).
+    Unrestricted,
+    /// No TCP connect at all (network none).
+    NoConnect,
+    /// TCP connect only to this port (the in-box proxy of mediated networking).
+    ConnectOnly(u16),
+}
+
+#[derive(Debug, Clone)]
+pub struct LandlockPlan {
+    pub fs: Vec<(String, FsAccess)>,
+    pub net: NetRule,
+}
+
+impl LandlockPlan {
+    /// Derives the Landlock rules from the mount program.
+    pub fn from_ops(ops: &[MountOp], root_writable: bool, net: NetRule) -> LandlockPlan {
+        let mut fs = vec![(
+            "/".to_string(),
+            if root_writable {
+                FsAccess::ReadWrite
+            } else {
+                FsAccess::ListDir
+            },
+        )];
+        for op in ops {
+            match op {
+                MountOp::Bind { path, writable, .. } => fs.push((
+                    path.clone(),
+                    if *writable {
+                        FsAccess::ReadWrite
+                    } else {
+                        FsAccess::Read
+                    },
+                )),
+                MountOp::BindTemp { path, .. } => fs.push((path.clone(), FsAccess::ReadWrite)),
+                MountOp::Proc { path } => fs.push((path.clone(), FsAccess::Read)),
+                MountOp::Synth { path, .. } => fs.push((path.clone(), FsAccess::Read)),
+                MountOp::Dev { path } => {
+                    fs.push((path.clone(), FsAccess::Read));
+                    for n in DEV_NODES.iter().chain(["pts", "shm"].iter()) {
+                        fs.push((format!("{path}/{n}"), FsAccess::ReadWrite));
+                    }
+                }
+                _ => {}
+            }
+        }
+        LandlockPlan { fs, net }
+    }
+
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        for (p, a) in &self.fs {
+            let a = match a {
+                FsAccess::ListDir => "list-dir",
+                FsAccess::Read => "read+execute",
+                FsAccess::ReadWrite => "read+write+execute",
+            };
+            s.push_str(&format!("landlock fs  {a:<19} {p}\n"));
+        }
+        let net = match self.net {
+            NetRule::Unrestricted => "tcp unrestricted (network direct)".to_string(),
+            NetRule::NoConnect => "tcp connect denied everywhere (ABI >= 4)".to_string(),
+            NetRule::ConnectOnly(p) => {
+                format!("tcp connect only to port {p} (the in-box proxy; ABI >= 4)")
+            }
+        };
+        s.push_str(&format!("landlock net {net}\n"));
+        s.push_str("landlock scope abstract-unix-socket, signal (ABI >= 6)\n");
+        s
+    }
+}
+
+/// The kernel's Landlock ABI version, None without Landlock.
+pub fn kernel_abi() -> Option<i32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: with a null attr and size 0 this only queries the version.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    (v > 0).then_some(v as i32)
+}
+
+/// Applies the plan to the calling process. Returns the ABI enforced (None
+/// when the kernel has no Landlock). Paths missing in the box are skipped.
+pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, String> {
+    let Some(kabi) = kernel_abi() else {
+        return Ok(None);
+    };
+    let err = |e: landlock::RulesetError| format!("landlock: {e}");
+    let mut rs = Ruleset::default()
+        .handle_access(AccessFs::from_all(TARGET))
+        .map_err(err)?;
+    if plan.net != NetRule::Unrestricted {
+        rs = rs.handle_access(AccessNet::ConnectTcp).map_err(err)?;
+    }
+    rs = rs.scope(LlScope::from_all(TARGET)).map_err(err)?;
+    let mut created = rs.create().map_err(err)?;
+    for (path, access) in &plan.fs {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let rights: BitFlags<AccessFs> = match access {
+            FsAccess::ListDir => AccessFs::ReadDir.into(),
+            FsAccess::Read => AccessFs::from_read(TARGET),
+            FsAccess::ReadWrite => AccessFs::from_all(TARGET),
+        };
+        let rights = if meta.is_dir() {
+            rights
+        } else {
+            rights & AccessFs::from_file(TARGET)
+        };
+        if rights.is_empty() {
+            continue;
+        }
+        let fd = PathFd::new(path).map_err(|e| format!("landlock: open {path}: {e}"))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, rights))
+            .map_err(err)?;
+    }
+    if let NetRule::ConnectOnly(port) = plan.net {
+        created = created
+            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(err)?;
+    }
+    let status = created.restrict_self().map_err(err)?;
+    Ok(match status.ruleset {
+        RulesetStatus::NotEnforced => None,
+        _ => Some(kabi.min(TARGET as i32)),
+    })
+}

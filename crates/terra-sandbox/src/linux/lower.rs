@@ -1,0 +1,491 @@
+//! Lowering: resolved rules + modes -> an ordered mount program. Pure (the only
+//! host input is a `kind` oracle that says whether a path is a file, a
+//! directory or missing), so it is unit-tested with hand-made rules.
+
+use terra_policy::{Access, ResolvedRule, RootMode, Scope};
+
+/// What a host path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    Dir,
+    File,
+    Missing,
+}
+
+/// One step of the mount program. Every `path` is an absolute path inside the
+/// box (the same as on the host for host content).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountOp {
+    /// Bind the host path at the same path (recursive), read-only unless `writable`.
+    Bind {
+        path: String,
+        dir: bool,
+        writable: bool,
+    },
+    /// Bind the host directory `source` at `path` read-write (the box's /tmp).
+    BindTemp { source: String, path: String },
+    /// An exact-scope directory grant outside every tree grant: an empty
+    /// directory in the box root (its contents are not granted).
+    EmptyDir { path: String },
+    /// A new procfs of the box's PID namespace, with sensitive entries masked.
+    Proc { path: String },
+    /// A small /dev: host null, zero, full, random, urandom, tty bound; private
+    /// devpts, /dev/shm tmpfs.
+    Dev { path: String },
+    /// A file synthesized by terra, bound read-only (never the host's).
+    Synth { path: String, content: String },
+    /// A host symlink recreated in the box root (e.g. /lib -> usr/lib) whose
+    /// target is granted.
+    Symlink { path: String, target: String },
+    /// deny-write: the path (and every mount below it) re-bound read-only.
+    ReadOnly { path: String },
+    /// deny of a directory: an empty read-only tmpfs over it.
+    MaskDir { path: String },
+    /// deny of a file: an empty read-only file over it.
+    MaskFile { path: String },
+    /// deny of an absent path: an empty read-only directory created in the box
+    /// root (never on the host), so nothing can be created there.
+    ProtectCreate { path: String },
+    /// Final: the root tmpfs remounted read-only (root mode read-only).
+    RootReadOnly,
+}
+
+impl MountOp {
+    pub fn describe(&self) -> String {
+        match self {
+            MountOp::Bind {
+                path,
+                dir,
+                writable,
+            } => format!(
+                "bind {} {path} ({})",
+                if *dir { "dir " } else { "file" },
+                if *writable { "read-write" } else { "read-only" }
+            ),
+            MountOp::BindTemp { source, path } => {
+                format!("bind dir  {source} at {path} (read-write, run temp)")
+            }
+            MountOp::EmptyDir { path } => {
+                format!("mkdir     {path} (exact grant: the directory only, empty)")
+            }
+            MountOp::Proc { path } => {
+                format!("proc      {path} (box PID namespace; sys read-only; kcore, sysrq-trigger, ... masked)")
+            }
+            MountOp::Dev { path } => {
+                format!("dev       {path} (null zero full random urandom tty; devpts; shm tmpfs)")
+            }
+            MountOp::Synth { path, .. } => format!("synth     {path} (generated, read-only)"),
+            MountOp::Symlink { path, target } => format!("symlink   {path} -> {target}"),
+            MountOp::ReadOnly { path } => {
+                format!("readonly  {path} (deny-write: re-bound read-only, recursive)")
+            }
+            MountOp::MaskDir { path } => format!("mask dir  {path} (deny: empty read-only tmpfs)"),
+            MountOp::MaskFile { path } => format!("mask file {path} (deny: empty read-only file)"),
+            MountOp::ProtectCreate { path } => {
+                format!(
+                    "protect   {path} (absent deny: empty read-only placeholder in the box root)"
+                )
+            }
+            MountOp::RootReadOnly => "readonly  / (root mode read-only)".to_string(),
+        }
+    }
+}
+
+/// Inputs besides the rules.
+pub struct LowerInput<'a> {
+    pub rules: &'a [ResolvedRule],
+    pub root_mode: RootMode,
+    /// Canonical host path of the run's temp dir, bound at /tmp.
+    pub temp_dir: &'a str,
+    /// Synthesized files (path, content).
+    pub synth: Vec<(String, String)>,
+    /// Host symlinks at the top level: (path, link text, canonical target).
+    pub top_symlinks: Vec<(String, String, String)>,
+}
+
+/// True when a tree rule at `tree` covers `p` (segment boundaries; `/` covers all).
+pub fn covers(tree: &str, p: &str) -> bool {
+    tree == "/"
+        || p == tree
+        || (p.len() > tree.len() && p.starts_with(tree) && p.as_bytes()[tree.len()] == b'/')
+}
+
+fn depth(p: &str) -> usize {
+    p.split('/').filter(|s| !s.is_empty()).count()
+}
+
+/// A grant after de-duplication: tree-like (tree scope, or a file) or an exact directory.
+#[derive(Debug, Clone)]
+struct Grant {
+    path: String,
+    write: bool,
+    tree: bool,
+    dir: bool,
+}
+
+/// Builds the mount program. Errors name the rule that cannot be enforced.
+pub fn lower(
+    input: &LowerInput<'_>,
+    kind: &dyn Fn(&str) -> NodeKind,
+) -> Result<Vec<MountOp>, String> {
+    // 1. Grants, de-duplicated by (path, tree-like) keeping the strongest access.
+    let mut grants: Vec<Grant> = Vec::new();
+    for r in input
+        .rules
+        .iter()
+        .filter(|r| matches!(r.access, Access::Read | Access::Write))
+    {
+        let k = kind(&r.path);
+        if k == NodeKind::Missing {
+            return Err(format!(
+                "granted path {} does not exist on this host",
+                r.path
+            ));
+        }
+        let tree = r.scope == Scope::Tree || k == NodeKind::File;
+        let write = r.access == Access::Write;
+        match grants
+            .iter_mut()
+            .find(|g| g.path == r.path && g.tree == tree)
+        {
+            Some(g) => g.write |= write,
+            None => grants.push(Grant {
+                path: r.path.clone(),
+                write,
+                tree,
+                dir: k == NodeKind::Dir,
+            }),
+        }
+    }
+    // Access already given to `p` by a tree-like grant other than `skip`.
+    let covering = |p: &str, skip: usize, grants: &[Grant]| -> Option<bool> {
+        grants
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| *i != skip && g.tree && covers(&g.path, p))
+            .map(|(_, g)| g.write)
+            .max()
+    };
+
+    let mut layered: Vec<(usize, MountOp)> = Vec::new();
+    for (i, g) in grants.iter().enumerate() {
+        let parent = covering(&g.path, i, &grants);
+        if parent.is_some_and(|w| w >= g.write) {
+            continue; // an enclosing tree grant already gives as much
+        }
+        let op = if g.tree {
+            MountOp::Bind {
+                path: g.path.clone(),
+                dir: g.dir,
+                writable: g.write,
+            }
+        } else if parent.is_none() {
+            MountOp::EmptyDir {
+                path: g.path.clone(),
+            }
+        } else {
+            continue; // exact dir under a covering tree grant: keeps the covering access
+        };
+        layered.push((depth(&g.path), op));
+    }
+    // Base layout, ordered with the grants by depth (a grant of "/" comes first).
+    layered.push((
+        1,
+        MountOp::BindTemp {
+            source: input.temp_dir.to_string(),
+            path: "/tmp".into(),
+        },
+    ));
+    layered.push((
+        1,
+        MountOp::Proc {
+            path: "/proc".into(),
+        },
+    ));
+    layered.push((
+        1,
+        MountOp::Dev {
+            path: "/dev".into(),
+        },
+    ));
+    layered.sort_by_key(|(d, _)| *d);
+    let mut ops: Vec<MountOp> = layered.into_iter().map(|(_, op)| op).collect();
+
+    for (path, content) in &input.synth {
+        ops.push(MountOp::Synth {
+            path: path.clone(),
+            content: content.clone(),
+        });
+    }
+
+    let writable_binds: Vec<&Grant> = grants.iter().filter(|g| g.write && g.tree).collect();
+    let visible = |p: &str| {
+        grants
+            .iter()
+            .any(|g| covers(&g.path, p) && (g.tree || g.path == p))
+    };
+    let has_below = |p: &str| grants.iter().any(|g| covers(p, &g.path));
+    // The run temp dir is also visible at /tmp: denies under it apply there too.
+    let temp = input.temp_dir;
+    let aliases = |p: &str| -> Vec<String> {
+        let mut v = vec![p.to_string()];
+        if covers(temp, p) {
+            v.push(format!("/tmp{}", &p[temp.len()..]));
+        }
+        v
+    };
+
+    // 2. deny-write: read-only re-binds.
+    for r in input.rules.iter().filter(|r| r.access == Access::DenyWrite) {
+        if r.protect_create {
+            if writable_binds.iter().any(|g| covers(&g.path, &r.path)) {
+                return Err(protect_create_refusal(&r.path));
+            }
+            continue; // absent and not creatable through any writable bind
+        }
+        let touches_writable = writable_binds
+            .iter()
+            .any(|g| covers(&g.path, &r.path) || covers(&r.path, &g.path));
+        if touches_writable || covers(temp, &r.path) {
+            for p in aliases(&r.path) {
+                ops.push(MountOp::ReadOnly { path: p });
+            }
+        }
+    }
+
+    // 3. deny: masks.
+    for r in input.rules.iter().filter(|r| r.access == Access::Deny) {
+        if r.protect_create {
+            if writable_binds.iter().any(|g| covers(&g.path, &r.path)) || covers(temp, &r.path) {
+                return Err(protect_create_refusal(&r.path));
+            }
+            if visible(&r.path) {
+                continue; // under a read-only bind: creation fails with EROFS
+            }
+            ops.push(MountOp::ProtectCreate {
+                path: r.path.clone(),
+            });
+            continue;
+        }
+        if !(visible(&r.path) || has_below(&r.path) || covers(temp, &r.path)) {
+            continue; // not in the box at all
+        }
+        let op = |p: String| match kind(&r.path) {
+            NodeKind::File => MountOp::MaskFile { path: p },
+            _ => MountOp::MaskDir { path: p },
+        };
+        for p in aliases(&r.path) {
+            ops.push(op(p));
+        }
+    }
+
+    // 4. Top-level host symlinks (merged /usr) whose target is granted.
+    for (path, text, target) in &input.top_symlinks {
+        if visible(target) && !grants.iter().any(|g| covers(&g.path, path)) {
+            ops.push(MountOp::Symlink {
+                path: path.clone(),
+                target: text.clone(),
+            });
+        }
+    }
+
+    if input.root_mode == RootMode::ReadOnly {
+        ops.push(MountOp::RootReadOnly);
+    }
+    Ok(ops)
+}
+
+fn protect_create_refusal(path: &str) -> String {
+    format!(
+        "fs-protect-create: {path} is absent inside a writable host bind; stopping its creation would need a mount \
+         point on the host (this backend does not declare fs-protect-create)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terra_policy::RootKind;
+
+    fn rule(access: Access, path: &str, scope: Scope) -> ResolvedRule {
+        ResolvedRule {
+            access,
+            path: path.into(),
+            scope,
+            protect_create: false,
+            source_rule: 0,
+            source_root: RootKind::Host,
+        }
+    }
+
+    fn kinds(p: &str) -> NodeKind {
+        if p.ends_with(".txt") {
+            NodeKind::File
+        } else if p.contains("absent") {
+            NodeKind::Missing
+        } else {
+            NodeKind::Dir
+        }
+    }
+
+    fn run(rules: &[ResolvedRule], mode: RootMode) -> Result<Vec<MountOp>, String> {
+        lower(
+            &LowerInput {
+                rules,
+                root_mode: mode,
+                temp_dir: "/t/run",
+                synth: vec![],
+                top_symlinks: vec![],
+            },
+            &kinds,
+        )
+    }
+
+    #[test]
+    fn nested_grants_only_bind_when_they_add_access() {
+        let ops = run(
+            &[
+                rule(Access::Read, "/a", Scope::Tree),
+                rule(Access::Write, "/a/b", Scope::Tree),
+                rule(Access::Read, "/a/b/c", Scope::Tree),
+                rule(Access::Read, "/x/y.txt", Scope::Exact),
+            ],
+            RootMode::ReadOnly,
+        )
+        .unwrap();
+        assert!(ops.contains(&MountOp::Bind {
+            path: "/a".into(),
+            dir: true,
+            writable: false
+        }));
+        assert!(ops.contains(&MountOp::Bind {
+            path: "/a/b".into(),
+            dir: true,
+            writable: true
+        }));
+        assert!(!ops
+            .iter()
+            .any(|o| matches!(o, MountOp::Bind { path, .. } if path == "/a/b/c")));
+        assert!(ops.contains(&MountOp::Bind {
+            path: "/x/y.txt".into(),
+            dir: false,
+            writable: false
+        }));
+        let a = ops
+            .iter()
+            .position(|o| matches!(o, MountOp::Bind { path, .. } if path == "/a"))
+            .unwrap();
+        let ab = ops
+            .iter()
+            .position(|o| matches!(o, MountOp::Bind { path, .. } if path == "/a/b"))
+            .unwrap();
+        assert!(a < ab, "parents are mounted first");
+        assert_eq!(ops.last(), Some(&MountOp::RootReadOnly));
+    }
+
+    #[test]
+    fn exact_dir_outside_trees_is_an_empty_dir() {
+        let ops = run(
+            &[rule(Access::Read, "/e", Scope::Exact)],
+            RootMode::EphemeralWrite,
+        )
+        .unwrap();
+        assert!(ops.contains(&MountOp::EmptyDir { path: "/e".into() }));
+        assert!(!ops.contains(&MountOp::RootReadOnly));
+    }
+
+    #[test]
+    fn deny_and_deny_write() {
+        let ops = run(
+            &[
+                rule(Access::Write, "/w", Scope::Tree),
+                rule(Access::DenyWrite, "/w/ro", Scope::Tree),
+                rule(Access::Deny, "/w/secret", Scope::Tree),
+                rule(Access::Deny, "/w/key.txt", Scope::Tree),
+                rule(Access::Deny, "/elsewhere", Scope::Tree),
+                rule(Access::DenyWrite, "/elsewhere2", Scope::Tree),
+            ],
+            RootMode::ReadOnly,
+        )
+        .unwrap();
+        assert!(ops.contains(&MountOp::ReadOnly {
+            path: "/w/ro".into()
+        }));
+        assert!(ops.contains(&MountOp::MaskDir {
+            path: "/w/secret".into()
+        }));
+        assert!(ops.contains(&MountOp::MaskFile {
+            path: "/w/key.txt".into()
+        }));
+        assert!(!ops.iter().any(|o| format!("{o:?}").contains("elsewhere")));
+        let ro = ops
+            .iter()
+            .position(|o| matches!(o, MountOp::ReadOnly { .. }))
+            .unwrap();
+        let mask = ops
+            .iter()
+            .position(|o| matches!(o, MountOp::MaskDir { .. }))
+            .unwrap();
+        assert!(ro < mask);
+    }
+
+    #[test]
+    fn deny_under_temp_is_applied_at_both_names() {
+        let ops = run(
+            &[
+                rule(Access::Write, "/t/run", Scope::Tree),
+                rule(Access::Deny, "/t/run/s", Scope::Tree),
+            ],
+            RootMode::ReadOnly,
+        )
+        .unwrap();
+        assert!(ops.contains(&MountOp::MaskDir {
+            path: "/t/run/s".into()
+        }));
+        assert!(ops.contains(&MountOp::MaskDir {
+            path: "/tmp/s".into()
+        }));
+    }
+
+    #[test]
+    fn protect_create() {
+        let mut pc = rule(Access::Deny, "/w/absent", Scope::Tree);
+        pc.protect_create = true;
+        let err = run(
+            &[rule(Access::Write, "/w", Scope::Tree), pc.clone()],
+            RootMode::ReadOnly,
+        )
+        .unwrap_err();
+        assert!(err.contains("fs-protect-create"), "{err}");
+        let ops = run(
+            &[rule(Access::Read, "/w", Scope::Tree), pc.clone()],
+            RootMode::ReadOnly,
+        )
+        .unwrap();
+        assert!(
+            !ops.iter()
+                .any(|o| matches!(o, MountOp::ProtectCreate { .. })),
+            "read-only bind already stops it"
+        );
+        pc.path = "/nowhere/absent".into();
+        let ops = run(
+            &[rule(Access::Read, "/w", Scope::Tree), pc],
+            RootMode::EphemeralWrite,
+        )
+        .unwrap();
+        assert!(ops.contains(&MountOp::ProtectCreate {
+            path: "/nowhere/absent".into()
+        }));
+    }
+
+    #[test]
+    fn missing_grant_is_refused_and_covers_respects_segments() {
+        assert!(run(
+            &[rule(Access::Read, "/absent", Scope::Tree)],
+            RootMode::ReadOnly
+        )
+        .is_err());
+        assert!(covers("/a", "/a/b") && covers("/a", "/a") && covers("/", "/x"));
+        assert!(!covers("/a", "/ab") && !covers("/a/b", "/a"));
+    }
+}

@@ -1,0 +1,327 @@
+//! Applies a mount program inside the box's new mount namespace (run by the
+//! box init, which holds every capability of the box's user namespace).
+//!
+//! Layout while building: a staging tmpfs becomes the root, the host root is
+//! reachable at /oldroot (all sources are read there), the box root is a second
+//! tmpfs at /newroot. At the end /newroot becomes the root and the staging tmpfs
+//! with the whole host tree below it is detached.
+
+use super::lower::MountOp;
+use super::sys::{self, SysResult};
+
+const OLD: &str = "/oldroot";
+const NEW: &str = "/newroot";
+const SYNTH: &str = "/synth";
+const EMPTY_FILE: &str = "/synth/.empty";
+
+const NOSUID: libc::c_ulong = libc::MS_NOSUID;
+const NODEV: libc::c_ulong = libc::MS_NODEV;
+const NOEXEC: libc::c_ulong = libc::MS_NOEXEC;
+
+/// Host nodes bound into the box /dev.
+pub const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// procfs files masked with an empty read-only file.
+const PROC_MASK_FILES: [&str; 8] = [
+    "kcore",
+    "sysrq-trigger",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+    "kallsyms",
+    "kmsg",
+    "keys",
+];
+/// procfs directories masked with an empty read-only tmpfs.
+const PROC_MASK_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
+
+fn new(p: &str) -> String {
+    if p == "/" {
+        NEW.to_string()
+    } else {
+        format!("{NEW}{p}")
+    }
+}
+fn old(p: &str) -> String {
+    if p == "/" {
+        OLD.to_string()
+    } else {
+        format!("{OLD}{p}")
+    }
+}
+
+/// Step 1: private propagation, staging tmpfs as root, host at /oldroot, empty
+/// box root tmpfs at /newroot.
+pub fn enter_staging() -> SysResult<()> {
+    sys::mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    // Any existing host directory can carry the staging tmpfs: after pivot_root
+    // the host tree, including that directory, is visible again under /oldroot.
+    let base = ["/tmp", "/mnt", "/var", "/usr", "/"]
+        .into_iter()
+        .find(|p| {
+            sys::lstat(p)
+                .ok()
+                .flatten()
+                .is_some_and(|st| sys::is_dir(&st))
+        })
+        .ok_or("no host directory to stage the box root on")?;
+    sys::mount(
+        Some("tmpfs"),
+        base,
+        Some("tmpfs"),
+        NOSUID | NODEV,
+        Some("mode=0700"),
+    )?;
+    for d in [OLD, NEW, SYNTH] {
+        sys::mkdir(&format!("{base}{d}"), 0o700)?;
+    }
+    sys::pivot_root(base, &format!("{base}{OLD}"))?;
+    sys::chdir("/")?;
+    sys::mount(
+        Some("tmpfs"),
+        NEW,
+        Some("tmpfs"),
+        NOSUID | NODEV,
+        Some("mode=0755"),
+    )?;
+    sys::touch(EMPTY_FILE, 0o444)
+}
+
+/// Step 3: the box root becomes `/`; the staging tmpfs and the host are detached.
+pub fn enter_new_root() -> SysResult<()> {
+    sys::chdir(NEW)?;
+    sys::pivot_root(".", ".")?;
+    sys::umount_detach(".")?;
+    sys::chdir("/")
+}
+
+/// Device of the box root tmpfs, to know where mount points may be created.
+fn root_dev() -> SysResult<u64> {
+    Ok(sys::lstat(NEW)?.ok_or("box root vanished")?.st_dev)
+}
+
+/// Makes sure `target` (a /newroot path) exists to mount on. Missing components
+/// are created only inside the box root tmpfs or the run's /tmp, never inside
+/// a host bind.
+fn ensure(target: &str, dir: bool, rdev: u64) -> SysResult<()> {
+    if sys::lstat(target)?.is_some() {
+        return Ok(());
+    }
+    let rel = &target[NEW.len()..];
+    let parts: Vec<&str> = rel.split('/').filter(|s| !s.is_empty()).collect();
+    let mut cur = NEW.to_string();
+    for (i, part) in parts.iter().enumerate() {
+        let parent_dev = sys::lstat(&cur)?
+            .ok_or_else(|| format!("{cur} vanished"))?
+            .st_dev;
+        let next = format!("{cur}/{part}");
+        if sys::lstat(&next)?.is_none() {
+            let in_tmp = next.starts_with(&format!("{NEW}/tmp/"));
+            if parent_dev != rdev && !in_tmp {
+                return Err(format!(
+                    "mount point {} is absent inside a host bind; refusing to create it on the host",
+                    &next[NEW.len()..]
+                ));
+            }
+            if i + 1 == parts.len() && !dir {
+                sys::touch(&next, 0o444)?;
+            } else {
+                sys::mkdir(&next, 0o755)?;
+            }
+        }
+        cur = next;
+    }
+    Ok(())
+}
+
+fn is_mountpoint(target: &str) -> SysResult<bool> {
+    if target == NEW {
+        return Ok(true);
+    }
+    let st = sys::lstat(target)?.ok_or_else(|| format!("{target} missing"))?;
+    let parent = match target.rfind('/') {
+        Some(0) => "/".to_string(),
+        Some(i) => target[..i].to_string(),
+        None => return Ok(false),
+    };
+    let pst = sys::lstat(&parent)?.ok_or_else(|| format!("{parent} missing"))?;
+    Ok(st.st_dev != pst.st_dev || st.st_ino == pst.st_ino)
+}
+
+fn mask_dir(t: &str) -> SysResult<()> {
+    sys::mount(
+        Some("tmpfs"),
+        t,
+        Some("tmpfs"),
+        libc::MS_RDONLY | NOSUID | NODEV | NOEXEC,
+        Some("mode=0555,size=4k"),
+    )
+}
+
+fn mask_file(t: &str) -> SysResult<()> {
+    sys::mount(Some(EMPTY_FILE), t, None, libc::MS_BIND, None)?;
+    sys::make_readonly(t, false)
+}
+
+/// Step 2: applies the program (between `enter_staging` and `enter_new_root`).
+pub fn apply(ops: &[MountOp]) -> SysResult<()> {
+    let rdev = root_dev()?;
+    let mut dev_dir: Option<String> = None;
+    let mut synth_n = 0;
+    for op in ops {
+        match op {
+            MountOp::Bind {
+                path,
+                dir,
+                writable,
+            } => {
+                let t = new(path);
+                ensure(&t, *dir, rdev)?;
+                sys::mount(
+                    Some(&old(path)),
+                    &t,
+                    None,
+                    libc::MS_BIND | libc::MS_REC,
+                    None,
+                )?;
+                if !writable {
+                    sys::make_readonly(&t, true)?;
+                }
+            }
+            MountOp::BindTemp { source, path } => {
+                let t = new(path);
+                ensure(&t, true, rdev)?;
+                sys::mount(
+                    Some(&old(source)),
+                    &t,
+                    None,
+                    libc::MS_BIND | libc::MS_REC,
+                    None,
+                )?;
+            }
+            MountOp::EmptyDir { path } => ensure(&new(path), true, rdev)?,
+            MountOp::Proc { path } => mount_proc(&new(path), rdev)?,
+            MountOp::Dev { path } => {
+                let t = new(path);
+                mount_dev(&t, rdev)?;
+                dev_dir = Some(t);
+            }
+            MountOp::Synth { path, content } => {
+                let t = new(path);
+                if ensure(&t, false, rdev).is_err() {
+                    continue; // e.g. /etc is a host bind without this file: nothing to hide
+                }
+                synth_n += 1;
+                let src = format!("{SYNTH}/{synth_n}");
+                sys::write_file(&src, content.as_bytes())?;
+                sys::mount(Some(&src), &t, None, libc::MS_BIND, None)?;
+                sys::make_readonly(&t, false)?;
+            }
+            MountOp::Symlink { path, target } => {
+                let t = new(path);
+                if sys::lstat(&t)?.is_none() {
+                    sys::symlink(target, &t)?;
+                }
+            }
+            MountOp::ReadOnly { path } => {
+                let t = new(path);
+                if sys::lstat(&t)?.is_none() {
+                    continue;
+                }
+                if !is_mountpoint(&t)? {
+                    sys::mount(Some(&t), &t, None, libc::MS_BIND | libc::MS_REC, None)?;
+                }
+                sys::make_readonly(&t, true)?;
+            }
+            MountOp::MaskDir { path } => {
+                let t = new(path);
+                if sys::lstat(&t)?.is_some() {
+                    mask_dir(&t)?;
+                }
+            }
+            MountOp::MaskFile { path } => {
+                let t = new(path);
+                if sys::lstat(&t)?.is_some() {
+                    mask_file(&t)?;
+                }
+            }
+            MountOp::ProtectCreate { path } => {
+                let t = new(path);
+                ensure(&t, true, rdev)?;
+                mask_dir(&t)?;
+            }
+            MountOp::RootReadOnly => sys::make_readonly(NEW, false)?,
+        }
+    }
+    if let Some(d) = dev_dir {
+        sys::make_readonly(&d, false)?;
+    }
+    Ok(())
+}
+
+fn mount_proc(t: &str, rdev: u64) -> SysResult<()> {
+    ensure(t, true, rdev)?;
+    sys::mount(Some("proc"), t, Some("proc"), NOSUID | NODEV | NOEXEC, None)?;
+    for f in PROC_MASK_FILES {
+        let p = format!("{t}/{f}");
+        if sys::lstat(&p)?.is_some() {
+            mask_file(&p)?;
+        }
+    }
+    for d in PROC_MASK_DIRS {
+        let p = format!("{t}/{d}");
+        if sys::lstat(&p)?.is_some() {
+            mask_dir(&p)?;
+        }
+    }
+    let s = format!("{t}/sys");
+    sys::mount(Some(&s), &s, None, libc::MS_BIND | libc::MS_REC, None)?;
+    sys::make_readonly(&s, true)
+}
+
+fn mount_dev(t: &str, rdev: u64) -> SysResult<()> {
+    ensure(t, true, rdev)?;
+    sys::mount(
+        Some("tmpfs"),
+        t,
+        Some("tmpfs"),
+        NOSUID | NOEXEC,
+        Some("mode=0755"),
+    )?;
+    for n in DEV_NODES {
+        let host = format!("{OLD}/dev/{n}");
+        if sys::lstat(&host)?.is_none() {
+            continue;
+        }
+        let p = format!("{t}/{n}");
+        sys::touch(&p, 0o666)?;
+        sys::mount(Some(&host), &p, None, libc::MS_BIND, None)?;
+    }
+    let pts = format!("{t}/pts");
+    sys::mkdir(&pts, 0o755)?;
+    sys::mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        NOSUID | NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )?;
+    sys::symlink("pts/ptmx", &format!("{t}/ptmx"))?;
+    let shm = format!("{t}/shm");
+    sys::mkdir(&shm, 0o755)?;
+    sys::mount(
+        Some("tmpfs"),
+        &shm,
+        Some("tmpfs"),
+        NOSUID | NODEV,
+        Some("mode=1777"),
+    )?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        sys::symlink(target, &format!("{t}/{name}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Everything computed in the caller before forking: the mount program, the
+//! synthesized files, the Landlock and seccomp programs, C strings for exec;
+//! and the reading of the box's reports afterwards.
+
+use std::ffi::CString;
+use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use terra_policy::{NetworkMode, RootMode};
+
+use super::init::BoxPrep;
+use super::landlock::{LandlockPlan, NetRule};
+use super::lower::{self, LowerInput, MountOp, NodeKind};
+use super::status::Status;
+use super::workload::{self, WorkloadPrep};
+use super::{seccomp, sys, BoxExit, BoxReport, BoxSpec, PlanView, SandboxError};
+
+/// Top-level host names that are often symlinks into /usr (merged /usr).
+const TOP_LINKS: [&str; 6] = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+fn host_kind(p: &str) -> NodeKind {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => NodeKind::Dir,
+        Ok(_) => NodeKind::File,
+        Err(_) => NodeKind::Missing,
+    }
+}
+
+fn canonical(p: &Path) -> Result<String, SandboxError> {
+    let c =
+        std::fs::canonicalize(p).map_err(|e| SandboxError::Io(format!("{}: {e}", p.display())))?;
+    c.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| SandboxError::Unsupported(format!("{} is not UTF-8", c.display())))
+}
+
+/// The user's name and home from the host passwd file (no NSS), for the
+/// synthesized one.
+fn user_entry(uid: u32) -> (String, String) {
+    let text = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid) {
+            return (f[0].to_string(), f[5].to_string());
+        }
+    }
+    (
+        if uid == 0 { "root" } else { "terra" }.to_string(),
+        "/tmp".to_string(),
+    )
+}
+
+fn synth_files(net: NetworkMode, hostname: &str) -> Vec<(String, String)> {
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (name, home) = user_entry(uid);
+    let mut passwd = format!("{name}:x:{uid}:{gid}:{name}:{home}:/bin/sh\n");
+    let mut group = format!("{name}:x:{gid}:\n");
+    if uid != 65534 {
+        passwd.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+    }
+    if gid != 65534 {
+        group.push_str("nogroup:x:65534:\n");
+    }
+    let resolv = match net {
+        NetworkMode::None => "# terra: network none, no name service\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string(),
+        NetworkMode::Mediated => "# terra: network mediated, names are resolved by the broker behind the proxy\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string(),
+        NetworkMode::Direct => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+    };
+    vec![
+        ("/etc/passwd".into(), passwd),
+        ("/etc/group".into(), group),
+        (
+            "/etc/hosts".into(),
+            format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n"),
+        ),
+        ("/etc/resolv.conf".into(), resolv),
+        (
+            "/etc/nsswitch.conf".into(),
+            "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n".into(),
+        ),
+    ]
+}
+
+fn top_symlinks() -> Vec<(String, String, String)> {
+    TOP_LINKS
+        .iter()
+        .filter_map(|p| {
+            let text = std::fs::read_link(p).ok()?;
+            let target = std::fs::canonicalize(p).ok()?;
+            Some((
+                p.to_string(),
+                text.to_str()?.to_string(),
+                target.to_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The mount program and the Landlock program of a box.
+pub fn programs(
+    view: &PlanView,
+    temp_dir: &Path,
+    hostname: &str,
+    proxy: Option<SocketAddr>,
+) -> Result<(Vec<MountOp>, LandlockPlan), SandboxError> {
+    let temp = canonical(temp_dir)?;
+    let input = LowerInput {
+        rules: &view.rules,
+        root_mode: view.root_mode,
+        temp_dir: &temp,
+        synth: synth_files(view.network, hostname),
+        top_symlinks: top_symlinks(),
+    };
+    let ops = lower::lower(&input, &host_kind).map_err(SandboxError::Unsupported)?;
+    let net = match (view.network, proxy) {
+        (NetworkMode::None, _) => NetRule::NoConnect,
+        (NetworkMode::Direct, _) => NetRule::Unrestricted,
+        (NetworkMode::Mediated, Some(a)) => NetRule::ConnectOnly(a.port()),
+        (NetworkMode::Mediated, None) => {
+            return Err(SandboxError::Unsupported(
+                "network mediated needs the broker socket and a proxy address; falling back to ambient \
+                 networking is forbidden"
+                    .into(),
+            ))
+        }
+    };
+    let ll = LandlockPlan::from_ops(&ops, view.root_mode == RootMode::EphemeralWrite, net);
+    Ok((ops, ll))
+}
+
+fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
+    CString::new(bytes).map_err(|_| SandboxError::Unsupported(format!("{what} holds a NUL byte")))
+}
+
+pub fn prepare(spec: &BoxSpec, mediated_fd: Option<i32>) -> Result<BoxPrep, SandboxError> {
+    if spec.argv.is_empty() {
+        return Err(SandboxError::Launch("empty command".into()));
+    }
+    if spec.hostname.is_empty() || spec.hostname.len() > 64 {
+        return Err(SandboxError::Launch(format!(
+            "invalid host name {:?}",
+            spec.hostname
+        )));
+    }
+    let proxy = spec.mediated.as_ref().map(|(_, a, _)| *a);
+    if spec.mediated.is_some() && spec.plan.network != NetworkMode::Mediated {
+        return Err(SandboxError::Launch(
+            "a broker socket was given but the plan is not mediated".into(),
+        ));
+    }
+    let (ops, landlock) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
+    let argv = spec
+        .argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "an argument"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut envp = Vec::new();
+    let mut env_path = None;
+    for (k, v) in &spec.env {
+        if k.as_bytes().contains(&b'=') || k.is_empty() {
+            return Err(SandboxError::Launch(format!(
+                "invalid environment name {k:?}"
+            )));
+        }
+        if k.as_bytes() == b"PATH" {
+            env_path = Some(v.as_bytes().to_vec());
+        }
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envp.push(cstring(&kv, "an environment entry")?);
+    }
+    let candidates = workload::candidates(spec.argv[0].as_bytes(), env_path.as_deref())
+        .into_iter()
+        .map(|c| cstring(&c, "the command"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = spec
+        .cwd
+        .to_str()
+        .ok_or_else(|| SandboxError::Unsupported("the working directory is not UTF-8".into()))?
+        .to_string();
+    let filters = seccomp::build().map_err(SandboxError::Launch)?;
+    let mediated = match (&spec.mediated, mediated_fd) {
+        (Some((_, addr, service)), Some(fd)) => Some((fd, *addr, *service)),
+        _ => None,
+    };
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    Ok(BoxPrep {
+        uid,
+        gid,
+        new_net: spec.plan.network != NetworkMode::Direct,
+        hostname: spec.hostname.clone(),
+        ops,
+        workload: WorkloadPrep {
+            candidates,
+            argv,
+            envp,
+            cwd,
+            canary_path: cstring(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
+            canary_tcp: spec.canary_tcp,
+            landlock,
+            seccomp: filters.clone(),
+        },
+        mediated,
+        service_seccomp: filters,
+    })
+}
+
+pub fn describe(
+    view: &PlanView,
+    temp_dir: &Path,
+    hostname: &str,
+    proxy: Option<SocketAddr>,
+) -> String {
+    let mut s = String::new();
+    s.push_str("namespaces user (caller's uid/gid mapped to themselves), pid, mount, ipc, uts");
+    s.push_str(match view.network {
+        NetworkMode::Direct => "; host network\n",
+        NetworkMode::None => ", net (loopback only)\n",
+        NetworkMode::Mediated => ", net (loopback only; in-box proxy -> broker over fd 7)\n",
+    });
+    s.push_str(&format!("hostname {hostname}\n"));
+    match programs(
+        view,
+        temp_dir,
+        hostname,
+        proxy.or_else(|| {
+            (view.network == NetworkMode::Mediated).then(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+        }),
+    ) {
+        Ok((ops, ll)) => {
+            s.push_str("root tmpfs, then:\n");
+            for op in &ops {
+                s.push_str("  ");
+                s.push_str(&op.describe());
+                s.push('\n');
+            }
+            s.push_str("pivot_root into the new root; the host root is detached\n");
+            s.push_str("workload: all capabilities dropped, no_new_privs, fds > 2 closed, env exactly as given\n");
+            s.push_str(&ll.describe());
+            s.push_str(&seccomp::describe());
+            s.push_str("activation: the canary must fail to open (and the canary TCP listener must refuse) in the final context\n");
+        }
+        Err(e) => s.push_str(&format!("refused: {e}\n")),
+    }
+    s
+}
+
+/// The report of a finished box from its status lines and the launcher's wait status.
+pub fn report(reports: &[Status], wait_status: i32) -> BoxReport {
+    let mut landlock_abi = None;
+    let mut activation = "not run".to_string();
+    let mut refused = None;
+    let mut exec_failed = None;
+    for r in reports {
+        match r {
+            Status::Landlock(abi) => landlock_abi = *abi,
+            Status::Activation(a) => activation = a.clone(),
+            Status::Refused(why) => refused = Some(why.clone()),
+            Status::ExecFailed { code, reason } => exec_failed = Some((*code, reason.clone())),
+        }
+    }
+    let (signaled, value) = sys::decode_status(wait_status);
+    let exit = if let Some(why) = refused {
+        BoxExit::Refused(why)
+    } else if let Some((code, reason)) = exec_failed {
+        BoxExit::ExecFailed { code, reason }
+    } else if signaled {
+        BoxExit::Signal(value)
+    } else {
+        BoxExit::Code(value)
+    };
+    BoxReport {
+        exit,
+        landlock_abi,
+        activation,
+    }
+}

@@ -1,0 +1,155 @@
+//! Helpers for the box tests: hand-made resolved rules (the plan compiler's
+//! resolution output shape), a workspace, a temp dir and a canary.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use terra_policy::{Access, NetworkMode, ResolvedRule, RootKind, RootMode, Scope};
+use terra_sandbox::linux::{spawn_box_spec, BoxExit, BoxReport, BoxSpec, PlanView};
+
+pub fn rule(access: Access, path: &Path, scope: Scope) -> ResolvedRule {
+    ResolvedRule {
+        access,
+        path: std::fs::canonicalize(path)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string(),
+        scope,
+        protect_create: false,
+        source_rule: 0,
+        source_root: RootKind::Host,
+    }
+}
+
+/// The minimal runtime of DESIGN.md, canonicalized like resolution does.
+pub fn minimal_runtime() -> Vec<ResolvedRule> {
+    let mut v: Vec<ResolvedRule> = Vec::new();
+    for p in [
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/etc/alternatives",
+        "/etc/ssl",
+        "/etc/ca-certificates",
+    ] {
+        if Path::new(p).exists() {
+            let r = rule(Access::Read, Path::new(p), Scope::Tree);
+            if !v.iter().any(|x| x.path == r.path) {
+                v.push(r);
+            }
+        }
+    }
+    v
+}
+
+/// A fresh world-accessible directory (the tests also run as an unprivileged user).
+pub fn open_tempdir() -> tempfile::TempDir {
+    let base = std::env::var_os("TERRA_TEST_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let d = tempfile::Builder::new()
+        .prefix("terra-sbx-")
+        .tempdir_in(base)
+        .unwrap();
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    d
+}
+
+pub struct World {
+    pub ws: tempfile::TempDir,
+    pub tmp: tempfile::TempDir,
+    pub host: tempfile::TempDir,
+    pub canary: PathBuf,
+    pub rules: Vec<ResolvedRule>,
+    pub network: NetworkMode,
+    pub root_mode: RootMode,
+    pub canary_tcp: Option<std::net::SocketAddr>,
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl World {
+    /// Minimal runtime read, the workspace writable, network none, root read-only.
+    pub fn new() -> World {
+        let ws = open_tempdir();
+        let tmp = open_tempdir();
+        let host = open_tempdir();
+        let canary = host.path().join("canary");
+        std::fs::write(&canary, "host-only canary").unwrap();
+        let mut rules = minimal_runtime();
+        rules.push(rule(Access::Write, ws.path(), Scope::Tree));
+        World {
+            ws,
+            tmp,
+            host,
+            canary,
+            rules,
+            network: NetworkMode::None,
+            root_mode: RootMode::ReadOnly,
+            canary_tcp: None,
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("LC_ALL".into(), "C".into()),
+            ],
+        }
+    }
+
+    pub fn ws(&self) -> PathBuf {
+        std::fs::canonicalize(self.ws.path()).unwrap()
+    }
+
+    pub fn spec(&self, argv: &[&str]) -> BoxSpec {
+        BoxSpec {
+            plan: PlanView {
+                rules: self.rules.clone(),
+                network: self.network,
+                root_mode: self.root_mode,
+            },
+            argv: argv.iter().map(OsString::from).collect(),
+            cwd: self.ws(),
+            env: self.env.clone(),
+            temp_dir: self.tmp.path().to_path_buf(),
+            canary_path: self.canary.clone(),
+            canary_tcp: self.canary_tcp,
+            mediated: None,
+            hostname: "terra-box".into(),
+        }
+    }
+
+    /// Runs `sh -c script` in the box with stdout captured into a workspace file.
+    pub fn sh(&self, script: &str) -> (BoxReport, String) {
+        let out = self.ws().join(".terra-test-out");
+        let _ = std::fs::remove_file(&out);
+        let wrapped = format!("exec >{} 2>&1\n{script}", out.display());
+        let report = spawn_box_spec(self.spec(&["/bin/sh", "-c", &wrapped]))
+            .unwrap()
+            .wait()
+            .unwrap();
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        (report, text)
+    }
+
+    pub fn run(&self, argv: &[&str]) -> BoxReport {
+        spawn_box_spec(self.spec(argv)).unwrap().wait().unwrap()
+    }
+}
+
+/// Asserts the workload ran and exited 0, showing its output otherwise.
+pub fn ok(r: &(BoxReport, String)) -> &str {
+    assert_eq!(
+        r.0.exit,
+        BoxExit::Code(0),
+        "box failed: {:?}\noutput:\n{}",
+        r.0,
+        r.1
+    );
+    &r.1
+}
