@@ -2,6 +2,8 @@
 //! resolution output shape), a workspace, a temp dir and a canary.
 #![allow(dead_code)]
 
+pub mod probe;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
