@@ -66,7 +66,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
+    fn take(&mut self, n: usize, what: impl std::fmt::Display) -> Result<&'a [u8]> {
         if self.bytes.len() - self.pos < n {
             return Err(PolicyError::Format(format!(
                 "truncated at byte offset {}: {what} needs {n} bytes, {} remain",
@@ -78,20 +78,29 @@ impl<'a> Reader<'a> {
         self.pos += n;
         Ok(s)
     }
-    fn u8(&mut self, what: &str) -> Result<u8> {
+    fn u8(&mut self, what: impl std::fmt::Display) -> Result<u8> {
         Ok(self.take(1, what)?[0])
     }
-    fn u16(&mut self, what: &str) -> Result<u16> {
+    fn u16(&mut self, what: impl std::fmt::Display) -> Result<u16> {
         let b = self.take(2, what)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
-    fn u32(&mut self, what: &str) -> Result<u32> {
+    fn u32(&mut self, what: impl std::fmt::Display) -> Result<u32> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 
-fn coded<T>(value: Option<T>, what: &str, byte: u8, offset: usize) -> Result<T> {
+/// Names a record field in an error; formatted only when an error is made.
+struct RecordField(&'static str, usize, &'static str);
+
+impl std::fmt::Display for RecordField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} record {} {}", self.0, self.1, self.2)
+    }
+}
+
+fn coded<T>(value: Option<T>, what: impl std::fmt::Display, byte: u8, offset: usize) -> Result<T> {
     value.ok_or_else(|| {
         PolicyError::Format(format!(
             "{what} has invalid value {byte} at byte offset {offset}"
@@ -166,35 +175,35 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
         .set_root_mode(root_mode);
     for index in 0..rule_count {
         let start = r.pos;
-        let what = |field: &str| format!("filesystem record {index} {field}");
-        let kind = r.u8(&what("kind"))?;
+        let what = |field: &'static str| RecordField("filesystem", index, field);
+        let kind = r.u8(what("kind"))?;
         if kind != RULE_KIND {
             return Err(PolicyError::Format(format!(
                 "filesystem record {index} at byte offset {start} has kind {kind}, expected 1"
             )));
         }
-        let b = r.u8(&what("access"))?;
-        let access = coded(Access::from_code(b), &what("access"), b, start + 1)?;
-        let b = r.u8(&what("root"))?;
-        let root = coded(RootKind::from_code(b), &what("root"), b, start + 2)?;
-        let b = r.u8(&what("scope"))?;
-        let scope = coded(Scope::from_code(b), &what("scope"), b, start + 3)?;
-        let b = r.u8(&what("missing"))?;
-        let missing = coded(Missing::from_code(b), &what("missing"), b, start + 4)?;
-        if r.take(3, &what("padding"))? != [0, 0, 0] {
+        let b = r.u8(what("access"))?;
+        let access = coded(Access::from_code(b), what("access"), b, start + 1)?;
+        let b = r.u8(what("root"))?;
+        let root = coded(RootKind::from_code(b), what("root"), b, start + 2)?;
+        let b = r.u8(what("scope"))?;
+        let scope = coded(Scope::from_code(b), what("scope"), b, start + 3)?;
+        let b = r.u8(what("missing"))?;
+        let missing = coded(Missing::from_code(b), what("missing"), b, start + 4)?;
+        if r.take(3, what("padding"))? != [0, 0, 0] {
             return Err(PolicyError::Format(format!(
                 "filesystem record {index} padding at byte offset {} must be zero",
                 start + 5
             )));
         }
-        let len = r.u32(&what("path length"))? as usize;
+        let len = r.u32(what("path length"))? as usize;
         if len > MAX_PATH_LEN {
             return Err(PolicyError::Format(format!(
                 "filesystem record {index} path length {len} at byte offset {} exceeds {MAX_PATH_LEN}",
                 start + 8
             )));
         }
-        let path = r.take(len, &what("path"))?;
+        let path = r.take(len, what("path"))?;
         let path = std::str::from_utf8(path).map_err(|_| {
             PolicyError::Format(format!(
                 "filesystem record {index} path at byte offset {} is not UTF-8",
@@ -212,48 +221,48 @@ pub fn decode(bytes: &[u8]) -> Result<Mir> {
     }
     for index in 0..destination_count {
         let start = r.pos;
-        let what = |field: &str| format!("destination record {index} {field}");
-        let kind = r.u8(&what("kind"))?;
+        let what = |field: &'static str| RecordField("destination", index, field);
+        let kind = r.u8(what("kind"))?;
         if kind != DESTINATION_KIND {
             return Err(PolicyError::Format(format!(
                 "destination record {index} at byte offset {start} has kind {kind}, expected 2"
             )));
         }
-        let protocol = r.u8(&what("protocol"))?;
+        let protocol = r.u8(what("protocol"))?;
         if protocol != PROTOCOL_TCP {
             return Err(PolicyError::Format(format!(
                 "destination record {index} protocol {protocol} at byte offset {} must be 1 (tcp)",
                 start + 1
             )));
         }
-        let port = r.u16(&what("port"))?;
+        let port = r.u16(what("port"))?;
         if port == 0 {
             return Err(PolicyError::Format(format!(
                 "destination record {index} port at byte offset {} must be at least 1",
                 start + 2
             )));
         }
-        let flags = r.u8(&what("flags"))?;
+        let flags = r.u8(what("flags"))?;
         if flags & !(FLAG_REQUIRE_TLS_SNI | FLAG_ALLOW_PRIVATE) != 0 {
             return Err(PolicyError::Format(format!(
                 "destination record {index} flags {flags:#04x} at byte offset {} set unknown bits",
                 start + 4
             )));
         }
-        if r.u8(&what("padding"))? != 0 {
+        if r.u8(what("padding"))? != 0 {
             return Err(PolicyError::Format(format!(
                 "destination record {index} padding at byte offset {} must be zero",
                 start + 5
             )));
         }
-        let len = usize::from(r.u16(&what("host length"))?);
+        let len = usize::from(r.u16(what("host length"))?);
         if !(1..=253).contains(&len) {
             return Err(PolicyError::Format(format!(
                 "destination record {index} host length {len} at byte offset {} must be 1..253",
                 start + 6
             )));
         }
-        let host = r.take(len, &what("host"))?;
+        let host = r.take(len, what("host"))?;
         let host = std::str::from_utf8(host).map_err(|_| {
             PolicyError::Format(format!(
                 "destination record {index} host at byte offset {} is not UTF-8",

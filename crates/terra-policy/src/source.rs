@@ -13,6 +13,9 @@
 //! name the key path (for example `filesystem.rules[3].path.relative`) and the
 //! byte offset of the offending value.
 
+use std::borrow::Cow;
+use std::fmt;
+
 use crate::error::{PolicyError, Result};
 use crate::model::{
     Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope,
@@ -32,27 +35,28 @@ pub fn compile_source(bytes: &[u8]) -> Result<Mir> {
 }
 
 // ---------------------------------------------------------------------------
-// Syntax: a strict JSON reader that keeps byte offsets.
+// Syntax: a strict JSON reader that keeps byte offsets. Strings without
+// escapes borrow from the input.
 
 /// A parsed JSON value with the byte offset where it starts.
 #[derive(Debug)]
-struct Node {
+struct Node<'a> {
     offset: usize,
-    value: Value,
+    value: Value<'a>,
 }
 
 #[derive(Debug)]
-enum Value {
+enum Value<'a> {
     /// Members in document order; keys are unique.
-    Object(Vec<(String, Node)>),
-    Array(Vec<Node>),
-    String(String),
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
+    Array(Vec<Node<'a>>),
+    String(Cow<'a, str>),
     /// The number exactly as written; it matched the JSON number grammar.
-    Number(String),
+    Number(&'a str),
     Bool(bool),
 }
 
-impl Value {
+impl Value<'_> {
     fn type_name(&self) -> &'static str {
         match self {
             Value::Object(_) => "an object",
@@ -65,12 +69,12 @@ impl Value {
 }
 
 /// One step of the key path, used to name where a syntax-level refusal is.
-enum Segment {
-    Key(String),
+enum Segment<'a> {
+    Key(Cow<'a, str>),
     Index(usize),
 }
 
-fn render_path(segments: &[Segment]) -> String {
+fn render_path(segments: &[Segment<'_>]) -> String {
     let mut out = String::new();
     for s in segments {
         match s {
@@ -97,10 +101,10 @@ struct Parser<'a> {
     bytes: &'a [u8],
     pos: usize,
     depth: usize,
-    path: Vec<Segment>,
+    path: Vec<Segment<'a>>,
 }
 
-fn parse_document(bytes: &[u8]) -> Result<Node> {
+fn parse_document(bytes: &[u8]) -> Result<Node<'_>> {
     if bytes.is_empty() {
         return Err(PolicyError::Limit(
             "the source is empty; it must hold 1 byte to 1 MiB".into(),
@@ -135,7 +139,7 @@ fn parse_document(bytes: &[u8]) -> Result<Node> {
     Ok(root)
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
@@ -171,7 +175,7 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self) -> Result<Node> {
+    fn value(&mut self) -> Result<Node<'a>> {
         let offset = self.pos;
         let value = match self.peek() {
             Some(b'{') => self.object()?,
@@ -209,11 +213,12 @@ impl Parser<'_> {
         Ok(())
     }
 
-    fn object(&mut self) -> Result<Value> {
+    fn object(&mut self) -> Result<Value<'a>> {
         self.enter()?;
         self.pos += 1; // '{'
-        let mut members: Vec<(String, Node)> = Vec::new();
-        let mut seen: Option<std::collections::HashSet<String>> = None;
+        let mut members: Vec<(Cow<'a, str>, Node<'a>)> = Vec::new();
+        // Large objects switch from a linear scan to a set for duplicate keys.
+        let mut seen: Option<std::collections::HashSet<Cow<'a, str>>> = None;
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -246,8 +251,9 @@ impl Parser<'_> {
             self.skip_ws();
             self.path.push(Segment::Key(key));
             let node = self.value()?;
-            let Some(Segment::Key(key)) = self.path.pop() else {
-                unreachable!("the key pushed above")
+            let key = match self.path.pop() {
+                Some(Segment::Key(key)) => key,
+                _ => unreachable!("the key pushed above"),
             };
             members.push((key, node));
             if members.len() == 16 {
@@ -266,7 +272,7 @@ impl Parser<'_> {
         }
     }
 
-    fn array(&mut self) -> Result<Value> {
+    fn array(&mut self) -> Result<Value<'a>> {
         self.enter()?;
         self.pos += 1; // '['
         let mut items = Vec::new();
@@ -296,7 +302,7 @@ impl Parser<'_> {
     }
 
     /// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, kept as written.
-    fn number(&mut self) -> Result<String> {
+    fn number(&mut self) -> Result<&'a str> {
         let start = self.pos;
         if self.peek() == Some(b'-') {
             self.pos += 1;
@@ -330,8 +336,9 @@ impl Parser<'_> {
             }
             self.digits();
         }
-        // The grammar admits only ASCII here.
-        Ok(String::from_utf8_lossy(&self.bytes[start..self.pos]).into_owned())
+        // The grammar admits only ASCII here, so this cannot fail.
+        std::str::from_utf8(&self.bytes[start..self.pos])
+            .map_err(|_| self.syntax_at(start, "malformed number"))
     }
 
     fn digits(&mut self) {
@@ -340,13 +347,25 @@ impl Parser<'_> {
         }
     }
 
+    /// Validates a run of raw string bytes as UTF-8.
+    fn utf8(&self, start: usize, end: usize) -> Result<&'a str> {
+        let bytes: &'a [u8] = self.bytes;
+        std::str::from_utf8(&bytes[start..end]).map_err(|e| {
+            self.syntax_at(
+                start + e.valid_up_to(),
+                "strings must be valid shortest-form UTF-8",
+            )
+        })
+    }
+
     /// A JSON string: raw bytes must be valid UTF-8 and not control characters;
-    /// escapes are decoded; lone surrogates and U+0000 are refused.
-    fn string(&mut self) -> Result<String> {
+    /// escapes are decoded; lone surrogates and U+0000 are refused. A string
+    /// without escapes borrows from the input.
+    fn string(&mut self) -> Result<Cow<'a, str>> {
         self.pos += 1; // '"'
-        let mut out = String::new();
+        let mut out: Option<String> = None;
         loop {
-            // Copy the longest run of plain bytes at once.
+            // The longest run of plain bytes.
             let run_start = self.pos;
             while let Some(b) = self.peek() {
                 if b == b'"' || b == b'\\' || b < 0x20 {
@@ -354,25 +373,22 @@ impl Parser<'_> {
                 }
                 self.pos += 1;
             }
-            if self.pos > run_start {
-                let run = &self.bytes[run_start..self.pos];
-                match std::str::from_utf8(run) {
-                    Ok(s) => out.push_str(s),
-                    Err(e) => {
-                        return Err(self.syntax_at(
-                            run_start + e.valid_up_to(),
-                            "strings must be valid shortest-form UTF-8",
-                        ))
-                    }
-                }
-            }
+            let run = self.utf8(run_start, self.pos)?;
             match self.peek() {
                 None => return Err(self.syntax("unterminated string")),
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(out);
+                    return Ok(match out {
+                        None => Cow::Borrowed(run),
+                        Some(mut s) => {
+                            s.push_str(run);
+                            Cow::Owned(s)
+                        }
+                    });
                 }
                 Some(b'\\') => {
+                    let s = out.get_or_insert_with(String::new);
+                    s.push_str(run);
                     let escape_offset = self.pos;
                     self.pos += 1;
                     let c = match self.peek() {
@@ -387,13 +403,13 @@ impl Parser<'_> {
                         Some(b'u') => {
                             self.pos += 1;
                             let c = self.unicode_escape(escape_offset)?;
-                            out.push(c);
+                            out.get_or_insert_with(String::new).push(c);
                             continue;
                         }
                         _ => return Err(self.syntax_at(escape_offset, "invalid escape sequence")),
                     };
                     self.pos += 1;
-                    out.push(c);
+                    out.get_or_insert_with(String::new).push(c);
                 }
                 Some(_) => {
                     return Err(self.syntax("control characters must be escaped inside strings"));
@@ -453,15 +469,36 @@ impl Parser<'_> {
 }
 
 // ---------------------------------------------------------------------------
-// Schema: walk the document and feed the builder.
+// Schema: walk the document and feed the builder. Key paths are rendered only
+// when a refusal names them.
 
-fn at(path: &str, node: &Node, why: impl std::fmt::Display) -> PolicyError {
-    PolicyError::Format(format!("{path} (byte offset {}): {why}", node.offset))
+/// Where a value sits in the document, e.g. `filesystem.rules[3].path`.
+#[derive(Clone, Copy)]
+enum Place<'p> {
+    Top,
+    Key(&'p Place<'p>, &'static str),
+    Index(&'p Place<'p>, &'static str, usize),
+}
+
+impl fmt::Display for Place<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Top => f.write_str("the top-level object"),
+            Place::Key(Place::Top, k) => f.write_str(k),
+            Place::Key(parent, k) => write!(f, "{parent}.{k}"),
+            Place::Index(Place::Top, k, i) => write!(f, "{k}[{i}]"),
+            Place::Index(parent, k, i) => write!(f, "{parent}.{k}[{i}]"),
+        }
+    }
+}
+
+fn at(place: &Place<'_>, node: &Node<'_>, why: impl fmt::Display) -> PolicyError {
+    PolicyError::Format(format!("{place} (byte offset {}): {why}", node.offset))
 }
 
 /// Re-labels a builder refusal with the key path, keeping its class.
-fn in_context(path: &str, node: &Node, e: PolicyError) -> PolicyError {
-    let m = format!("{path} (byte offset {}): {}", node.offset, e.detail());
+fn in_context(place: &Place<'_>, node: &Node<'_>, e: PolicyError) -> PolicyError {
+    let m = format!("{place} (byte offset {}): {}", node.offset, e.detail());
     match e {
         PolicyError::Format(_) => PolicyError::Format(m),
         PolicyError::Limit(_) => PolicyError::Limit(m),
@@ -474,37 +511,24 @@ fn in_context(path: &str, node: &Node, e: PolicyError) -> PolicyError {
     }
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
 /// The members of an object whose keys are all in `allowed`.
-struct Object<'a> {
-    path: String,
-    node: &'a Node,
-    members: &'a [(String, Node)],
+struct Object<'p, 'a> {
+    place: Place<'p>,
+    node: &'p Node<'a>,
+    members: &'p [(Cow<'a, str>, Node<'a>)],
 }
 
-impl<'a> Object<'a> {
-    fn new(path: String, node: &'a Node, allowed: &[&str]) -> Result<Self> {
+impl<'p, 'a> Object<'p, 'a> {
+    fn new(place: Place<'p>, node: &'p Node<'a>, allowed: &[&str]) -> Result<Self> {
         let Value::Object(members) = &node.value else {
             return Err(at(
-                &path,
+                &place,
                 node,
                 format!("expected an object, found {}", node.value.type_name()),
             ));
         };
         for (key, value) in members {
-            if !allowed.contains(&key.as_str()) {
-                let place = if path.is_empty() {
-                    "the top-level object".to_string()
-                } else {
-                    path.clone()
-                };
+            if !allowed.contains(&key.as_ref()) {
                 return Err(PolicyError::Format(format!(
                     "unknown key \"{}\" in {place} (byte offset {}); allowed keys: {}",
                     key.escape_debug(),
@@ -514,35 +538,30 @@ impl<'a> Object<'a> {
             }
         }
         Ok(Object {
-            path,
+            place,
             node,
             members,
         })
     }
 
-    fn get(&self, key: &str) -> Option<&'a Node> {
+    fn get(&self, key: &str) -> Option<&'p Node<'a>> {
         self.members.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    fn required(&self, key: &str) -> Result<&'a Node> {
+    fn required(&self, key: &str) -> Result<&'p Node<'a>> {
         self.get(key).ok_or_else(|| {
-            let place = if self.path.is_empty() {
-                "the top-level object".to_string()
-            } else {
-                self.path.clone()
-            };
             PolicyError::Format(format!(
-                "{place} (byte offset {}): the required key \"{key}\" is missing",
-                self.node.offset
+                "{} (byte offset {}): the required key \"{key}\" is missing",
+                self.place, self.node.offset
             ))
         })
     }
 
-    fn child(&self, key: &str) -> String {
-        join(&self.path, key)
+    fn child(&self, key: &'static str) -> Place<'_> {
+        Place::Key(&self.place, key)
     }
 
-    fn string(&self, key: &str, node: &'a Node) -> Result<&'a str> {
+    fn string(&self, key: &'static str, node: &'p Node<'a>) -> Result<&'p str> {
         match &node.value {
             Value::String(s) => Ok(s),
             other => Err(at(
@@ -553,7 +572,7 @@ impl<'a> Object<'a> {
         }
     }
 
-    fn boolean(&self, key: &str, node: &Node) -> Result<bool> {
+    fn boolean(&self, key: &'static str, node: &Node<'_>) -> Result<bool> {
         match &node.value {
             Value::Bool(b) => Ok(*b),
             other => Err(at(
@@ -567,8 +586,8 @@ impl<'a> Object<'a> {
     /// A string naming one value of an enum.
     fn choice<T>(
         &self,
-        key: &str,
-        node: &'a Node,
+        key: &'static str,
+        node: &'p Node<'a>,
         parse: fn(&str) -> Option<T>,
         names: &[&str],
     ) -> Result<T> {
@@ -581,6 +600,28 @@ impl<'a> Object<'a> {
             )
         })
     }
+
+    /// An optional enum member with its default.
+    fn choice_or<T>(
+        &self,
+        key: &'static str,
+        parse: fn(&str) -> Option<T>,
+        names: &[&str],
+        default: T,
+    ) -> Result<T> {
+        match self.get(key) {
+            Some(n) => self.choice(key, n, parse, names),
+            None => Ok(default),
+        }
+    }
+
+    /// An optional boolean member (default false).
+    fn flag(&self, key: &'static str) -> Result<bool> {
+        match self.get(key) {
+            Some(n) => self.boolean(key, n),
+            None => Ok(false),
+        }
+    }
 }
 
 fn quoted(names: &[&str]) -> String {
@@ -591,9 +632,9 @@ fn quoted(names: &[&str]) -> String {
         .join(", ")
 }
 
-fn lower(root: &Node) -> Result<Mir> {
+fn lower(root: &Node<'_>) -> Result<Mir> {
     let top = Object::new(
-        String::new(),
+        Place::Top,
         root,
         &[
             "$schema",
@@ -608,210 +649,217 @@ fn lower(root: &Node) -> Result<Mir> {
         let s = top.string("$schema", node)?;
         if s != SCHEMA_URL {
             return Err(at(
-                "$schema",
+                &top.child("$schema"),
                 node,
                 format!("must be exactly \"{SCHEMA_URL}\" when present"),
             ));
         }
     }
     let version = top.required("formatVersion")?;
-    match &version.value {
-        Value::Number(n) if n == "3" => {}
-        Value::Number(n) => {
-            return Err(at(
-                "formatVersion",
-                version,
-                format!("must be the bare integer 3, found {n}"),
-            ));
-        }
-        other => {
-            return Err(at(
-                "formatVersion",
-                version,
-                format!("must be the bare integer 3, found {}", other.type_name()),
-            ));
-        }
+    let found = match &version.value {
+        Value::Number("3") => None,
+        Value::Number(n) => Some(n.to_string()),
+        other => Some(other.type_name().to_string()),
+    };
+    if let Some(found) = found {
+        return Err(at(
+            &top.child("formatVersion"),
+            version,
+            format!("must be the bare integer 3, found {found}"),
+        ));
     }
 
     let mut builder = MirBuilder::new();
-    filesystem(&mut builder, top.required("filesystem")?)?;
-    network(&mut builder, top.required("network")?)?;
+    filesystem(
+        &mut builder,
+        top.child("filesystem"),
+        top.required("filesystem")?,
+    )?;
+    network(&mut builder, top.child("network"), top.required("network")?)?;
 
     let process = Object::new(
-        "process".into(),
+        top.child("process"),
         top.required("process")?,
         &["treeConfinement"],
     )?;
     let node = process.required("treeConfinement")?;
+    let names = ["required", "disabled"];
     builder.set_process_tree(process.choice(
         "treeConfinement",
         node,
         ProcessTree::from_name,
-        &["required", "disabled"],
+        &names,
     )?);
 
-    let root_mode = Object::new("root".into(), top.required("root")?, &["mode"])?;
+    let root_mode = Object::new(top.child("root"), top.required("root")?, &["mode"])?;
     let node = root_mode.required("mode")?;
-    builder.set_root_mode(root_mode.choice(
-        "mode",
-        node,
-        RootMode::from_name,
-        &["read-only", "ephemeral-write"],
-    )?);
+    let names = ["read-only", "ephemeral-write"];
+    builder.set_root_mode(root_mode.choice("mode", node, RootMode::from_name, &names)?);
 
     builder.build()
 }
 
-fn filesystem(builder: &mut MirBuilder, node: &Node) -> Result<()> {
-    let fs = Object::new("filesystem".into(), node, &["default", "rules"])?;
+fn filesystem(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
+    let fs = Object::new(place, node, &["default", "rules"])?;
     let default = fs.required("default")?;
     if fs.string("default", default)? != "deny" {
-        return Err(at("filesystem.default", default, "must be \"deny\""));
+        return Err(at(&fs.child("default"), default, "must be \"deny\""));
     }
     let rules = fs.required("rules")?;
     let Value::Array(items) = &rules.value else {
         return Err(at(
-            "filesystem.rules",
+            &fs.child("rules"),
             rules,
             format!("expected an array, found {}", rules.value.type_name()),
         ));
     };
     for (i, item) in items.iter().enumerate() {
-        rule(builder, format!("filesystem.rules[{i}]"), item)?;
+        rule(builder, Place::Index(&fs.place, "rules", i), item)?;
     }
     Ok(())
 }
 
-fn rule(builder: &mut MirBuilder, path: String, node: &Node) -> Result<()> {
-    let r = Object::new(path, node, &["access", "path", "scope", "missing"])?;
+fn rule(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
+    let r = Object::new(place, node, &["access", "path", "scope", "missing"])?;
     let n = r.required("access")?;
-    let access = r.choice(
-        "access",
-        n,
-        Access::from_name,
-        &["read", "write", "deny", "deny-write"],
-    )?;
-    let scope = match r.get("scope") {
-        Some(n) => r.choice("scope", n, Scope::from_name, &["exact", "tree"])?,
-        None => Scope::Tree,
-    };
-    let missing = match r.get("missing") {
-        Some(n) => r.choice("missing", n, Missing::from_name, &["error", "skip"])?,
-        None => Missing::Error,
-    };
+    let names = ["read", "write", "deny", "deny-write"];
+    let access = r.choice("access", n, Access::from_name, &names)?;
+    let scope = r.choice_or("scope", Scope::from_name, &["exact", "tree"], Scope::Tree)?;
+    let names = ["error", "skip"];
+    let missing = r.choice_or("missing", Missing::from_name, &names, Missing::Error)?;
     let p = r.required("path")?;
-    let pobj_path = r.child("path");
     let Value::Object(members) = &p.value else {
         return Err(at(
-            &pobj_path,
+            &r.child("path"),
             p,
             format!("expected an object, found {}", p.value.type_name()),
         ));
     };
-    let (root, text, text_path, text_node) = if members.iter().any(|(k, _)| k == "special") {
-        let po = Object::new(pobj_path, p, &["special"])?;
-        let n = po.required("special")?;
-        if po.string("special", n)? != "minimal-runtime" {
-            return Err(at(&po.child("special"), n, "must be \"minimal-runtime\""));
-        }
-        (RootKind::MinimalRuntime, "", po.child("special"), n)
-    } else if members.iter().any(|(k, _)| k == "absolute") {
-        let po = Object::new(pobj_path, p, &["absolute"])?;
-        let n = po.required("absolute")?;
-        let s = po.string("absolute", n)?;
-        if !s.starts_with('/') {
-            return Err(at(
-                &po.child("absolute"),
-                n,
-                "an absolute path must start with '/'",
-            ));
-        }
-        (RootKind::Host, s, po.child("absolute"), n)
-    } else if members.iter().any(|(k, _)| k == "root") {
-        let po = Object::new(pobj_path, p, &["root", "relative"])?;
-        let n = po.required("root")?;
-        let root = match po.string("root", n)? {
-            "workspace" => RootKind::Workspace,
-            "temp" => RootKind::Temp,
-            other => {
-                return Err(at(
-                    &po.child("root"),
-                    n,
-                    format!(
-                        "\"{}\" is not one of \"workspace\", \"temp\"",
-                        other.escape_debug()
-                    ),
-                ))
-            }
-        };
-        match po.get("relative") {
-            Some(rn) => {
-                let s = po.string("relative", rn)?;
-                if s.starts_with('/') {
-                    return Err(at(
-                        &po.child("relative"),
-                        rn,
-                        "a relative path must not start with '/'",
-                    ));
-                }
-                (root, s, po.child("relative"), rn)
-            }
-            None => (root, "", po.child("root"), n),
-        }
+    let has = |key: &str| members.iter().any(|(k, _)| k == key);
+    let (allowed, text_key): (&[&str], &'static str) = if has("special") {
+        (&["special"], "special")
+    } else if has("absolute") {
+        (&["absolute"], "absolute")
+    } else if has("root") {
+        (&["root", "relative"], "relative")
     } else {
         return Err(at(
-            &pobj_path,
+            &r.child("path"),
             p,
-            "a path is {\"special\": \"minimal-runtime\"}, {\"root\": \"workspace\"|\"temp\", \"relative\"?: ...} \
-             or {\"absolute\": \"/...\"}",
+            "a path is {\"special\": \"minimal-runtime\"}, \
+             {\"root\": \"workspace\"|\"temp\", \"relative\"?: ...} or {\"absolute\": \"/...\"}",
         ));
+    };
+    let po = Object::new(r.child("path"), p, allowed)?;
+    let (root, text, text_node) = match text_key {
+        "special" => {
+            let n = po.required("special")?;
+            if po.string("special", n)? != "minimal-runtime" {
+                return Err(at(&po.child("special"), n, "must be \"minimal-runtime\""));
+            }
+            (RootKind::MinimalRuntime, "", n)
+        }
+        "absolute" => {
+            let n = po.required("absolute")?;
+            let s = po.string("absolute", n)?;
+            if !s.starts_with('/') {
+                return Err(at(
+                    &po.child("absolute"),
+                    n,
+                    "an absolute path must start with '/'",
+                ));
+            }
+            (RootKind::Host, s, n)
+        }
+        _ => {
+            let n = po.required("root")?;
+            let root = match po.string("root", n)? {
+                "workspace" => RootKind::Workspace,
+                "temp" => RootKind::Temp,
+                other => {
+                    return Err(at(
+                        &po.child("root"),
+                        n,
+                        format!(
+                            "\"{}\" is not one of \"workspace\", \"temp\"",
+                            other.escape_debug()
+                        ),
+                    ))
+                }
+            };
+            match po.get("relative") {
+                Some(rn) => {
+                    let s = po.string("relative", rn)?;
+                    if s.starts_with('/') {
+                        return Err(at(
+                            &po.child("relative"),
+                            rn,
+                            "a relative path must not start with '/'",
+                        ));
+                    }
+                    (root, s, rn)
+                }
+                None => (root, "", n),
+            }
+        }
     };
     builder
         .add_rule(access, root, text, scope, missing)
-        .map_err(|e| in_context(&text_path, text_node, e))?;
+        .map_err(|e| {
+            let key = if po.get(text_key).is_some() {
+                text_key
+            } else {
+                "root"
+            };
+            in_context(&po.child(key), text_node, e)
+        })?;
     Ok(())
 }
 
-fn network(builder: &mut MirBuilder, node: &Node) -> Result<()> {
-    let net = Object::new("network".into(), node, &["mode", "allow"])?;
+fn network(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
+    let net = Object::new(place, node, &["mode", "allow"])?;
     let n = net.required("mode")?;
-    let mode = net.choice(
-        "mode",
-        n,
-        NetworkMode::from_name,
-        &["none", "direct", "mediated"],
-    )?;
+    let names = ["none", "direct", "mediated"];
+    let mode = net.choice("mode", n, NetworkMode::from_name, &names)?;
     builder.set_network(mode);
-    let allow = net.get("allow");
-    match (mode, allow) {
-        (NetworkMode::Mediated, None) => {
-            return Err(PolicyError::Format(format!(
-                "network (byte offset {}): mode \"mediated\" requires \"allow\" with 1 to 1024 destinations",
-                node.offset
-            )))
-        }
-        (NetworkMode::None | NetworkMode::Direct, Some(a)) => {
-            return Err(at("network.allow", a, format!("\"allow\" is only allowed when mode is \"mediated\", not \"{mode}\"")))
-        }
-        (_, None) => return Ok(()),
+    match (mode, net.get("allow")) {
+        (NetworkMode::Mediated, None) => Err(at(
+            &net.place,
+            node,
+            "mode \"mediated\" requires \"allow\" with 1 to 1024 destinations",
+        )),
+        (NetworkMode::None | NetworkMode::Direct, Some(a)) => Err(at(
+            &net.child("allow"),
+            a,
+            format!("\"allow\" is only allowed when mode is \"mediated\", not \"{mode}\""),
+        )),
+        (_, None) => Ok(()),
         (_, Some(a)) => {
             let Value::Array(items) = &a.value else {
-                return Err(at("network.allow", a, format!("expected an array, found {}", a.value.type_name())));
+                return Err(at(
+                    &net.child("allow"),
+                    a,
+                    format!("expected an array, found {}", a.value.type_name()),
+                ));
             };
             if items.is_empty() {
-                return Err(at("network.allow", a, "must hold at least one destination"));
+                return Err(at(
+                    &net.child("allow"),
+                    a,
+                    "must hold at least one destination",
+                ));
             }
             for (i, item) in items.iter().enumerate() {
-                destination(builder, format!("network.allow[{i}]"), item)?;
+                destination(builder, Place::Index(&net.place, "allow", i), item)?;
             }
+            Ok(())
         }
     }
-    Ok(())
 }
 
-fn destination(builder: &mut MirBuilder, path: String, node: &Node) -> Result<()> {
+fn destination(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
     let d = Object::new(
-        path,
+        place,
         node,
         &[
             "protocol",
@@ -833,7 +881,10 @@ fn destination(builder: &mut MirBuilder, path: String, node: &Node) -> Result<()
             at(
                 &d.child("port"),
                 port_node,
-                format!("must be a bare integer 1..65535 (no sign, fraction, exponent or leading zero), found {n}"),
+                format!(
+                    "must be a bare integer 1..65535 (no sign, fraction, exponent or leading zero), \
+                     found {n}"
+                ),
             )
         })?,
         other => {
@@ -844,27 +895,18 @@ fn destination(builder: &mut MirBuilder, path: String, node: &Node) -> Result<()
             ))
         }
     };
-    let sni = match d.get("requireTlsSni") {
-        Some(n) => d.boolean("requireTlsSni", n)?,
-        None => false,
-    };
-    let private = match d.get("allowPrivateAddresses") {
-        Some(n) => d.boolean("allowPrivateAddresses", n)?,
-        None => false,
-    };
-    // Name the key that makes the host unacceptable: the grammar is the host's,
+    let sni = d.flag("requireTlsSni")?;
+    let private = d.flag("allowPrivateAddresses")?;
+    // Name the key that makes the host unacceptable: the grammar is the host's;
     // an IPv4 literal is refused only because TLS SNI was demanded.
     if let Err(e) = crate::host::classify_host(&host.to_ascii_lowercase()) {
         return Err(in_context(&d.child("host"), host_node, e));
     }
     builder
         .add_destination(host, port, sni, private)
-        .map_err(|e| {
-            let key = "requireTlsSni";
-            match d.get(key) {
-                Some(n) => in_context(&d.child(key), n, e),
-                None => in_context(&d.path, node, e),
-            }
+        .map_err(|e| match d.get("requireTlsSni") {
+            Some(n) => in_context(&d.child("requireTlsSni"), n, e),
+            None => in_context(&d.place, node, e),
         })?;
     Ok(())
 }
