@@ -375,7 +375,14 @@ impl Broker {
                 attempt.bytes_up = up;
                 attempt.bytes_down = down;
             }
-            Err(refusal) => {
+            Err(mut refusal) => {
+                if over_cap && refusal.reason != Reason::FlowLimit {
+                    // Whatever else went wrong, this client was turned away
+                    // because the broker was full.
+                    refusal.detail = format!("flow cap reached; {}", refusal.detail);
+                    refusal.reason = Reason::FlowLimit;
+                    refusal.socks_code = 0x01;
+                }
                 attempt.reason = Some(refusal.reason.as_str());
                 attempt.detail = Some(refusal.detail.clone());
                 refuse(&mut conn, &refusal);
@@ -736,5 +743,24 @@ fn refuse(conn: &mut Conn, r: &Refusal) {
             None => {}
         }
     }
+    // Lingering close: stop sending, then discard what the client still sends
+    // (bounded in bytes and time) so that closing with unread input does not
+    // reset the connection before the client has read the refusal.
+    let _ = conn.client.shutdown(Shutdown::Write);
+    let _ = conn
+        .client
+        .set_read_timeout(Some(Duration::from_millis(LINGER_MS)));
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        match conn.client.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
     let _ = conn.client.shutdown(Shutdown::Both);
 }
+
+/// Bounds of the lingering close after a refusal.
+const LINGER_MS: u64 = 500;
+const LINGER_BYTES: usize = 256 * 1024;

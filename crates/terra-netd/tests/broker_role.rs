@@ -1,0 +1,272 @@
+//! The broker as a real process: `broker_main` with its fixed descriptors
+//! (7 channel, 8 startup, 9 receipt), its own seccomp and Landlock, fed by the
+//! real box service; then killed, after which nothing reaches the network.
+//!
+//! The child is this test binary re-executed with an environment variable
+//! that selects the role (no launcher needed).
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use terra_netd::fdpass::broker_socketpair;
+use terra_netd::{box_service, encode_startup, Limits, StartupConfig};
+use terra_policy::{MirBuilder, NetworkMode};
+
+const ROLE_ENV: &str = "TERRA_NETD_TEST_ROLE";
+
+/// In the child: run the broker role and exit with its code.
+#[test]
+fn role_child_broker() {
+    if std::env::var(ROLE_ENV).as_deref() == Ok("broker") {
+        std::process::exit(terra_netd::broker_main());
+    }
+}
+
+/// In the child: apply the broker's confinement, then probe it.
+#[test]
+fn role_child_confine() {
+    if std::env::var(ROLE_ENV).as_deref() != Ok("confine") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let c = terra_netd::confine::apply(&terra_netd::resolver_files()).unwrap();
+    let mut failures = Vec::new();
+    let mut check = |ok: bool, what: &str| {
+        if !ok {
+            failures.push(what.to_owned());
+        }
+    };
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+    check(
+        socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .is_err(),
+        "AF_UNIX socket refused",
+    );
+    check(
+        socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::empty(),
+            None,
+        )
+        .is_err(),
+        "AF_NETLINK socket refused",
+    );
+    check(
+        socket(
+            AddressFamily::Inet6,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .is_ok(),
+        "AF_INET6 socket allowed",
+    );
+    check(TcpListener::bind("127.0.0.1:0").is_err(), "bind refused");
+    check(
+        std::net::UdpSocket::bind("127.0.0.1:0").is_err(),
+        "UDP bind refused",
+    );
+    check(
+        std::net::TcpStream::connect(addr).is_ok(),
+        "connect to a loopback listener allowed",
+    );
+    check(
+        std::thread::spawn(|| 7).join().ok() == Some(7),
+        "threads can be started",
+    );
+    check(Command::new("/bin/true").status().is_err(), "exec refused");
+    check(
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_err(),
+        "unshare refused",
+    );
+    if c.landlock != "not enforced" {
+        check(
+            std::fs::read("/etc/passwd").is_err(),
+            "reading outside the resolver files refused",
+        );
+        check(
+            std::fs::write("/tmp/terra-netd-landlock-probe", b"x").is_err(),
+            "writing refused",
+        );
+        if std::path::Path::new("/etc/hosts").exists() {
+            check(std::fs::read("/etc/hosts").is_ok(), "/etc/hosts readable");
+        }
+    }
+    if failures.is_empty() {
+        println!("CONFINE-OK landlock={}", c.landlock);
+        std::process::exit(0);
+    }
+    println!("CONFINE-FAILED {failures:?}");
+    std::process::exit(3);
+}
+
+/// Moves each `(from, to)` descriptor to its fixed number. Every source is
+/// first duplicated above 100 so that placing one cannot clobber another.
+/// Runs between fork and exec: only fcntl and dup2 (async-signal-safe).
+fn place_fds(fds: &[(i32, i32)]) -> std::io::Result<()> {
+    let mut high = [0i32; 8];
+    for (i, (from, _)) in fds.iter().enumerate() {
+        // SAFETY: plain descriptor syscalls on descriptors open in this process.
+        high[i] = unsafe { libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 100) };
+        if high[i] < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for (i, (_, to)) in fds.iter().enumerate() {
+        // SAFETY: as above; dup2 clears close-on-exec on the target.
+        if unsafe { libc::dup2(high[i], *to) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn child(role: &str, test: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ROLE_ENV, role)
+        .stdin(Stdio::null());
+    cmd
+}
+
+#[test]
+fn confinement_holds_in_a_child() {
+    let out = child("confine", "role_child_confine").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CONFINE-OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn broker_process_serves_then_dies_without_fallback() {
+    let server = HttpServer::start();
+    let port = server.addr.port();
+    let mut b = MirBuilder::new();
+    b.set_network(NetworkMode::Mediated);
+    b.add_destination("127.0.0.1", port, false, true).unwrap();
+    let mir = b.build().unwrap();
+
+    let (box_end, broker_end) = broker_socketpair().unwrap();
+    let (startup_r, startup_w): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let receipt_path = dir.path().join("network.jsonl");
+    let receipt = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&receipt_path)
+        .unwrap();
+    let fds = [
+        (broker_end.as_raw_fd(), 7),
+        (startup_r.as_raw_fd(), 8),
+        (receipt.as_raw_fd(), 9),
+    ];
+    let mut cmd = child("broker", "role_child_broker");
+    cmd.stdout(Stdio::null());
+    // SAFETY: between fork and exec the closure only calls fcntl and dup2,
+    // which are async-signal-safe, on descriptors that stay open in the parent
+    // until after spawn returns.
+    unsafe {
+        cmd.pre_exec(move || place_fds(&fds));
+    }
+    let mut broker = cmd.spawn().unwrap();
+    drop((broker_end, startup_r, receipt));
+    let mut w = std::fs::File::from(startup_w);
+    let config = StartupConfig {
+        limits: Limits {
+            max_flows: 8,
+            max_refusers: 2,
+            handshake_timeout_ms: 5_000,
+            idle_timeout_ms: 10_000,
+            connect_timeout_ms: 5_000,
+        },
+        ..StartupConfig::default()
+    };
+    w.write_all(&encode_startup(mir.bytes(), &config)).unwrap();
+    drop(w);
+
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = listener.local_addr().unwrap();
+    std::thread::spawn(move || box_service(listener, box_end));
+
+    let url = format!("http://127.0.0.1:{port}/via-role");
+    let (code, body) = curl(&["-x", &format!("http://{proxy}"), &url]);
+    assert_eq!((code, body.as_str()), (0, "hello /via-role\n"));
+    let (_, body) = curl(&["-x", &format!("http://{proxy}"), "http://127.0.0.1:1/"]);
+    assert!(body.contains("no-destination"), "{body}");
+
+    // The receipt file got one line per attempt.
+    let mut lines = Vec::new();
+    for _ in 0..500 {
+        let mut text = String::new();
+        std::fs::File::open(&receipt_path)
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        lines = text.lines().map(str::to_owned).collect::<Vec<_>>();
+        if lines.len() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(first["verdict"], "allowed");
+    assert_eq!(first["address"], format!("127.0.0.1:{port}"));
+
+    // Kill the broker: later connections fail, and nothing falls back.
+    broker.kill().unwrap();
+    let status = broker.wait().unwrap();
+    assert!(!status.success());
+    for _ in 0..3 {
+        let (code, body) = curl(&["-x", &format!("http://{proxy}"), &url]);
+        assert_ne!(code, 0, "{body}");
+    }
+    let (code, _) = curl(&["--socks5-hostname", &proxy.to_string(), &url]);
+    assert_ne!(code, 0);
+    assert_eq!(server.hits(), 1);
+}
+
+#[test]
+fn broker_refuses_a_non_mediated_startup() {
+    let (_box_end, broker_end) = broker_socketpair().unwrap();
+    let (startup_r, startup_w): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
+    let fds = [(broker_end.as_raw_fd(), 7), (startup_r.as_raw_fd(), 8)];
+    let mut cmd = child("broker", "role_child_broker");
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    // SAFETY: as above, only fcntl and dup2 between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || place_fds(&fds));
+    }
+    let broker = cmd.spawn().unwrap();
+    drop((broker_end, startup_r));
+    let direct = {
+        let mut b = MirBuilder::new();
+        b.set_network(NetworkMode::Direct);
+        b.build().unwrap()
+    };
+    let mut w = std::fs::File::from(startup_w);
+    w.write_all(&encode_startup(direct.bytes(), &StartupConfig::default()))
+        .unwrap();
+    drop(w);
+    let out = broker.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mediated"));
+}

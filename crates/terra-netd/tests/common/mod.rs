@@ -1,0 +1,309 @@
+//! Shared harness: the broker in-process (no launcher), fed through the real
+//! box service and fd-passing socketpair, against servers on 127.0.0.1.
+#![allow(dead_code)]
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use terra_netd::fdpass::broker_socketpair;
+use terra_netd::{
+    box_service, Broker, Limits, MemoryReceipt, Pattern, ReceiptSink, Resolver, StaticResolver,
+};
+use terra_policy::NetworkMode;
+
+/// A resolver that counts lookups (to prove unlisted names are never resolved).
+pub struct CountingResolver {
+    pub inner: StaticResolver,
+    pub lookups: AtomicUsize,
+}
+
+impl Resolver for CountingResolver {
+    fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
+        self.lookups.fetch_add(1, Ordering::SeqCst);
+        self.inner.resolve(name)
+    }
+}
+
+pub struct Harness {
+    pub proxy: SocketAddr,
+    pub broker: Arc<Broker>,
+    pub receipts: MemoryReceipt,
+    pub resolver: Arc<CountingResolver>,
+    broker_end: Arc<OwnedFd>,
+}
+
+impl Harness {
+    /// `names` all resolve to 127.0.0.1.
+    pub fn start(patterns: Vec<Pattern>, names: &[&str], limits: Limits) -> Harness {
+        let resolver = Arc::new(CountingResolver {
+            inner: StaticResolver::new(
+                names
+                    .iter()
+                    .map(|n| (n.to_string(), vec!["127.0.0.1".parse().unwrap()])),
+            ),
+            lookups: AtomicUsize::new(0),
+        });
+        let receipts = MemoryReceipt::default();
+        let broker = Broker::new(
+            NetworkMode::Mediated,
+            patterns,
+            resolver.clone(),
+            ReceiptSink::new(Box::new(receipts.clone())),
+            limits,
+        );
+        let (box_end, broker_end) = broker_socketpair().unwrap();
+        let broker_end = Arc::new(broker_end);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy = listener.local_addr().unwrap();
+        std::thread::spawn(move || box_service(listener, box_end));
+        let b = broker.clone();
+        let chan = broker_end.clone();
+        std::thread::spawn(move || {
+            let _ = b.serve_channel(&chan);
+        });
+        Harness {
+            proxy,
+            broker,
+            receipts,
+            resolver,
+            broker_end,
+        }
+    }
+
+    /// Simulates the broker dying: its end of the channel is shut down, so its
+    /// serve loop ends and the box service's sends fail from then on.
+    pub fn kill_broker(&self) {
+        nix::sys::socket::shutdown(
+            self.broker_end.as_raw_fd(),
+            nix::sys::socket::Shutdown::Both,
+        )
+        .unwrap();
+    }
+
+    /// Waits (bounded) until `n` receipt lines exist, then returns them all.
+    pub fn receipts_at_least(&self, n: usize) -> Vec<serde_json::Value> {
+        for _ in 0..500 {
+            let lines = self.receipts.lines();
+            if lines.len() >= n {
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let lines = self.receipts.lines();
+        panic!("expected {n} receipt lines, got {}: {lines:?}", lines.len());
+    }
+
+    pub fn lookups(&self) -> usize {
+        self.resolver.lookups.load(Ordering::SeqCst)
+    }
+}
+
+pub fn pat(host: &str, port: u16, sni: bool, private: bool) -> Pattern {
+    Pattern::parse(host, port, sni, private).unwrap()
+}
+
+pub fn limits() -> Limits {
+    Limits {
+        max_flows: 64,
+        max_refusers: 8,
+        handshake_timeout_ms: 5_000,
+        idle_timeout_ms: 10_000,
+        connect_timeout_ms: 5_000,
+    }
+}
+
+/// A tiny HTTP server: answers every request with `hello <path>` and counts
+/// accepted connections.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+}
+
+impl HttpServer {
+    pub fn start() -> HttpServer {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                h.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf).into_owned();
+                    let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
+                    let body = format!("hello {path}\n");
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\nX-Seen-Head: {}\r\n\r\n{body}",
+                        body.len(),
+                        head.lines().next().unwrap_or_default()
+                    );
+                });
+            }
+        });
+        HttpServer { addr, hits }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+/// A throwaway self-signed certificate for `name` in a temp dir.
+pub struct Cert {
+    pub dir: tempfile::TempDir,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+pub fn make_cert(name: &str) -> Cert {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .arg("-subj")
+        .arg(format!("/CN={name}"))
+        .arg("-addext")
+        .arg(format!("subjectAltName=DNS:{name}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is installed");
+    assert!(st.success(), "openssl req failed");
+    Cert { dir, cert, key }
+}
+
+/// `openssl s_server -www` on 127.0.0.1, killed on drop.
+pub struct TlsServer {
+    pub port: u16,
+    child: Child,
+    _cert: Cert,
+}
+
+impl TlsServer {
+    pub fn start(name: &str) -> TlsServer {
+        let cert = make_cert(name);
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = Command::new("openssl")
+            .args(["s_server", "-www", "-quiet", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(&cert.cert)
+            .arg("-key")
+            .arg(&cert.key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl is installed");
+        for _ in 0..500 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        TlsServer {
+            port,
+            child,
+            _cert: cert,
+        }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs curl with `args`; returns (exit code, stdout).
+pub fn curl(args: &[&str]) -> (i32, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "20", "--noproxy", ""])
+        .args(args)
+        .env_remove("http_proxy")
+        .env_remove("https_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl is installed");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Opens a raw connection to the proxy.
+pub fn raw(proxy: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Reads until the peer closes (bounded by the read timeout).
+pub fn read_all(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// Sends a CONNECT and returns the response head.
+pub fn connect_head(s: &mut TcpStream, target: &str) -> String {
+    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(1) => head.push(b[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// The receipt line whose name and port match.
+pub fn find<'a>(lines: &'a [serde_json::Value], name: &str, port: u16) -> &'a serde_json::Value {
+    lines
+        .iter()
+        .find(|l| l["name"] == name && l["port"] == port)
+        .unwrap_or_else(|| panic!("no receipt for {name}:{port} in {lines:?}"))
+}
