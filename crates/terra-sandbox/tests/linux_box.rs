@@ -553,34 +553,5 @@ fn host_support_reports_user_namespaces() {
 /// As root: the whole suite again as an unprivileged user (uid/gid 65534).
 #[test]
 fn as_unprivileged_user() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || std::env::var_os("TERRA_UNPRIV_CHILD").is_some() {
-        return;
-    }
-    let dir = tempfile::Builder::new()
-        .prefix("terra-unpriv-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = dir.path().join("linux_box");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
-        .args(["--skip", "as_unprivileged_user"])
-        .env("TERRA_UNPRIV_CHILD", "1")
-        .env("TMPDIR", "/tmp")
-        .env_remove("TERRA_TEST_TMP")
-        .current_dir("/")
-        .output()
-        .expect("setpriv (util-linux) is needed to run the unprivileged half");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "unprivileged run failed:\n{text}");
-    assert!(text.contains("test result: ok"), "{text}");
-    assert!(!text.contains(" 0 passed"), "{text}");
+    rerun_unprivileged("as_unprivileged_user");
 }

@@ -155,3 +155,39 @@ pub fn ok(r: &(BoxReport, String)) -> &str {
     );
     &r.1
 }
+
+/// As root: re-runs the calling test binary as uid/gid 65534 (skipping
+/// `skip`), from a world-readable copy; asserts that every test passed.
+pub fn rerun_unprivileged(skip: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || std::env::var_os("TERRA_UNPRIV_CHILD").is_some() {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("terra-unpriv-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("tests");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args(["--skip", skip])
+        .env("TERRA_UNPRIV_CHILD", "1")
+        .env("TMPDIR", "/tmp")
+        .env_remove("TERRA_TEST_TMP")
+        .current_dir("/")
+        .output()
+        .expect("setpriv (util-linux) is needed to run the unprivileged half");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "unprivileged run failed:\n{text}");
+    assert!(text.contains("test result: ok"), "{text}");
+    assert!(!text.contains(" 0 passed"), "{text}");
+}
