@@ -135,8 +135,21 @@ pub(crate) fn is_same_or_ancestor(a: &str, b: &str) -> bool {
 /// Orders paths so that every path comes right before its descendants
 /// (pre-order of the tree): bytes compared with '/' ranking lowest.
 pub(crate) fn tree_order(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let n = a.len().min(b.len());
+    // Skip the common prefix eight bytes at a time, then compare one byte.
+    let mut i = 0;
+    while i + 8 <= n && a[i..i + 8] == b[i..i + 8] {
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    if i == n {
+        return a.len().cmp(&b.len());
+    }
     let key = |c: u8| if c == b'/' { 0u8 } else { c };
-    a.bytes().map(key).cmp(b.bytes().map(key))
+    key(a[i]).cmp(&key(b[i]))
 }
 
 /// Plan order (spec section 5): grants, then deny-writes, then denies; within a
@@ -234,12 +247,24 @@ pub fn evaluate_rules(rules: &[ResolvedRule], path: &str) -> Result<Evaluation> 
     Ok(v.finish())
 }
 
+/// FNV-1a, 64 bits: a fixed, fast hash for the path index (collisions only
+/// cost a string comparison).
+fn path_hash(path: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in path.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// Resolved rules in plan order with an index for fast evaluation. Immutable.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RuleSet {
     rules: Vec<ResolvedRule>,
-    /// Indices into `rules`, sorted by path bytes.
-    by_path: Vec<u32>,
+    /// (hash of the path, index into `rules`), sorted: one binary search over
+    /// this contiguous array finds every rule named by a path.
+    by_path: Vec<(u64, u32)>,
 }
 
 impl RuleSet {
@@ -250,13 +275,12 @@ impl RuleSet {
         rules.dedup_by(|later, kept| {
             later.access == kept.access && later.scope == kept.scope && later.path == kept.path
         });
-        let mut by_path: Vec<u32> = (0..rules.len() as u32).collect();
-        by_path.sort_by(|&a, &b| {
-            rules[a as usize]
-                .path
-                .cmp(&rules[b as usize].path)
-                .then(a.cmp(&b))
-        });
+        let mut by_path: Vec<(u64, u32)> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (path_hash(&r.path), i as u32))
+            .collect();
+        by_path.sort_unstable();
         RuleSet { rules, by_path }
     }
 
@@ -297,15 +321,14 @@ impl RuleSet {
     /// Adds the rules named exactly `prefix`: tree rules always, exact ones when
     /// `prefix` is the queried path itself.
     fn visit(&self, v: &mut Verdict, prefix: &str, is_self: bool) {
-        let start = self
-            .by_path
-            .partition_point(|&i| self.rules[i as usize].path.as_str() < prefix);
-        for &i in &self.by_path[start..] {
-            let r = &self.rules[i as usize];
-            if r.path != prefix {
+        let h = path_hash(prefix);
+        let start = self.by_path.partition_point(|&(x, _)| x < h);
+        for &(x, i) in &self.by_path[start..] {
+            if x != h {
                 break;
             }
-            if is_self || r.scope == Scope::Tree {
+            let r = &self.rules[i as usize];
+            if r.path == prefix && (is_self || r.scope == Scope::Tree) {
                 v.add(&self.rules, i as usize);
             }
         }
@@ -357,6 +380,18 @@ mod tests {
         let mut v = vec!["/a/b", "/a-b", "/a", "/", "/a/b/c", "/b", "/a.b"];
         v.sort_by(|a, b| tree_order(a, b));
         assert_eq!(v, vec!["/", "/a", "/a/b", "/a/b/c", "/a-b", "/a.b", "/b"]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn tree_order_matches_mapped_bytes(a in "[/a-b.-]{0,20}", b in "[/a-b.-]{0,20}") {
+            let key = |c: u8| if c == b'/' { 0u8 } else { c };
+            let want = a.bytes().map(key).cmp(b.bytes().map(key));
+            proptest::prop_assert_eq!(tree_order(&a, &b), want);
+            let long_a = format!("/common/prefix/longer/than/eight{a}");
+            let long_b = format!("/common/prefix/longer/than/eight{b}");
+            proptest::prop_assert_eq!(tree_order(&long_a, &long_b), want);
+        }
     }
 
     #[test]

@@ -224,17 +224,77 @@ impl Resolution {
 }
 
 /// How one candidate path resolved.
-enum Outcome {
+enum Walk {
+    /// It exists; its canonical path.
     Found(String),
-    Missing,
+    /// It does not exist (ENOENT or ENOTDIR in realpath terms).
+    Missing(Absence),
 }
 
-fn realpath(candidate: &str) -> Result<Outcome> {
-    match std::fs::canonicalize(candidate) {
-        Ok(p) => Ok(Outcome::Found(utf8(p, candidate)?)),
-        Err(e) if is_missing(&e) => Ok(Outcome::Missing),
-        Err(e) => Err(PolicyError::Io(format!("realpath {candidate}: {e}"))),
+/// Why a candidate is missing, with what the protect-create name needs.
+enum Absence {
+    /// `prefix` (canonical, an existing directory) holds no entry named
+    /// `components[index]`.
+    Absent { prefix: String, index: usize },
+    /// `path` is on the way but is not a directory (ENOTDIR).
+    NotDirectory { path: String },
+    /// `path` is a symlink to nothing (ENOENT after following it).
+    DanglingSymlink { path: String },
+}
+
+/// realpath of `base` + `components`, where `base` is canonical: one lstat per
+/// component; a symlink is followed with realpath (chains and loops included,
+/// so ELOOP is an error) and must stay inside `base` when `confine` is set.
+/// Only ENOENT and ENOTDIR mean missing; any other error is io.
+fn walk(
+    base: &str,
+    components: &[&str],
+    confine: bool,
+    escape: &dyn Fn(&str) -> PolicyError,
+) -> Result<Walk> {
+    let mut prefix = base.to_string();
+    let last = components.len().saturating_sub(1);
+    for (i, component) in components.iter().enumerate() {
+        let next = join(&prefix, component);
+        let md = match std::fs::symlink_metadata(&next) {
+            Ok(md) => md,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Walk::Missing(Absence::Absent { prefix, index: i }))
+            }
+            Err(e) if is_missing(&e) => {
+                return Ok(Walk::Missing(Absence::NotDirectory { path: prefix }))
+            }
+            Err(e) => return Err(PolicyError::Io(format!("lstat {next}: {e}"))),
+        };
+        let (real, is_dir) = if md.file_type().is_symlink() {
+            match std::fs::canonicalize(&next) {
+                Ok(real) => {
+                    let real = utf8(real, &next)?;
+                    if confine && !inside(base, &real) {
+                        return Err(escape(&real));
+                    }
+                    let is_dir = std::fs::metadata(&real)
+                        .map_err(|e| PolicyError::Io(format!("stat {real}: {e}")))?
+                        .is_dir();
+                    (real, is_dir)
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Ok(Walk::Missing(Absence::DanglingSymlink { path: next }))
+                }
+                Err(e) if is_missing(&e) => {
+                    return Ok(Walk::Missing(Absence::NotDirectory { path: next }))
+                }
+                Err(e) => return Err(PolicyError::Io(format!("realpath {next}: {e}"))),
+            }
+        } else {
+            (next, md.is_dir())
+        };
+        if !is_dir && i < last {
+            return Ok(Walk::Missing(Absence::NotDirectory { path: real }));
+        }
+        prefix = real;
     }
+    Ok(Walk::Found(prefix))
 }
 
 /// `path` is `root` or below it on a segment boundary.
@@ -259,52 +319,25 @@ fn escape_error(rule: usize, root: RootKind, base: &str, written: &str, real: &s
 }
 
 /// The protect-create name of an absent target: the existing canonical prefix
-/// plus the absent components as written, found by an lstat walk from `base`
-/// (canonical). A dangling symlink or a non-directory on the path is refused.
-fn protect_create_name(rule: usize, root: RootKind, base: &str, relative: &str) -> Result<String> {
-    let components: Vec<&str> = relative.split('/').filter(|c| !c.is_empty()).collect();
-    let mut prefix = base.to_string();
-    for (i, component) in components.iter().enumerate() {
-        let next = join(&prefix, component);
-        match std::fs::symlink_metadata(&next) {
-            Ok(md) if md.file_type().is_symlink() => match std::fs::canonicalize(&next) {
-                Ok(real) => {
-                    let real = utf8(real, &next)?;
-                    if root != RootKind::Host && !inside(base, &real) {
-                        return Err(escape_error(rule, root, base, relative, &real));
-                    }
-                    let is_dir = std::fs::metadata(&real)
-                        .map_err(|e| PolicyError::Io(format!("stat {real}: {e}")))?
-                        .is_dir();
-                    if !is_dir {
-                        return Err(PolicyError::Format(format!(
-                            "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path: {next} is not a directory"
-                        )));
-                    }
-                    prefix = real;
-                }
-                Err(e) if is_missing(&e) => {
-                    return Err(PolicyError::Format(format!(
-                        "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path through the dangling symlink {next}"
-                    )))
-                }
-                Err(e) => return Err(PolicyError::Io(format!("realpath {next}: {e}"))),
-            },
-            Ok(md) if md.is_dir() => prefix = next,
-            Ok(_) => {
-                return Err(PolicyError::Format(format!(
-                    "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path: {next} is not a directory"
-                )))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(join(&prefix, &components[i..].join("/")));
-            }
-            Err(e) => return Err(PolicyError::Io(format!("lstat {next}: {e}"))),
-        }
+/// plus the absent components as written. A dangling symlink or a
+/// non-directory on the path is refused (format).
+fn protect_create_name(
+    rule: usize,
+    root: RootKind,
+    relative: &str,
+    components: &[&str],
+    absence: Absence,
+) -> Result<String> {
+    let refuse = |why: String| {
+        PolicyError::Format(format!(
+            "rule {rule} ({root} {relative:?}): cannot protect the creation of an absent path: {why}"
+        ))
+    };
+    match absence {
+        Absence::Absent { prefix, index } => Ok(join(&prefix, &components[index..].join("/"))),
+        Absence::NotDirectory { path } => Err(refuse(format!("{path} is not a directory"))),
+        Absence::DanglingSymlink { path } => Err(refuse(format!("{path} is a dangling symlink"))),
     }
-    Err(PolicyError::Io(format!(
-        "rule {rule} ({root} {relative:?}): the target appeared while it was being resolved"
-    )))
 }
 
 /// Resolves `mir` with `bindings` (spec section 4), then refuses conflicts
@@ -367,45 +400,42 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
         } else {
             t.path.as_str()
         };
+        let components: Vec<&str> = relative.split('/').filter(|c| !c.is_empty()).collect();
+        let confine = t.root != RootKind::Host;
         for base in bases {
-            let candidate = join(base, relative);
-            match realpath(&candidate)? {
-                Outcome::Found(real) => {
-                    if t.root != RootKind::Host && !inside(base, &real) {
-                        return Err(escape_error(index, t.root, base, &t.path, &real));
-                    }
-                    rules.push(ResolvedRule {
-                        access: rule.access,
-                        path: real,
-                        scope: t.scope,
-                        protect_create: false,
-                        source_rule: index,
-                        source_root: t.root,
-                    });
-                }
-                Outcome::Missing => match (t.missing, rule.access) {
+            let escape = |real: &str| escape_error(index, t.root, base, &t.path, real);
+            match walk(base, &components, confine, &escape)? {
+                Walk::Found(real) => rules.push(ResolvedRule {
+                    access: rule.access,
+                    path: real,
+                    scope: t.scope,
+                    protect_create: false,
+                    source_rule: index,
+                    source_root: t.root,
+                }),
+                Walk::Missing(absence) => match (t.missing, rule.access) {
                     (Missing::Error, _) => {
                         return Err(PolicyError::Missing(format!(
-                        "rule {index} ({} {} {:?}): {candidate} does not exist (missing: error)",
-                        rule.access, t.root, t.path
-                    )))
+                            "rule {index} ({} {} {:?}): {} does not exist (missing: error)",
+                            rule.access,
+                            t.root,
+                            t.path,
+                            join(base, relative)
+                        )))
                     }
                     (Missing::Skip, Access::Read | Access::Write) => omitted.push(OmittedGrant {
                         access: rule.access,
-                        path: candidate,
+                        path: join(base, relative),
                         source_rule: index,
                     }),
-                    (Missing::Skip, Access::Deny | Access::DenyWrite) => {
-                        let name = protect_create_name(index, t.root, base, relative)?;
-                        rules.push(ResolvedRule {
-                            access: rule.access,
-                            path: name,
-                            scope: t.scope,
-                            protect_create: true,
-                            source_rule: index,
-                            source_root: t.root,
-                        });
-                    }
+                    (Missing::Skip, Access::Deny | Access::DenyWrite) => rules.push(ResolvedRule {
+                        access: rule.access,
+                        path: protect_create_name(index, t.root, &t.path, &components, absence)?,
+                        scope: t.scope,
+                        protect_create: true,
+                        source_rule: index,
+                        source_root: t.root,
+                    }),
                 },
             }
         }
