@@ -130,6 +130,13 @@ fn broker_run() -> Result<(), (i32, String)> {
         Err(_) => ReceiptSink::discard(),
     };
     let channel = fdpass::adopt_fd(BROKER_CHANNEL_FD).map_err(|e| refuse(e.to_string()))?;
+    // Each flow holds two sockets and two pipes: use the whole hard limit.
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
     let files = resolver_files();
     let confinement = confine::apply(&files).map_err(refuse)?;
     tracing::debug!("terra __network: landlock {}", confinement.landlock);
