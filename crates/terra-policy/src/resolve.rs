@@ -1066,6 +1066,67 @@ mod tests {
         );
     }
 
+    /// The lstat walk gives what realpath gives, for every kind of path.
+    #[test]
+    fn walk_agrees_with_realpath() {
+        let (_t, d) = tmp();
+        std::fs::create_dir_all(format!("{d}/a/b/c")).unwrap();
+        std::fs::write(format!("{d}/a/file"), b"").unwrap();
+        symlink("../a/b", format!("{d}/a/rel")).unwrap(); // relative, with '..'
+        symlink("rel/c", format!("{d}/a/chain")).unwrap(); // a chain
+        symlink(format!("{d}/a/file"), format!("{d}/a/tofile")).unwrap();
+        symlink("nowhere", format!("{d}/a/dangling")).unwrap();
+        symlink(".", format!("{d}/a/self")).unwrap();
+        symlink("/", format!("{d}/a/root")).unwrap();
+        let rels = [
+            "",
+            "a",
+            "a/b/c",
+            "a/rel",
+            "a/rel/c",
+            "a/chain",
+            "a/chain/x",
+            "a/tofile",
+            "a/tofile/x",
+            "a/file",
+            "a/file/x",
+            "a/dangling",
+            "a/dangling/x",
+            "a/self/self/b",
+            "a/root",
+            "a/root/tmp",
+            "x",
+            "x/y",
+            "a/b/x/y",
+        ];
+        for rel in rels {
+            let path = if rel.is_empty() {
+                d.clone()
+            } else {
+                format!("{d}/{rel}")
+            };
+            let m = one(
+                Access::Read,
+                RootKind::Host,
+                &path,
+                Scope::Exact,
+                Missing::Skip,
+            );
+            let r = resolve(&m, &HostBindings::default()).unwrap();
+            match std::fs::canonicalize(&path) {
+                Ok(real) => {
+                    assert_eq!(r.rules().len(), 1, "{rel}");
+                    assert_eq!(r.rules()[0].path, real.to_str().unwrap(), "{rel}");
+                }
+                Err(e) => {
+                    assert!(is_missing(&e), "{rel}: {e}");
+                    assert_eq!(r.omitted().len(), 1, "{rel}");
+                    assert!(r.rules().is_empty(), "{rel}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn default_minimal_roots_exist() {
         let roots = default_minimal_roots();
