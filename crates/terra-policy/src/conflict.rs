@@ -437,6 +437,43 @@ mod tests {
         }
     }
 
+    /// The reference and the fast search find the same, non-empty, conflicts
+    /// on known cases (so the property test compares something).
+    #[test]
+    fn known_conflicts() {
+        let rules = [
+            r(Access::Deny, Scope::Tree, "/a"),
+            r(Access::Read, Scope::Exact, "/a"),
+        ];
+        let want = vec![("/a".to_string(), Permission::Read, Permission::None)];
+        assert_eq!(reference(&rules), want);
+        assert_eq!(fast(&rules), want);
+        let rules = [
+            r(Access::Write, Scope::Tree, "/a"),
+            r(Access::Read, Scope::Tree, "/a/b"),
+        ];
+        let want = vec![
+            ("/a/b".to_string(), Permission::Read, Permission::ReadWrite),
+            (
+                "/a/b/maelys-witness-0".to_string(),
+                Permission::Read,
+                Permission::ReadWrite,
+            ),
+        ];
+        assert_eq!(reference(&rules), want);
+        assert_eq!(fast(&rules), want);
+        // A conflict at the path only: the exact write wins at /a under
+        // most-specific-wins; its unnamed children are denied in both readings.
+        let rules = [
+            r(Access::Read, Scope::Tree, "/"),
+            r(Access::Deny, Scope::Tree, "/a"),
+            r(Access::Write, Scope::Exact, "/a"),
+        ];
+        let want = vec![("/a".to_string(), Permission::ReadWrite, Permission::None)];
+        assert_eq!(reference(&rules), want);
+        assert_eq!(fast(&rules), want);
+    }
+
     #[test]
     fn witness_numbering() {
         let rules = [
