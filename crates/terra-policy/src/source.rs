@@ -99,6 +99,8 @@ fn render_path(segments: &[Segment<'_>]) -> String {
 
 struct Parser<'a> {
     bytes: &'a [u8],
+    /// The same input, validated as UTF-8 once; strings are sliced from it.
+    text: &'a str,
     pos: usize,
     depth: usize,
     path: Vec<Segment<'a>>,
@@ -121,8 +123,19 @@ fn parse_document(bytes: &[u8]) -> Result<Node<'_>> {
             "syntax error at byte offset 0: a byte order mark is not allowed".into(),
         ));
     }
+    // Validate the whole input once: outside strings only ASCII is valid JSON
+    // anyway, and strings can then be sliced without checking each one again.
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        let offset = e.valid_up_to();
+        PolicyError::Format(format!(
+            "invalid UTF-8 at byte offset {offset} (byte 0x{:02x}): the source, strings included, \
+             must be valid shortest-form UTF-8",
+            bytes[offset]
+        ))
+    })?;
     let mut p = Parser {
         bytes,
+        text,
         pos: 0,
         depth: 0,
         path: Vec::new(),
@@ -161,9 +174,11 @@ impl<'a> Parser<'a> {
     }
 
     fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\r' | b'\n') = self.peek() {
-            self.pos += 1;
-        }
+        let rest = &self.bytes[self.pos..];
+        self.pos += rest
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+            .unwrap_or(rest.len());
     }
 
     fn expect_literal(&mut self, literal: &[u8]) -> Result<()> {
@@ -347,15 +362,12 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Validates a run of raw string bytes as UTF-8.
+    /// A run of string bytes; it ends before an ASCII byte, so it is a whole
+    /// number of characters of the already validated text.
     fn utf8(&self, start: usize, end: usize) -> Result<&'a str> {
-        let bytes: &'a [u8] = self.bytes;
-        std::str::from_utf8(&bytes[start..end]).map_err(|e| {
-            self.syntax_at(
-                start + e.valid_up_to(),
-                "strings must be valid shortest-form UTF-8",
-            )
-        })
+        let text: &'a str = self.text;
+        text.get(start..end)
+            .ok_or_else(|| self.syntax_at(start, "strings must be valid UTF-8"))
     }
 
     /// A JSON string: raw bytes must be valid UTF-8 and not control characters;
@@ -367,12 +379,11 @@ impl<'a> Parser<'a> {
         loop {
             // The longest run of plain bytes.
             let run_start = self.pos;
-            while let Some(b) = self.peek() {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.pos += 1;
-            }
+            let rest = &self.bytes[run_start..];
+            self.pos += rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+                .unwrap_or(rest.len());
             let run = self.utf8(run_start, self.pos)?;
             match self.peek() {
                 None => return Err(self.syntax("unterminated string")),
@@ -1097,10 +1108,21 @@ mod tests {
             src.extend_from_slice(br#""}}]},"network":{"mode":"none"},"process":{"treeConfinement":"required"},"root":{"mode":"read-only"}}"#);
             refused_bytes(&src, ErrorClass::Format, "UTF-8");
         }
-        // Invalid UTF-8 outside strings is a plain syntax error.
+        // Invalid UTF-8 outside strings is refused the same way.
         let mut src = MINIMAL.as_bytes().to_vec();
         src.insert(1, 0xc3);
-        refused_bytes(&src, ErrorClass::Format, "byte 0xc3");
+        refused_bytes(
+            &src,
+            ErrorClass::Format,
+            "invalid UTF-8 at byte offset 1 (byte 0xc3)",
+        );
+        let mut src = MINIMAL.as_bytes().to_vec();
+        src.insert(1, 0xff);
+        refused_bytes(
+            &src,
+            ErrorClass::Format,
+            "invalid UTF-8 at byte offset 1 (byte 0xff)",
+        );
     }
 
     #[test]
