@@ -34,8 +34,12 @@ status=0
 for target in "${targets[@]}"; do
     mkdir -p "corpus/$target"
     echo "fuzz.sh: $target for ${seconds}s (sanitizer: $sanitizer)" >&2
+    dict=()
+    if [ -f "dicts/$target.dict" ]; then
+        dict=("-dict=dicts/$target.dict")
+    fi
     if ! cargo fuzz run -O -s "$sanitizer" "$target" "corpus/$target" "seeds/$target" -- \
-        -max_total_time="$seconds" -max_len=1048577 -print_final_stats=1; then
+        -max_total_time="$seconds" -max_len=1048577 -print_final_stats=1 "${dict[@]}"; then
         echo "fuzz.sh: $target found a failure; see fuzz/artifacts/$target/" >&2
         status=1
     fi
