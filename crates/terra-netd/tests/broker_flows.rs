@@ -430,3 +430,39 @@ fn half_close_is_relayed() {
     assert_eq!(lines[0]["bytes_up"], 300_000);
     assert_eq!(lines[0]["bytes_down"], 300_005);
 }
+
+#[test]
+fn idle_flows_are_closed() {
+    // A server that accepts and then says nothing, keeping its end open.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            keep.lock().unwrap().push(s);
+        }
+    });
+    let mut lim = limits();
+    lim.idle_timeout_ms = 300;
+    let h = Harness::start(
+        vec![pat("quiet.test", port, false, true)],
+        &["quiet.test"],
+        lim,
+    );
+    let mut s = raw(h.proxy);
+    assert!(connect_head(&mut s, &format!("quiet.test:{port}")).starts_with("HTTP/1.1 200"));
+    // Neither side sends: the broker ends the flow by itself.
+    assert!(read_all(&mut s).is_empty());
+    let lines = h.receipts_at_least(1);
+    assert_eq!(lines[0]["verdict"], "allowed");
+    assert_eq!(lines[0]["bytes_down"], 0);
+    // The slot is released right after the receipt is written.
+    for _ in 0..500 {
+        if h.broker.active_flows() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(h.broker.active_flows(), 0);
+}
