@@ -6,7 +6,9 @@
 //! plain linear evaluator over rules in any order; tests use it as a reference.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{PolicyError, Result};
 use crate::model::{Access, Scope};
@@ -250,12 +252,31 @@ pub fn evaluate_rules(rules: &[ResolvedRule], path: &str) -> Result<Evaluation> 
 /// FNV-1a, 64 bits: a fixed, fast hash for the path index (collisions only
 /// cost a string comparison).
 fn path_hash(path: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in path.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    path.bytes().fold(FNV_OFFSET, fnv_step)
+}
+
+/// The keys of [`RuleSet`]'s map are already hashes: use them as they are.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
     }
-    h
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = fnv_step(self.0, b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv_step(h: u64, b: u8) -> u64 {
+    (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
 }
 
 /// Resolved rules in plan order with an index for fast evaluation. Immutable.
@@ -265,6 +286,8 @@ pub struct RuleSet {
     /// (hash of the path, index into `rules`), sorted: one binary search over
     /// this contiguous array finds every rule named by a path.
     by_path: Vec<(u64, u32)>,
+    /// Path hash -> the run of `by_path` with that hash (start, end).
+    runs: HashMap<u64, (u32, u32), BuildHasherDefault<IdentityHasher>>,
 }
 
 impl RuleSet {
@@ -281,7 +304,16 @@ impl RuleSet {
             .map(|(i, r)| (path_hash(&r.path), i as u32))
             .collect();
         by_path.sort_unstable();
-        RuleSet { rules, by_path }
+        let mut runs: HashMap<u64, (u32, u32), BuildHasherDefault<IdentityHasher>> =
+            HashMap::default();
+        for (at, &(h, _)) in by_path.iter().enumerate() {
+            runs.entry(h).or_insert((at as u32, at as u32)).1 = at as u32 + 1;
+        }
+        RuleSet {
+            rules,
+            by_path,
+            runs,
+        }
     }
 
     /// The rules in plan order.
@@ -306,27 +338,30 @@ impl RuleSet {
     /// Like [`RuleSet::evaluate`] for a path the caller already knows is canonical.
     pub fn evaluate_canonical(&self, path: &str) -> Evaluation {
         let mut v = Verdict::default();
-        self.visit(&mut v, "/", path == "/");
+        // The hash of every prefix falls out of one pass over the path.
+        let bytes = path.as_bytes();
+        let mut h = fnv_step(FNV_OFFSET, b'/');
+        self.visit(&mut v, "/", h, path == "/");
         if path != "/" {
-            for (i, b) in path.bytes().enumerate().skip(1) {
+            for (i, &b) in bytes.iter().enumerate().skip(1) {
                 if b == b'/' {
-                    self.visit(&mut v, &path[..i], false);
+                    self.visit(&mut v, &path[..i], h, false);
                 }
+                h = fnv_step(h, b);
             }
-            self.visit(&mut v, path, true);
+            self.visit(&mut v, path, h, true);
         }
         v.finish()
     }
 
     /// Adds the rules named exactly `prefix`: tree rules always, exact ones when
     /// `prefix` is the queried path itself.
-    fn visit(&self, v: &mut Verdict, prefix: &str, is_self: bool) {
-        let h = path_hash(prefix);
-        let start = self.by_path.partition_point(|&(x, _)| x < h);
-        for &(x, i) in &self.by_path[start..] {
-            if x != h {
-                break;
-            }
+    fn visit(&self, v: &mut Verdict, prefix: &str, h: u64, is_self: bool) {
+        debug_assert_eq!(h, path_hash(prefix));
+        let Some(&(start, end)) = self.runs.get(&h) else {
+            return;
+        };
+        for &(_, i) in &self.by_path[start as usize..end as usize] {
             let r = &self.rules[i as usize];
             if r.path == prefix && (is_self || r.scope == Scope::Tree) {
                 v.add(&self.rules, i as usize);
