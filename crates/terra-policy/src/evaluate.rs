@@ -1,8 +1,8 @@
 //! Permissions of a path under contract 2 (spec section 5).
 //!
-//! [`RuleSet`] holds resolved rules in plan order plus a by-path index, so one
-//! evaluation costs one binary search per ancestor of the queried path
-//! (O(depth x log n)), never a scan of every rule. [`evaluate_rules`] is the
+//! [`RuleSet`] holds resolved rules in plan order plus a by-path hash index,
+//! so one evaluation costs one hash probe per ancestor of the queried path
+//! (O(depth) expected), never a scan of every rule. [`evaluate_rules`] is the
 //! plain linear evaluator over rules in any order; tests use it as a reference.
 
 use std::cmp::Ordering;
@@ -283,8 +283,8 @@ fn fnv_step(h: u64, b: u8) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RuleSet {
     rules: Vec<ResolvedRule>,
-    /// (hash of the path, index into `rules`), sorted: one binary search over
-    /// this contiguous array finds every rule named by a path.
+    /// (hash of the path, index into `rules`), sorted, so the rules named by
+    /// one path (and any hash collision) are one contiguous run.
     by_path: Vec<(u64, u32)>,
     /// Path hash -> the run of `by_path` with that hash (start, end).
     runs: HashMap<u64, (u32, u32), BuildHasherDefault<IdentityHasher>>,
