@@ -113,6 +113,16 @@ fn transfer(mut s: TcpStream, bytes: u64) -> Duration {
     elapsed
 }
 
+/// User + system CPU seconds of process `pid` so far.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the comm field.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -157,9 +167,12 @@ fn main() {
     // 1. Throughput: best of 3 each way, alternating.
     let mut direct = Vec::new();
     let mut brokered = Vec::new();
+    let mut broker_cpu = 0.0;
     for _ in 0..3 {
         direct.push(transfer(TcpStream::connect(sink).unwrap(), bytes));
+        let before = cpu_secs(pid);
         brokered.push(transfer(connect_via(proxy, sink.port()), bytes));
+        broker_cpu += cpu_secs(pid) - before;
     }
     let best = |v: &[Duration]| *v.iter().min().unwrap();
     let rate = |d: Duration| bytes as f64 / d.as_secs_f64() / (1u64 << 20) as f64;
@@ -169,6 +182,10 @@ fn main() {
         rate(d),
         rate(b),
         100.0 * d.as_secs_f64() / b.as_secs_f64()
+    );
+    println!(
+        "broker CPU (user+system) per GiB relayed: {:.2} s",
+        broker_cpu / (3 * gib) as f64
     );
 
     // 2. Connect latency: 300 connects each way, medians.
