@@ -493,6 +493,71 @@ mod tests {
         b.build().unwrap()
     }
 
+    fn resolved(f: impl FnOnce(&mut MirBuilder)) -> Resolution {
+        let m = mir(f);
+        let b = crate::plan::HostBindings {
+            mediator: Some("m".into()),
+            ..Default::default()
+        };
+        crate::resolve::resolve(&m, &b).unwrap()
+    }
+
+    #[test]
+    fn settings_are_compared() {
+        let mediated = |sni: bool| {
+            resolved(move |b| {
+                b.set_network(NetworkMode::Mediated);
+                b.add_destination("a.example", 443, sni, false).unwrap();
+            })
+        };
+        let direct = resolved(|b| {
+            b.set_network(NetworkMode::Direct);
+        });
+        let none = resolved(|_| {});
+        let ephemeral = resolved(|b| {
+            b.set_root_mode(RootMode::EphemeralWrite);
+            b.set_process_tree(ProcessTree::Disabled);
+        });
+        // Network order none < mediated < direct.
+        assert!(contains(&direct, &mediated(false)).contained);
+        assert!(contains(&mediated(false), &none).contained);
+        assert!(!contains(&mediated(false), &direct).contained);
+        assert!(!contains(&none, &mediated(false)).contained);
+        // Destinations by exact equality: a stricter flag is still a different destination.
+        let r = contains(&mediated(false), &mediated(true));
+        assert!(!r.contained);
+        assert!(r.settings[0].contains("a.example:443"), "{:?}", r.settings);
+        assert!(contains(&mediated(true), &mediated(true)).contained);
+        // Root and process tree.
+        let r = contains(&none, &ephemeral);
+        assert_eq!(r.settings.len(), 2, "{:?}", r.settings);
+        assert!(contains(&ephemeral, &none).contained);
+        // diff reports and classifies the same changes.
+        let d = diff(&none, &ephemeral);
+        assert_eq!(
+            d.settings.root,
+            Some((RootMode::ReadOnly, RootMode::EphemeralWrite))
+        );
+        assert_eq!(
+            d.settings.process_tree,
+            Some((ProcessTree::Required, ProcessTree::Disabled))
+        );
+        assert_eq!(d.widened.len(), 2);
+        let d = diff(&ephemeral, &none);
+        assert!(d.widened.is_empty() && !d.is_empty());
+        let d = diff(&mediated(false), &mediated(true));
+        assert_eq!(d.settings.destinations_only_first.len(), 1);
+        assert_eq!(d.settings.destinations_only_second.len(), 1);
+        assert!(diff(&none, &none).is_empty());
+        // overlaps: the network is shared when both reach it.
+        let o = overlaps(&direct, &mediated(false));
+        assert!(o.network && o.overlapping);
+        assert_eq!(o.common_destinations.len(), 1);
+        assert!(!overlaps(&mediated(false), &mediated(true)).network);
+        assert!(!overlaps(&none, &direct).overlapping);
+        assert!(overlaps(&direct, &direct).network);
+    }
+
     #[test]
     fn restrict_rules_and_settings() {
         let base = mir(|b| {
