@@ -453,7 +453,12 @@ impl Broker {
                                 ));
                             }
                         }
-                        Err(e) => return Err(Refusal::new(Reason::MalformedRequest, e.0)),
+                        Err(e) => {
+                            // Still in method negotiation: "no acceptable method".
+                            let _ = conn.send(&[0x05, 0xff]);
+                            conn.protocol = None;
+                            return Err(Refusal::new(Reason::MalformedRequest, e.0));
+                        }
                     }
                 };
                 conn.buf.drain(..used);

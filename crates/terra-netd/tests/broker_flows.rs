@@ -106,6 +106,18 @@ fn connect_with_tls_sni_admitted_curl_and_openssl() {
     assert_eq!(r["sni"], "svc.test");
     assert_eq!(r["verdict"], "allowed");
 
+    // SOCKS5 with the name: success reply first, then the ClientHello decides.
+    let (code, body) = curl(&["-k", "--socks5-hostname", &h.proxy.to_string(), &url]);
+    assert_eq!(code, 0, "curl through SOCKS5 failed");
+    assert!(body.contains("s_server"), "{body}");
+    let lines = h.receipts_at_least(2);
+    assert!(
+        lines.iter().any(|l| l["protocol"] == "socks5"
+            && l["sni"] == "svc.test"
+            && l["verdict"] == "allowed"),
+        "{lines:?}"
+    );
+
     // openssl s_client through the HTTP proxy, SNI set to the name.
     let out = std::process::Command::new("openssl")
         .args(["s_client", "-proxy", &h.proxy.to_string(), "-connect"])
@@ -465,4 +477,59 @@ fn idle_flows_are_closed() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(h.broker.active_flows(), 0);
+}
+
+#[test]
+fn socks5_ipv6_and_other_commands_refused() {
+    let server = HttpServer::start();
+    let port = server.addr.port();
+    let h = Harness::start(
+        vec![pat("svc.test", port, false, true)],
+        &["svc.test"],
+        limits(),
+    );
+    // IPv6 literal request: the host grammar has no IPv6 literal.
+    let mut s = raw(h.proxy);
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).unwrap();
+    let mut req = vec![5, 1, 0, 4];
+    req.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    assert_eq!(&read_all(&mut s)[..2], &[5, 2]);
+    // BIND (command 2): not supported.
+    let mut s = raw(h.proxy);
+    s.write_all(&[5, 1, 0]).unwrap();
+    s.read_exact(&mut m).unwrap();
+    let mut req = vec![5, 2, 0, 3, 8];
+    req.extend_from_slice(b"svc.test");
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    assert_eq!(&read_all(&mut s)[..2], &[5, 7]);
+    // A greeting that offers no method at all.
+    let mut s = raw(h.proxy);
+    s.write_all(&[5, 0]).unwrap();
+    assert_eq!(read_all(&mut s), vec![5, 0xff]);
+    // Only username/password offered: no acceptable method.
+    let mut s = raw(h.proxy);
+    s.write_all(&[5, 1, 2]).unwrap();
+    assert_eq!(read_all(&mut s), vec![5, 0xff]);
+    let lines = h.receipts_at_least(4);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["reason"] == "malformed-name")
+            .count(),
+        1
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l["reason"] == "malformed-request")
+            .count(),
+        3
+    );
+    assert_eq!(server.hits(), 0);
 }
