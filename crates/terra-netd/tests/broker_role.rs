@@ -94,6 +94,18 @@ fn role_child_confine() {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_err(),
         "unshare refused",
     );
+    // getaddrinfo still works confined (nscd's AF_UNIX socket is refused, the
+    // resolver files are readable). "localhost" is answered from /etc/hosts
+    // alone: no DNS query leaves the machine.
+    use terra_netd::Resolver;
+    let r = terra_netd::SystemResolver::new(Duration::from_secs(5), 2);
+    match r.resolve("localhost") {
+        Ok(addrs) => check(
+            !addrs.is_empty() && addrs.iter().all(|a| a.is_loopback()),
+            "localhost resolves to loopback",
+        ),
+        Err(_) => check(false, "localhost resolves while confined"),
+    }
     if c.landlock != "not enforced" {
         check(
             std::fs::read("/etc/passwd").is_err(),
