@@ -1136,6 +1136,62 @@ mod tests {
         }
     }
 
+    /// A large resolution: every candidate resolved and named as expected,
+    /// the same result twice, and the first failing rule is the one named.
+    #[test]
+    fn large_resolutions_are_deterministic() {
+        let (_t, d) = tmp();
+        for i in (0..3000).step_by(3) {
+            std::fs::create_dir(format!("{d}/e{i:04}")).unwrap();
+        }
+        let mut b = MirBuilder::new();
+        for i in 0..3000 {
+            let access = [Access::Read, Access::Deny, Access::DenyWrite][i % 3];
+            b.add_rule(
+                access,
+                RootKind::Workspace,
+                &format!("e{i:04}"),
+                Scope::Tree,
+                Missing::Skip,
+            )
+            .unwrap();
+        }
+        let m = b.build().unwrap();
+        assert_eq!(m.rules().len(), 3000);
+        let r = resolve(&m, &ws(&d)).unwrap();
+        // Every third target exists (all reads); the others are absent denies.
+        assert_eq!(r.omitted().len(), 0);
+        assert_eq!(r.rules().len(), 3000);
+        for rule in r.rules() {
+            let i: usize = rule.path[d.len() + 2..].parse().unwrap();
+            assert_eq!(rule.protect_create, i % 3 != 0, "{}", rule.path);
+            assert_eq!(rule.source_rule, i);
+        }
+        let again = resolve(&m, &ws(&d)).unwrap();
+        assert_eq!(again, r);
+        // Two missing targets with missing: error, far apart: the first is named.
+        let mut b = m.to_builder();
+        b.add_rule(
+            Access::Read,
+            RootKind::Workspace,
+            "a-first-missing",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Read,
+            RootKind::Workspace,
+            "z-last-missing",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
+        let (c, msg) = class(resolve(&b.build().unwrap(), &ws(&d)));
+        assert_eq!(c, ErrorClass::Missing);
+        assert!(msg.contains("a-first-missing"), "{msg}");
+    }
+
     #[test]
     fn default_minimal_roots_exist() {
         let roots = default_minimal_roots();
