@@ -69,8 +69,28 @@ fn init_logging(level: Option<&str>) {
         .try_init();
 }
 
+/// Exit status for a command line clap rejected: 125 for `terra run` (terra
+/// refused before the workload started), 1 elsewhere, so that 2 keeps meaning
+/// "a valid report with violations" for `terra policy`.
+fn usage_error_status() -> u8 {
+    match std::env::args_os().nth(1) {
+        Some(first) if first == "run" => 125,
+        _ => 1,
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(usage_error_status())
+            } else {
+                ExitCode::SUCCESS // --help and --version
+            };
+        }
+    };
     init_logging(cli.log_level.as_deref());
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
