@@ -1632,6 +1632,39 @@ mod tests {
     }
 
     #[test]
+    fn every_object_valued_key_must_be_an_object() {
+        for (from, to, place) in [
+            (
+                r#""network":{"mode":"none"}"#,
+                r#""network":"none""#,
+                "network (byte offset",
+            ),
+            (
+                r#""process":{"treeConfinement":"required"}"#,
+                r#""process":true"#,
+                "process (byte offset",
+            ),
+            (
+                r#""root":{"mode":"read-only"}"#,
+                r#""root":["read-only"]"#,
+                "root (byte offset",
+            ),
+        ] {
+            refused(&MINIMAL.replace(from, to), ErrorClass::Format, place);
+        }
+        refused(
+            &dest_doc("443"),
+            ErrorClass::Format,
+            "network.allow[0] (byte offset",
+        );
+        refused(
+            &MINIMAL.replace(r#""default":"deny""#, r#""default":false"#),
+            ErrorClass::Format,
+            "filesystem.default (byte offset",
+        );
+    }
+
+    #[test]
     fn port_is_a_bare_integer_in_range() {
         for good in ["1", "443", "65535"] {
             let m = ok(&dest_doc(&format!(
