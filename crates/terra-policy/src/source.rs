@@ -254,7 +254,7 @@ impl<'a> Parser<'a> {
             if duplicate {
                 return Err(PolicyError::Format(format!(
                     "duplicate key \"{}\" in {} at byte offset {key_offset}",
-                    key.escape_debug(),
+                    shown(&key),
                     render_path(&self.path)
                 )));
             }
@@ -542,7 +542,7 @@ impl<'p, 'a> Object<'p, 'a> {
             if !allowed.contains(&key.as_ref()) {
                 return Err(PolicyError::Format(format!(
                     "unknown key \"{}\" in {place} (byte offset {}); allowed keys: {}",
-                    key.escape_debug(),
+                    shown(key),
                     value.offset,
                     allowed.join(", ")
                 )));
@@ -607,7 +607,7 @@ impl<'p, 'a> Object<'p, 'a> {
             at(
                 &self.child(key),
                 node,
-                format!("\"{}\" is not one of {}", s.escape_debug(), quoted(names)),
+                format!("\"{}\" is not one of {}", shown(s), quoted(names)),
             )
         })
     }
@@ -633,6 +633,16 @@ impl<'p, 'a> Object<'p, 'a> {
             None => Ok(false),
         }
     }
+}
+
+/// An input string as shown in a message: escaped, and cut after 64 characters
+/// so a hostile document cannot make a refusal message huge.
+fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(64).flat_map(char::escape_debug).collect();
+    if s.chars().nth(64).is_some() {
+        out.push_str("...");
+    }
+    out
 }
 
 fn quoted(names: &[&str]) -> String {
@@ -791,10 +801,7 @@ fn rule(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<(
                     return Err(at(
                         &po.child("root"),
                         n,
-                        format!(
-                            "\"{}\" is not one of \"workspace\", \"temp\"",
-                            other.escape_debug()
-                        ),
+                        format!("\"{}\" is not one of \"workspace\", \"temp\"", shown(other)),
                     ))
                 }
             };
@@ -910,6 +917,14 @@ fn destination(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> R
     let private = d.flag("allowPrivateAddresses")?;
     // Name the key that makes the host unacceptable: the grammar is the host's;
     // an IPv4 literal is refused only because TLS SNI was demanded.
+    if host.len() > crate::host::MAX_HOST_LEN {
+        return Err(PolicyError::Argument(format!(
+            "{} (byte offset {}): invalid host of {} bytes: longer than 253 bytes",
+            d.child("host"),
+            host_node.offset,
+            host.len()
+        )));
+    }
     if let Err(e) = crate::host::classify_host(&host.to_ascii_lowercase()) {
         return Err(in_context(&d.child("host"), host_node, e));
     }
@@ -1861,6 +1876,27 @@ mod tests {
             ErrorClass::Argument,
             "253",
         );
+    }
+
+    #[test]
+    fn messages_do_not_echo_huge_values() {
+        let big = "x".repeat(100_000);
+        for src in [
+            rule_doc(&format!(
+                r#"{{"access":"{big}","path":{{"special":"minimal-runtime"}}}}"#
+            )),
+            MINIMAL.replacen('{', &format!("{{\"{big}\":1,"), 1),
+            dest_doc(&format!(r#"{{"protocol":"tcp","host":"{big}","port":1}}"#)),
+            rule_doc(&format!(r#"{{"access":"read","path":{{"root":"{big}"}}}}"#)),
+        ] {
+            let e = compile_source(src.as_bytes()).unwrap_err();
+            assert!(
+                e.detail().len() < 400,
+                "{} bytes: {}",
+                e.detail().len(),
+                &e.detail()[..400]
+            );
+        }
     }
 
     #[test]
