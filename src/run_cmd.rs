@@ -1,31 +1,970 @@
 //! `terra run`, `terra doctor`, `terra backends`.
+//!
+//! `terra run` compiles the policy (the embedded default unless `--policy`),
+//! adds the command line's rules, binds this host's roots, checks the plan
+//! against the backend's declared capabilities and hands the run to
+//! `terra __supervisor` over an inherited pipe. It refuses with exit 125 and a
+//! `terra: ...` message on any failure before the workload starts.
 
-use std::process::ExitCode;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use terra_policy::digest::artifact_digest;
+use terra_policy::{
+    Access, Capability, CapabilitySet, HostBindings, Mir, Missing, NetworkMode, RootKind,
+    SandboxPlan, Scope,
+};
+use terra_supervisor::request::{hex, hex_os, PolicyOrigin, RunRequest, REQUEST_VERSION};
+use tracing::debug;
+
+const EXIT_REFUSED: u8 = terra_supervisor::EXIT_REFUSED;
+
+/// Environment variables copied from the caller into the box (plus every `LC_*`).
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+];
+/// PATH inside the box when the caller has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    /// Policy file: JSON source v3 or canonical MIR v3 bytes (magic "MMIR").
+    /// Without it, terra's embedded default policy.
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Grant read access to PATH (and below). Not with --policy.
+    #[arg(long, value_name = "PATH")]
+    read: Vec<PathBuf>,
+    /// Grant write access to PATH (and below). Not with --policy.
+    #[arg(long, value_name = "PATH")]
+    write: Vec<PathBuf>,
+    /// Deny every access to PATH (and below), even inside a grant.
+    #[arg(long, value_name = "PATH")]
+    deny: Vec<PathBuf>,
+    /// Allow TCP to HOST:PORT through the network broker (switches the network to mediated). Not with --policy.
+    #[arg(long, value_name = "HOST:PORT")]
+    allow_net: Vec<String>,
+    /// The workspace directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Pass NAME=VALUE, or NAME copied from terra's environment, to the workload.
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    env: Vec<OsString>,
+    /// Stop the workload after DURATION (e.g. 30s, 500ms, 5m, 1h; a bare number is seconds):
+    /// SIGTERM, then SIGKILL of the whole box 2 s later.
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<String>,
+    /// Also write the run's receipt (JSON) to FILE.
+    #[arg(long, value_name = "FILE")]
+    receipt: Option<PathBuf>,
+    /// Keep the run's private temp directory (its path is in the receipt).
+    #[arg(long)]
+    keep_temp: bool,
+    /// The backend to run on.
+    #[arg(long, default_value = "linux", value_name = "NAME")]
+    backend: String,
+    /// Print the resolved plan, its decision digest and the backend's mount and
+    /// filter program; run nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// The command to run, after `--`.
-    #[arg(trailing_var_arg = true, required = true)]
-    command: Vec<std::ffi::OsString>,
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "CMD"
+    )]
+    command: Vec<OsString>,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct BackendsArgs {}
-
-pub fn run(_args: RunArgs) -> ExitCode {
-    eprintln!("terra: run is not built yet");
-    ExitCode::from(125)
+pub struct BackendsArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
 }
 
-pub fn doctor(_args: DoctorArgs) -> ExitCode {
-    eprintln!("terra: doctor is not built yet");
-    ExitCode::from(1)
+/// Everything resolved for one run, before the supervisor starts.
+struct Prepared {
+    plan: SandboxPlan,
+    request: RunRequest,
 }
 
-pub fn backends(_args: BackendsArgs) -> ExitCode {
-    eprintln!("terra: backends is not built yet");
-    ExitCode::from(1)
+pub fn run(args: RunArgs) -> ExitCode {
+    let prepared = match prepare(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("terra: {e}");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    if args.dry_run {
+        print!("{}", dry_run_text(&prepared));
+        let _ = fs::remove_dir(&prepared.request.temp);
+        return ExitCode::SUCCESS;
+    }
+    match start_supervisor(&prepared.request) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let _ = fs::remove_dir(&prepared.request.temp);
+            eprintln!("terra: {e}");
+            ExitCode::from(EXIT_REFUSED)
+        }
+    }
+}
+
+fn prepare(args: &RunArgs) -> Result<Prepared, String> {
+    let t0 = Instant::now();
+    if args.backend != "linux" {
+        return Err(match args.backend.as_str() {
+            "macos" | "windows" => format!(
+                "backend {} is not supported on this host (see `terra backends`)",
+                args.backend
+            ),
+            other => format!("unknown backend {other:?} (see `terra backends`)"),
+        });
+    }
+    let cwd =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let (mir, origin) = load_policy(args, &cwd)?;
+    debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
+
+    let t1 = Instant::now();
+    let broker_available = false; // mediated runs are integrated with terra-netd later
+    let declared = terra_sandbox::linux::declared_capabilities(broker_available);
+    if mir.network() == NetworkMode::Mediated && !declared.contains(Capability::NetworkMediated) {
+        return Err(
+            "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the linux \
+             backend in this build declares no network-mediated capability (no network broker yet); refusing \
+             instead of falling back to another network mode"
+                .into(),
+        );
+    }
+    let workspace = match &args.workspace {
+        Some(w) => fs::canonicalize(absolute_lexical(w, &cwd))
+            .map_err(|e| format!("--workspace {}: {e}", w.display()))?,
+        None => fs::canonicalize(&cwd).map_err(|e| format!("the current directory: {e}"))?,
+    };
+    if !workspace.is_dir() {
+        return Err(format!(
+            "the workspace {} is not a directory",
+            workspace.display()
+        ));
+    }
+    if workspace == Path::new("/") {
+        return Err("the workspace would be / (the whole host); run from a project directory or pass --workspace DIR".into());
+    }
+    let box_cwd = match fs::canonicalize(&cwd) {
+        Ok(c) if c.starts_with(&workspace) => c,
+        _ => workspace.clone(),
+    };
+    let temp = make_temp_dir()?;
+    let result = (|| {
+        let bindings = HostBindings {
+            workspace: Some(workspace.clone()),
+            temp: Some(temp.clone()),
+            minimal_roots: terra_policy::default_minimal_roots(),
+            mediator: None,
+        };
+        let plan = terra_policy::compile_plan(&mir, &bindings, declared)
+            .map_err(|e| format!("policy refused: {e}"))?;
+        debug!(
+            phase = "resolve",
+            ms = t1.elapsed().as_secs_f64() * 1e3,
+            rules = plan.rules().len()
+        );
+        let env = box_env(&args.env)?;
+        let timeout_ms = args
+            .timeout
+            .as_deref()
+            .map(parse_duration)
+            .transpose()?
+            .map(|d| d.as_millis() as u64);
+        let receipt = args.receipt.as_ref().map(|r| absolute_lexical(r, &cwd));
+        let request = RunRequest {
+            version: REQUEST_VERSION,
+            backend: "linux".into(),
+            mir_hex: hex(mir.bytes()),
+            decision_digest: mir.decision_digest(),
+            policy: origin,
+            workspace: workspace.clone(),
+            temp: temp.clone(),
+            minimal_roots: bindings.minimal_roots.clone(),
+            mediator: None,
+            declared: declared.iter().map(|c| c.name().to_string()).collect(),
+            cwd: box_cwd,
+            argv_hex: args.command.iter().map(|a| hex_os(a)).collect(),
+            env_hex: env.iter().map(|(k, v)| (hex_os(k), hex_os(v))).collect(),
+            timeout_ms,
+            receipt,
+            keep_temp: args.keep_temp,
+        };
+        Ok(Prepared { plan, request })
+    })();
+    if result.is_err() {
+        let _ = fs::remove_dir(&temp);
+    }
+    result
+}
+
+/// The policy (default or `--policy`) plus the command line's rules.
+fn load_policy(args: &RunArgs, cwd: &Path) -> Result<(Mir, PolicyOrigin), String> {
+    let (base, source, format, digest) = match &args.policy {
+        None => {
+            let src = terra_policy::DEFAULT_POLICY_SOURCE.as_bytes();
+            let mir = terra_policy::compile_source(src)
+                .map_err(|e| format!("the default policy: {e}"))?;
+            (mir, "default".to_string(), "json", artifact_digest(src))
+        }
+        Some(p) => {
+            let grants =
+                !args.read.is_empty() || !args.write.is_empty() || !args.allow_net.is_empty();
+            if grants {
+                return Err(
+                    "with --policy only --deny may be added (a restriction); put --read, --write and --allow-net \
+                     grants in the policy file"
+                        .into(),
+                );
+            }
+            let bytes = fs::read(p).map_err(|e| format!("--policy {}: {e}", p.display()))?;
+            let (mir, format) = if bytes.starts_with(b"MMIR") {
+                (
+                    Mir::decode(&bytes).map_err(|e| format!("--policy {}: {e}", p.display()))?,
+                    "mir",
+                )
+            } else {
+                (
+                    terra_policy::compile_source(&bytes)
+                        .map_err(|e| format!("--policy {}: {e}", p.display()))?,
+                    "json",
+                )
+            };
+            let shown = absolute_lexical(p, cwd).display().to_string();
+            (mir, shown, format, artifact_digest(&bytes))
+        }
+    };
+    let mut overlay = Vec::new();
+    let mut builder = base.to_builder();
+    let lists: [(&[PathBuf], Access); 3] = [
+        (&args.read, Access::Read),
+        (&args.write, Access::Write),
+        (&args.deny, Access::Deny),
+    ];
+    for (paths, access) in lists {
+        for p in paths {
+            let abs = host_rule_path(p, cwd)?;
+            builder
+                .add_rule(access, RootKind::Host, &abs, Scope::Tree, Missing::Error)
+                .map_err(|e| format!("--{access} {}: {e}", p.display()))?;
+            overlay.push(format!("{access} {abs}"));
+        }
+    }
+    for dest in &args.allow_net {
+        let (host, port) = dest
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+            .ok_or_else(|| format!("--allow-net {dest:?}: expected HOST:PORT"))?;
+        builder.set_network(NetworkMode::Mediated);
+        builder
+            .add_destination(host, port, false, false)
+            .map_err(|e| format!("--allow-net {dest}: {e}"))?;
+        overlay.push(format!("allow-net {}:{port}", host.to_ascii_lowercase()));
+    }
+    let mir = builder
+        .build()
+        .map_err(|e| format!("the policy with the command line's rules: {e}"))?;
+    let origin = PolicyOrigin {
+        source,
+        format: format.into(),
+        artifact_digest: digest,
+        overlay,
+    };
+    Ok((mir, origin))
+}
+
+/// Absolute against `cwd`, without touching the file system.
+fn absolute_lexical(p: &Path, cwd: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// A command-line rule path: absolute against the cwd; a path with `..` is
+/// resolved with realpath (the policy format has no `..`).
+fn host_rule_path(p: &Path, cwd: &Path) -> Result<String, String> {
+    let mut abs = absolute_lexical(p, cwd);
+    if abs.components().any(|c| c == Component::ParentDir) {
+        abs = fs::canonicalize(&abs).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    abs.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{}: paths in policies must be valid UTF-8", p.display()))
+}
+
+/// A fresh private (0700) directory for the run's /tmp, outside the state directory.
+fn make_temp_dir() -> Result<PathBuf, String> {
+    let base = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let uid = nix::unistd::geteuid().as_raw();
+    for _ in 0..16 {
+        let mut rnd = [0u8; 6];
+        fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut rnd))
+            .map_err(|e| format!("/dev/urandom: {e}"))?;
+        let dir = base.join(format!("terra-tmp-{uid}-{}", hex(&rnd)));
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                return fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the run's temp directory in {}: {e}",
+                    base.display()
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "cannot create a unique temp directory in {}",
+        base.display()
+    ))
+}
+
+/// The workload's environment: the allowlist copied from terra's environment,
+/// HOME and TMPDIR pointing at the box's private /tmp, then `--env`.
+fn box_env(extra: &[OsString]) -> Result<Vec<(OsString, OsString)>, String> {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    let set = |k: OsString, v: OsString, env: &mut Vec<(OsString, OsString)>| {
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    };
+    for (k, v) in std::env::vars_os() {
+        let name = k.as_bytes();
+        if ENV_ALLOWLIST.iter().any(|a| a.as_bytes() == name) || name.starts_with(b"LC_") {
+            set(k, v, &mut env);
+        }
+    }
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        set("PATH".into(), DEFAULT_PATH.into(), &mut env);
+    }
+    set("HOME".into(), "/tmp".into(), &mut env);
+    set("TMPDIR".into(), "/tmp".into(), &mut env);
+    for e in extra {
+        let bytes = e.as_bytes();
+        let (name, value) = match bytes.iter().position(|b| *b == b'=') {
+            Some(i) => (
+                OsStr::from_bytes(&bytes[..i]).to_owned(),
+                OsStr::from_bytes(&bytes[i + 1..]).to_owned(),
+            ),
+            None => {
+                let v = std::env::var_os(e).ok_or_else(|| {
+                    format!(
+                        "--env {}: not set in terra's environment (use NAME=VALUE)",
+                        e.to_string_lossy()
+                    )
+                })?;
+                (e.clone(), v)
+            }
+        };
+        if name.is_empty() || name.as_bytes().contains(&0) || value.as_bytes().contains(&0) {
+            return Err(format!(
+                "--env {:?}: invalid name or value",
+                e.to_string_lossy()
+            ));
+        }
+        set(name, value, &mut env);
+    }
+    env.sort();
+    Ok(env)
+}
+
+/// `30`, `30s`, `500ms`, `5m`, `1h`; zero is refused.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("--timeout {s:?}: expected a duration such as 30s, 500ms, 5m or 1h");
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "" | "s" => n.checked_mul(1000),
+        "ms" => Some(n),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if ms == 0 {
+        return Err(format!("--timeout {s:?}: must be more than zero"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+fn dry_run_text(p: &Prepared) -> String {
+    use std::fmt::Write as _;
+    let r = &p.request;
+    let plan = &p.plan;
+    let mut s = String::new();
+    let names = |c: CapabilitySet| c.iter().map(|c| c.name()).collect::<Vec<_>>().join(" ");
+    let _ = writeln!(
+        s,
+        "policy:          {} ({}, artifact sha256 {})",
+        r.policy.source, r.policy.format, r.policy.artifact_digest
+    );
+    for o in &r.policy.overlay {
+        let _ = writeln!(s, "  + {o}");
+    }
+    let _ = writeln!(s, "decision digest: {}", plan.decision_digest());
+    let _ = writeln!(s, "network:         {}", plan.network());
+    for d in plan.destinations() {
+        let _ = writeln!(s, "  allow tcp {}:{}", d.host, d.port);
+    }
+    let _ = writeln!(s, "root:            {}", plan.root_mode());
+    let _ = writeln!(s, "process tree:    {}", plan.process_tree());
+    let _ = writeln!(
+        s,
+        "required:        {}",
+        names(plan.required_capabilities())
+    );
+    let declared: CapabilitySet = r
+        .declared
+        .iter()
+        .filter_map(|n| Capability::from_name(n))
+        .collect();
+    let _ = writeln!(s, "declared:        {}", names(declared));
+    let _ = writeln!(s, "workspace:       {}", r.workspace.display());
+    let _ = writeln!(s, "temp:            {} (bound at /tmp)", r.temp.display());
+    let _ = writeln!(s, "cwd:             {}", r.cwd.display());
+    let _ = writeln!(s, "rules:");
+    for rule in plan.rules() {
+        let _ = writeln!(
+            s,
+            "  {:<10} {:<5} {}{}  ({})",
+            rule.access.name(),
+            rule.scope.name(),
+            rule.path,
+            if rule.protect_create {
+                "  [protect-create]"
+            } else {
+                ""
+            },
+            rule.source_root
+        );
+    }
+    for o in plan.omitted() {
+        let _ = writeln!(s, "  omitted    {} {} (missing, skip)", o.access, o.path);
+    }
+    let _ = writeln!(s, "environment:");
+    for (k, v) in r.env().unwrap_or_default() {
+        let _ = writeln!(s, "  {}={}", k.to_string_lossy(), v.to_string_lossy());
+    }
+    let _ = writeln!(s, "argv:            {:?}", r.argv_display());
+    let config = terra_sandbox::linux::BoxConfig {
+        plan: plan.clone(),
+        argv: r.argv().unwrap_or_default(),
+        cwd: r.cwd.clone(),
+        env: r.env().unwrap_or_default(),
+        temp_dir: r.temp.clone(),
+        canary_path: PathBuf::from("<state-dir>/request.json"),
+        canary_tcp: None,
+        mediated: None,
+        hostname: "terra".into(),
+    };
+    let _ = writeln!(s, "backend program (linux):");
+    for line in terra_sandbox::linux::describe(&config).lines() {
+        let _ = writeln!(s, "  {line}");
+    }
+    s
+}
+
+/// The `--log-level` given to this terra, passed on to the supervisor.
+fn log_level_args() -> Vec<OsString> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let mut out = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        if a == "--log-level" {
+            if let Some(v) = args.get(i + 1) {
+                out = vec![a.clone(), v.clone()];
+            }
+        } else if a.as_bytes().starts_with(b"--log-level=") {
+            out = vec![a.clone()];
+        } else if a == "--" {
+            break;
+        }
+    }
+    out
+}
+
+/// Starts `terra __supervisor`, hands it the request, forwards signals to it
+/// and returns its exit status as the run's.
+///
+/// Signals are delivered once:
+/// - Without a terminal in the foreground (CI, pipes, background jobs) the
+///   supervisor gets its own process group, so a terminal-generated signal
+///   reaches only this CLI, which forwards it along CLI -> supervisor -> box.
+/// - When terra runs in the terminal's foreground with stdin on that terminal,
+///   the whole chain stays in the foreground process group so the workload can
+///   read the terminal and run job control (`terra run -- bash`). The terminal
+///   then delivers Ctrl-C, Ctrl-\ and window changes to the workload itself;
+///   the CLI and the supervisor forward only signals sent to them by a process
+///   (`kill`), never the terminal's own (si_code SI_KERNEL). On exit the CLI
+///   gives the terminal back to its own process group and restores the
+///   terminal modes it found.
+fn start_supervisor(req: &RunRequest) -> Result<u8, String> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use nix::unistd::Pid;
+
+    let t0 = Instant::now();
+    let body =
+        serde_json::to_vec(req).map_err(|e| format!("cannot encode the run request: {e}"))?;
+    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    fcntl(rd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty())).map_err(|e| format!("fcntl: {e}"))?;
+
+    // Block the forwarded signals and SIGCHLD before the child exists, so none
+    // is lost or acted on by default; the supervisor inherits the block and
+    // reads them from its own signalfd.
+    let mut mask = terra_supervisor::forwarded_signals();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| format!("signalfd: {e}"))?;
+
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.args(log_level_args())
+        .arg("__supervisor")
+        .arg("--request-fd")
+        .arg(rd.as_raw_fd().to_string())
+        .arg("--parent-pid")
+        .arg(std::process::id().to_string());
+    let tty = ForegroundTty::detect();
+    if tty.is_none() {
+        cmd.process_group(0);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the supervisor: {e}"))?;
+    drop(rd);
+    let child_pid = Pid::from_raw(child.id() as i32);
+    {
+        let mut w = fs::File::from(wr);
+        if let Err(e) = w.write_all(&body) {
+            let _ = kill(child_pid, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(format!("cannot hand the run to the supervisor: {e}"));
+        }
+    }
+    debug!(phase = "handoff", ms = t0.elapsed().as_secs_f64() * 1e3);
+
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| format!("wait: {e}"))? {
+            break st;
+        }
+        let mut fds = [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::NONE);
+        while let Ok(Some(info)) = sigfd.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) | Err(_) => {}
+                Ok(_) if tty.is_some() && info.ssi_code == SI_KERNEL => {
+                    debug!(
+                        "terminal-generated signal: the workload gets it from the terminal itself"
+                    );
+                }
+                Ok(sig) => {
+                    debug!(signal = ?sig, "forwarding to the supervisor");
+                    let _ = kill(child_pid, sig);
+                }
+            }
+        }
+    };
+    if let Some(t) = tty {
+        t.restore();
+    }
+    debug!(phase = "total", ms = t0.elapsed().as_secs_f64() * 1e3);
+    if let Some(code) = status.code() {
+        return Ok(code.clamp(0, 255) as u8);
+    }
+    let sig = status.signal().unwrap_or(0);
+    eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
+    Ok((128 + sig).clamp(0, 255) as u8)
+}
+
+/// `si_code` of a signal the kernel generated (e.g. the terminal's Ctrl-C).
+const SI_KERNEL: i32 = 0x80;
+
+/// The terminal terra runs in the foreground of, with the modes it had.
+struct ForegroundTty {
+    pgrp: nix::unistd::Pid,
+    termios: Option<nix::sys::termios::Termios>,
+}
+
+impl ForegroundTty {
+    /// Some when stdin is a terminal whose foreground process group is ours.
+    fn detect() -> Option<ForegroundTty> {
+        let stdin = std::io::stdin();
+        if !nix::unistd::isatty(stdin.as_raw_fd()).unwrap_or(false) {
+            return None;
+        }
+        let pgrp = nix::unistd::getpgrp();
+        if nix::unistd::tcgetpgrp(stdin.as_fd()).ok()? != pgrp {
+            return None;
+        }
+        let termios = nix::sys::termios::tcgetattr(stdin.as_fd()).ok();
+        Some(ForegroundTty { pgrp, termios })
+    }
+
+    /// Gives the terminal back to our process group (a workload shell may have
+    /// taken it for its own jobs) and restores the terminal modes.
+    fn restore(self) {
+        use nix::sys::signal::{SigSet, Signal};
+        let stdin = std::io::stdin();
+        let mut ttou = SigSet::empty();
+        ttou.add(Signal::SIGTTOU);
+        // tcsetpgrp from a background group succeeds while SIGTTOU is blocked.
+        let _ = ttou.thread_block();
+        let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), self.pgrp);
+        if let Some(t) = &self.termios {
+            let _ =
+                nix::sys::termios::tcsetattr(stdin.as_fd(), nix::sys::termios::SetArg::TCSANOW, t);
+        }
+        let _ = ttou.thread_unblock();
+    }
+}
+
+// ---------------------------------------------------------------- doctor
+
+struct Check {
+    name: String,
+    ok: bool,
+    /// Informational checks never fail the doctor.
+    required: bool,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn read_trim(path: &str) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+/// Why this looks like a container, if it does.
+fn container_hint() -> Option<String> {
+    if Path::new("/.dockerenv").exists() {
+        return Some("docker (/.dockerenv)".into());
+    }
+    if Path::new("/run/.containerenv").exists() {
+        return Some("podman (/run/.containerenv)".into());
+    }
+    if let Ok(c) = std::env::var("container") {
+        return Some(format!("container={c}"));
+    }
+    let cg = fs::read_to_string("/proc/1/cgroup").unwrap_or_default();
+    for k in ["docker", "kubepods", "lxc", "containerd"] {
+        if cg.contains(k) {
+            return Some(format!("/proc/1/cgroup mentions {k}"));
+        }
+    }
+    None
+}
+
+fn doctor_checks() -> (Vec<Check>, Option<i32>) {
+    let support = terra_sandbox::linux::host_support();
+    let mut checks = Vec::new();
+    let mut check = |name: &str, ok: bool, required: bool, detail: String, fix: Option<&str>| {
+        checks.push(Check {
+            name: name.into(),
+            ok,
+            required,
+            detail,
+            fix: if ok { None } else { fix.map(String::from) },
+        });
+    };
+    // User namespaces.
+    let max = read_trim("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok());
+    check(
+        "user-namespaces.max",
+        !matches!(max, Some(0)),
+        true,
+        format!(
+            "user.max_user_namespaces = {}",
+            max.map_or("unknown".into(), |m| m.to_string())
+        ),
+        Some("sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d/)"),
+    );
+    if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
+        check(
+            "user-namespaces.unprivileged",
+            v == "1",
+            true,
+            format!("kernel.unprivileged_userns_clone = {v}"),
+            Some("sysctl -w kernel.unprivileged_userns_clone=1 (and persist it in /etc/sysctl.d/)"),
+        );
+    }
+    match read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        Some(v) => check(
+            "user-namespaces.apparmor",
+            v == "0",
+            true,
+            format!("kernel.apparmor_restrict_unprivileged_userns = {v}"),
+            Some(
+                "AppArmor restricts unprivileged user namespaces: install an AppArmor profile for the terra binary \
+                 granting `userns,` (e.g. /etc/apparmor.d/terra with `profile terra /usr/local/bin/terra flags=(unconfined) { userns, }`), \
+                 or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+            ),
+        ),
+        None => check(
+            "user-namespaces.apparmor",
+            true,
+            false,
+            "no AppArmor user-namespace restriction on this kernel".into(),
+            None,
+        ),
+    }
+    let container = container_hint();
+    check(
+        "container",
+        container.is_none(),
+        false,
+        container.as_ref().map_or("not inside a container".into(), |c| format!("inside a container: {c}")),
+        Some(
+            "inside a container, unshare(CLONE_NEWUSER) and mounts are often blocked by the runtime's seccomp \
+             profile: run it with a profile that allows them (docker: --security-opt seccomp=unconfined \
+             --security-opt apparmor=unconfined), or run terra on the host",
+        ),
+    );
+    // Landlock and seccomp.
+    let lsm = read_trim("/sys/kernel/security/lsm").unwrap_or_default();
+    let abi = support.landlock_abi;
+    check(
+        "landlock",
+        abi.is_some_and(|a| a >= 1),
+        true,
+        match abi {
+            Some(a) => format!("Landlock ABI {a} (LSMs: {lsm})"),
+            None => format!("Landlock is not enabled (LSMs: {})", if lsm.is_empty() { "unknown" } else { &lsm }),
+        },
+        Some("boot a kernel >= 5.13 with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the lsm= kernel parameter"),
+    );
+    let actions = read_trim("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
+    check(
+        "seccomp",
+        actions.contains("errno") && actions.contains("kill_process"),
+        true,
+        if actions.is_empty() {
+            "seccomp filters unavailable".into()
+        } else {
+            format!("seccomp actions: {actions}")
+        },
+        Some("use a kernel built with CONFIG_SECCOMP_FILTER=y"),
+    );
+    // cgroups (informational: the box's process tree is held by its PID namespace).
+    let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let own = read_trim("/proc/self/cgroup").unwrap_or_default();
+    check(
+        "cgroups",
+        unified,
+        false,
+        format!(
+            "{}; this process: {}",
+            if unified {
+                "cgroup v2 (unified)"
+            } else {
+                "cgroup v1 or hybrid"
+            },
+            own.lines().next().unwrap_or("unknown")
+        ),
+        Some(
+            "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2 (not needed to run boxes)",
+        ),
+    );
+    if let Some(v) = read_trim("/proc/sys/dev/tty/legacy_tiocsti") {
+        check(
+            "tty.legacy_tiocsti",
+            true,
+            false,
+            format!("dev.tty.legacy_tiocsti = {v} (the box also blocks TIOCSTI itself)"),
+            None,
+        );
+    }
+    for (name, ok, detail) in &support.checks {
+        check(
+            &format!("backend.{name}"),
+            *ok,
+            true,
+            detail.clone(),
+            Some(detail.as_str()),
+        );
+    }
+    (checks, abi)
+}
+
+pub fn doctor(args: DoctorArgs) -> ExitCode {
+    let (checks, abi) = doctor_checks();
+    let ok = checks.iter().all(|c| c.ok || !c.required);
+    if args.json {
+        let v = json!({
+            "backend": "linux",
+            "ok": ok,
+            "landlockAbi": abi,
+            "checks": checks.iter().map(|c| json!({
+                "name": c.name, "ok": c.ok, "required": c.required, "detail": c.detail, "fix": c.fix,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        for c in &checks {
+            let mark = match (c.ok, c.required) {
+                (true, _) => "ok  ",
+                (false, true) => "FAIL",
+                (false, false) => "note",
+            };
+            println!("{mark} {:<30} {}", c.name, c.detail);
+            if let Some(f) = &c.fix {
+                println!("     {:<30} fix: {f}", "");
+            }
+        }
+        println!(
+            "{}",
+            if ok {
+                "terra can run boxes on this host."
+            } else {
+                "terra cannot run boxes on this host until the FAIL lines are fixed."
+            }
+        );
+    }
+    ExitCode::from(if ok { 0 } else { 1 })
+}
+
+// ---------------------------------------------------------------- backends
+
+pub fn backends(args: BackendsArgs) -> ExitCode {
+    let support = terra_sandbox::linux::host_support();
+    let linux_ok = !support.checks.is_empty() && support.checks.iter().all(|(_, ok, _)| *ok);
+    let declared = terra_sandbox::linux::declared_capabilities(false);
+    let caps: Vec<&str> = declared.iter().map(Capability::name).collect();
+    let failing: Vec<String> = support
+        .checks
+        .iter()
+        .filter(|(_, ok, _)| !ok)
+        .map(|(n, _, d)| format!("{n}: {d}"))
+        .collect();
+    let linux_note = if linux_ok {
+        "supported on this host".to_string()
+    } else if support.checks.is_empty() {
+        "the launcher reported no host checks".to_string()
+    } else {
+        format!(
+            "not usable here: {} (see `terra doctor`)",
+            failing.join("; ")
+        )
+    };
+    let rows = [
+        ("linux", linux_ok, caps.clone(), linux_note),
+        (
+            "macos",
+            false,
+            Vec::new(),
+            "not supported on this host (Seatbelt; builds for macOS targets)".to_string(),
+        ),
+        (
+            "windows",
+            false,
+            Vec::new(),
+            "not supported on this host (AppContainer; builds for Windows targets)".to_string(),
+        ),
+    ];
+    if args.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(name, ok, caps, note)| json!({"name": name, "supported": ok, "declaredCapabilities": caps, "note": note}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        for (name, ok, caps, note) in &rows {
+            println!(
+                "{name:<8} {:<13} {note}",
+                if *ok { "supported" } else { "unsupported" }
+            );
+            if !caps.is_empty() {
+                println!("         declares: {}", caps.join(" "));
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        for bad in [
+            "",
+            "0",
+            "0s",
+            "1.5s",
+            "-1",
+            "s",
+            "10x",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn env_is_an_allowlist() {
+        let env = box_env(&["A=b".into(), "EMPTY=".into()]).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HOME").unwrap(), "/tmp");
+        assert_eq!(get("TMPDIR").unwrap(), "/tmp");
+        assert_eq!(get("A").unwrap(), "b");
+        assert_eq!(get("EMPTY").unwrap(), "");
+        assert!(get("PATH").is_some());
+        for (k, _) in &env {
+            let k = k.to_string_lossy();
+            assert!(
+                ["HOME", "TMPDIR", "A", "EMPTY"].contains(&k.as_ref())
+                    || ENV_ALLOWLIST.contains(&k.as_ref())
+                    || k.starts_with("LC_"),
+                "{k} leaked into the box"
+            );
+        }
+        assert!(box_env(&["=x".into()]).is_err());
+        assert!(box_env(&["TERRA_SURELY_UNSET_VARIABLE".into()]).is_err());
+    }
 }

@@ -1,10 +1,61 @@
-//! Run lifecycle: run lock, pid files, roles, deadlines, reaping, receipts.
+//! Run lifecycle: run lock, pid files, the box, deadlines, reaping, receipts.
+//!
+//! `terra run` (the CLI) starts `terra __supervisor --request-fd N --parent-pid P`
+//! and writes a [`RunRequest`] (JSON) on that pipe. The supervisor re-validates
+//! the decision, prepares the run's state directory, starts the box through the
+//! launcher, forwards signals to it, enforces the deadline, reaps it, removes the
+//! run's temp directory and writes the receipt. Its exit status is the run's.
+#![forbid(unsafe_code)]
+
+pub mod receipt;
+pub mod request;
+#[cfg(target_os = "linux")]
+pub mod state;
+#[cfg(target_os = "linux")]
+mod supervise;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+pub use receipt::{Outcome, Receipt};
+pub use request::{PolicyOrigin, RunRequest};
+
+/// Exit status when terra refused or failed before the workload started.
+pub const EXIT_REFUSED: u8 = 125;
+
+/// Grace between SIGTERM and SIGKILL when the deadline passes.
+pub const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The signals `terra run` and the supervisor pass on to the box: each is
+/// delivered exactly once, along CLI -> supervisor -> box.
+#[cfg(target_os = "linux")]
+pub fn forwarded_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut s = SigSet::empty();
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGWINCH,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        s.add(sig);
+    }
+    s
+}
+
 /// Entry point of the hidden `terra __supervisor` role.
-pub fn role_main(_args: Vec<OsString>) -> ExitCode {
-    eprintln!("terra __supervisor: not built yet");
-    ExitCode::from(125)
+pub fn role_main(args: Vec<OsString>) -> ExitCode {
+    #[cfg(target_os = "linux")]
+    {
+        ExitCode::from(supervise::main(args))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = args;
+        eprintln!("terra: the supervisor runs only on Linux in this build");
+        ExitCode::from(EXIT_REFUSED)
+    }
 }

@@ -1,0 +1,140 @@
+//! The run request: what `terra run` hands the supervisor over an inherited pipe.
+//!
+//! The plan itself does not travel: the canonical MIR bytes do, with the host
+//! bindings and the capabilities the CLI checked against. The supervisor decodes
+//! the bytes (byte-identical re-encode), compares the decision digest and
+//! resolves the plan again on its side.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the request layout; the supervisor refuses any other.
+pub const REQUEST_VERSION: u32 = 1;
+/// Largest request accepted on the pipe (MIR is at most 1 MiB, hex doubles it).
+pub const MAX_REQUEST_LEN: usize = 8 << 20;
+
+/// Where the policy came from, for the receipt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyOrigin {
+    /// "default" for the embedded default, otherwise the policy file's path.
+    pub source: String,
+    /// `json` or `mir`.
+    pub format: String,
+    /// Lowercase hex SHA-256 of the policy bytes (the file, or the default source).
+    pub artifact_digest: String,
+    /// Rules the command line added (`--read`, `--write`, `--deny`, `--allow-net`).
+    pub overlay: Vec<String>,
+}
+
+/// One run, as the CLI resolved it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunRequest {
+    pub version: u32,
+    pub backend: String,
+    /// Canonical MIR v3 bytes, lowercase hex.
+    pub mir_hex: String,
+    pub decision_digest: String,
+    pub policy: PolicyOrigin,
+    pub workspace: PathBuf,
+    /// The fresh private temp directory the CLI made for this run.
+    pub temp: PathBuf,
+    pub minimal_roots: Vec<PathBuf>,
+    pub mediator: Option<String>,
+    /// Capability names the backend declared when the CLI checked the plan.
+    pub declared: Vec<String>,
+    /// Working directory inside the box.
+    pub cwd: PathBuf,
+    /// The workload's argv, each argument hex-encoded (arguments are bytes).
+    pub argv_hex: Vec<String>,
+    /// The workload's complete environment, hex-encoded name and value.
+    pub env_hex: Vec<(String, String)>,
+    pub timeout_ms: Option<u64>,
+    /// Extra copy of the receipt (absolute path).
+    pub receipt: Option<PathBuf>,
+    pub keep_temp: bool,
+}
+
+impl RunRequest {
+    pub fn argv(&self) -> Result<Vec<OsString>, String> {
+        self.argv_hex
+            .iter()
+            .map(|a| unhex(a).map(OsString::from_vec))
+            .collect()
+    }
+
+    pub fn env(&self) -> Result<Vec<(OsString, OsString)>, String> {
+        self.env_hex
+            .iter()
+            .map(|(k, v)| Ok((OsString::from_vec(unhex(k)?), OsString::from_vec(unhex(v)?))))
+            .collect()
+    }
+
+    pub fn mir_bytes(&self) -> Result<Vec<u8>, String> {
+        unhex(&self.mir_hex)
+    }
+
+    /// The argv as text for receipts (lossy for non-UTF-8 bytes).
+    pub fn argv_display(&self) -> Vec<String> {
+        self.argv()
+            .unwrap_or_default()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+/// Lowercase hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Hex of an OS string's bytes.
+pub fn hex_os(s: &OsStr) -> String {
+    hex(s.as_bytes())
+}
+
+/// Bytes of lowercase hex; anything else is refused.
+pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    fn val(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        }
+    }
+    let b = s.as_bytes();
+    if b.len() & 1 == 1 {
+        return Err("hex string of odd length".into());
+    }
+    b.chunks(2)
+        .map(|p| match (val(p[0]), val(p[1])) {
+            (Some(h), Some(l)) => Ok(h << 4 | l),
+            _ => Err("invalid hex digit".to_string()),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
+        assert!(unhex("abc").is_err());
+        assert!(unhex("AB").is_err());
+        assert!(unhex("zz").is_err());
+    }
+}
