@@ -10,13 +10,22 @@ use std::process::ExitCode;
 pub mod linux;
 
 /// Entry point of the hidden `terra __sandbox_launcher` role.
+///
+/// On Linux the launcher is not a separate executable: `linux::spawn_box` and
+/// `linux::spawn_confined_role` fork it from the caller (see
+/// docs/sandbox-linux.md), so this entry point only refuses.
 pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
-    eprintln!("terra __sandbox_launcher: not built yet");
+    eprintln!(
+        "terra __sandbox_launcher: the Linux launcher runs in process (spawn_box); nothing to do"
+    );
     ExitCode::from(125)
 }
 
 /// Entry point of the hidden `terra __vm` role (the box's init).
+///
+/// On Linux the box's init is forked by `linux::spawn_box` (it is PID 1 of the
+/// box's PID namespace without an exec), so this entry point only refuses.
 pub fn vm_role_main(_args: Vec<OsString>) -> ExitCode {
-    eprintln!("terra __vm: not built yet");
+    eprintln!("terra __vm: the box init is started by spawn_box; nothing to do");
     ExitCode::from(125)
 }

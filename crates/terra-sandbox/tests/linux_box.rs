@@ -107,6 +107,25 @@ fn granted_files_are_visible_and_nothing_else() {
 }
 
 #[test]
+fn host_binds_are_nosuid_and_nodev() {
+    let w = World::new();
+    let r = w.sh(&format!(
+        "grep ' {} ' /proc/self/mountinfo; grep ' /dev/null ' /proc/self/mountinfo",
+        w.ws().display()
+    ));
+    let out = ok(&r);
+    let (ws_line, null_line) = (out.lines().next().unwrap(), out.lines().nth(1).unwrap());
+    let opts = |l: &str| l.split(' ').nth(5).unwrap().to_string();
+    assert!(
+        opts(ws_line).contains("nosuid") && opts(ws_line).contains("nodev"),
+        "{out}"
+    );
+    assert!(opts(ws_line).starts_with("rw"), "{out}");
+    // Twin: the /dev/null node is bound without nodev (or it would not work).
+    assert!(!opts(null_line).contains("nodev"), "{out}");
+}
+
+#[test]
 fn read_only_grant_refuses_writes() {
     let mut w = World::new();
     let ro = open_tempdir();
@@ -401,9 +420,7 @@ fn signals_are_forwarded_to_the_workload() {
         ready.display()
     );
     let h = spawn_box_spec(w.spec(&["sh", "-c", &script])).unwrap();
-    while !ready.exists() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(|| ready.exists(), "the workload to start");
     // SAFETY: signalling the launcher we started.
     unsafe { libc::kill(h.pid(), libc::SIGTERM) };
     let r = h.wait().unwrap();
@@ -451,9 +468,7 @@ fn killing_the_caller_kills_the_box() {
         unsafe { libc::_exit(code) };
     }
     drop(spec);
-    while processes_with(&marker) == 0 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_until(|| processes_with(&marker) > 0, "the workload to start");
     // SAFETY: killing our own child, then reaping it.
     unsafe {
         libc::kill(caller, libc::SIGKILL);

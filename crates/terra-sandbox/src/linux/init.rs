@@ -16,6 +16,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use seccompiler::BpfProgram;
 
+use super::landlock::{self, LandlockPlan, NetRule};
 use super::lower::MountOp;
 use super::status::{self, Status};
 use super::workload::{self, WorkloadPrep};
@@ -66,6 +67,8 @@ pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
     if let Err(e) = sys::write_id_maps(prep.uid, prep.gid) {
         refuse(format!("uid/gid maps: {e}"));
     }
+    // Only now: a non-dumpable process cannot write its own /proc/self maps.
+    sys::not_dumpable();
     if let Err(e) = sys::sethostname(&prep.hostname) {
         refuse(e);
     }
@@ -102,10 +105,12 @@ pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
 /// exit status.
 pub fn supervise_child(child: libc::pid_t, sigs: &libc::sigset_t, result_fd: Option<i32>) -> ! {
     loop {
-        let sig = sys::wait_signal(sigs);
+        let (sig, from_kernel) = sys::wait_signal(sigs);
         if sig != libc::SIGCHLD {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child, sig) };
+            if !from_kernel {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child, sig) };
+            }
             continue;
         }
         let mut st = 0;
@@ -147,6 +152,8 @@ fn init(prep: &BoxPrep, status_fd: i32, life_r: i32, res_w: i32) -> ! {
     if sys::peer_gone(life_r) {
         sys::exit_now(125);
     }
+    sys::close(life_r);
+    sys::not_dumpable();
     let refuse = |why: String| -> ! {
         status::send(status_fd, &Status::Refused(why));
         report_and_exit(res_w, false, 125)
@@ -190,10 +197,12 @@ fn init(prep: &BoxPrep, status_fd: i32, life_r: i32, res_w: i32) -> ! {
     }
     let sigs = sys::block_forwarded();
     loop {
-        let sig = sys::wait_signal(&sigs);
+        let (sig, from_kernel) = sys::wait_signal(&sigs);
         if sig != libc::SIGCHLD {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(workload_pid, sig) };
+            if !from_kernel {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(workload_pid, sig) };
+            }
             continue;
         }
         loop {
@@ -228,7 +237,13 @@ fn run_service(prep: &BoxPrep, service: BoxService, listener: i32, broker: i32) 
         libc::dup2(l, 6);
     }
     sys::close_fds_except(&[6, 7]);
+    // No filesystem access at all (Landlock), no capabilities, the seccomp list.
+    let no_fs = LandlockPlan {
+        fs: Vec::new(),
+        net: NetRule::Unrestricted,
+    };
     if sys::drop_all_capabilities().is_err()
+        || landlock::apply(&no_fs).is_err()
         || super::seccomp::install(&prep.service_seccomp).is_err()
     {
         sys::exit_now(125);

@@ -183,6 +183,7 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                     libc::MS_BIND | libc::MS_REC,
                     None,
                 )?;
+                sys::harden(&t)?;
                 if !writable {
                     sys::make_readonly(&t, true)?;
                 }
@@ -197,6 +198,7 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                     libc::MS_BIND | libc::MS_REC,
                     None,
                 )?;
+                sys::harden(&t)?;
             }
             MountOp::EmptyDir { path } => ensure(&new(path), true, rdev)?,
             MountOp::Proc { path } => mount_proc(&new(path), rdev)?,

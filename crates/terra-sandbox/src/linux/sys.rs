@@ -67,14 +67,24 @@ struct MountAttr {
     userns_fd: u64,
 }
 const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
+const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
+const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
 
-/// Makes the mount at `path` (and with `recursive` every mount below it)
-/// read-only. Uses mount_setattr(2), which keeps the locked flags of mounts
-/// inherited from the host; falls back to a remount on old kernels.
-pub fn make_readonly(path: &str, recursive: bool) -> SysResult<()> {
-    let c = cpath(path)?;
+/// Adds nosuid and nodev to the mount at `path` and every mount below it
+/// (host binds: no set-id programs, no device nodes). Best effort on kernels
+/// without mount_setattr (no_new_privs already disables set-id on exec).
+pub fn harden(path: &str) -> SysResult<()> {
+    match setattr(path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, true) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
+        Err(e) => Err(format!("mount_setattr(nosuid,nodev, {path}): {e}")),
+        Ok(()) => Ok(()),
+    }
+}
+
+fn setattr(path: &str, attr_set: u64, recursive: bool) -> io::Result<()> {
+    let c = cpath(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY,
+        attr_set,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
@@ -92,9 +102,20 @@ pub fn make_readonly(path: &str, recursive: bool) -> SysResult<()> {
         )
     };
     if rc == 0 {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
-    let err = io::Error::last_os_error();
+}
+
+/// Makes the mount at `path` (and with `recursive` every mount below it)
+/// read-only. Uses mount_setattr(2), which keeps the locked flags of mounts
+/// inherited from the host; falls back to a remount on old kernels.
+pub fn make_readonly(path: &str, recursive: bool) -> SysResult<()> {
+    let err = match setattr(path, MOUNT_ATTR_RDONLY, recursive) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
     if err.raw_os_error() != Some(libc::ENOSYS) || recursive {
         return Err(format!("mount_setattr(ro, {path}): {err}"));
     }
@@ -473,16 +494,15 @@ pub fn block_forwarded() -> libc::sigset_t {
     }
 }
 
-/// Restores default dispositions and an empty mask (in a child, before it
-/// continues toward exec or the service).
+/// Restores default dispositions of every signal (the caller may ignore some,
+/// e.g. SIGPIPE, and ignored dispositions survive exec) and an empty mask, in
+/// a child before it continues toward exec or the service.
 pub fn reset_signals() {
-    // SAFETY: sigset manipulation on a local set; SIG_DFL is always valid.
+    // SAFETY: sigset manipulation on a local set; SIG_DFL is always valid
+    // (SIGKILL/SIGSTOP and reserved signals simply fail with EINVAL).
     unsafe {
-        for s in FORWARDED
-            .iter()
-            .chain([libc::SIGCHLD, libc::SIGPIPE].iter())
-        {
-            libc::signal(*s, libc::SIG_DFL);
+        for s in 1..libc::SIGRTMAX() {
+            libc::signal(s, libc::SIG_DFL);
         }
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -490,14 +510,26 @@ pub fn reset_signals() {
     }
 }
 
-pub fn wait_signal(set: &libc::sigset_t) -> i32 {
+/// Waits for one of `set`. Returns the signal and whether it came from the
+/// kernel (e.g. a terminal's SIGINT/SIGWINCH, which reaches the whole
+/// foreground process group and so must not be forwarded a second time).
+pub fn wait_signal(set: &libc::sigset_t) -> (i32, bool) {
     loop {
-        // SAFETY: `set` is a valid signal set; info may be null.
-        let s = unsafe { libc::sigwaitinfo(set, std::ptr::null_mut()) };
+        // SAFETY: `set` is a valid signal set; `info` a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let s = unsafe { libc::sigwaitinfo(set, &mut info) };
         if s > 0 {
-            return s;
+            return (s, info.si_code == libc::SI_KERNEL);
         }
     }
+}
+
+/// Makes this process non-dumpable: its /proc files are not reachable by the
+/// workload (which runs under the same uid).
+pub fn not_dumpable() {
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
 }
 
 /// Exit status of a child as (signaled, value).

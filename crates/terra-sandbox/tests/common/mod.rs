@@ -191,3 +191,15 @@ pub fn rerun_unprivileged(skip: &str) {
     assert!(text.contains("test result: ok"), "{text}");
     assert!(!text.contains(" 0 passed"), "{text}");
 }
+
+/// Polls `cond` (a guard against hanging forever, not a timing assertion:
+/// the bound is minutes).
+pub fn wait_until(cond: impl Fn() -> bool, what: &str) {
+    for _ in 0..6000 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("gave up waiting for {what}");
+}
