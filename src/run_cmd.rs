@@ -696,37 +696,41 @@ fn container_hint() -> Option<String> {
     None
 }
 
+/// Launcher checks that describe the host but do not stop boxes from running
+/// (the functional `user-namespaces` check decides whether a box can start).
+const INFORMATIONAL_BACKEND_CHECKS: &[&str] = &["not-in-container", "cgroup-v2"];
+
 fn doctor_checks() -> (Vec<Check>, Option<i32>) {
     let support = terra_sandbox::linux::host_support();
     let mut checks = Vec::new();
-    let mut check = |name: &str, ok: bool, required: bool, detail: String, fix: Option<&str>| {
+    // The launcher's own checks first: it probes the kernel the way a box does.
+    for (name, ok, detail) in &support.checks {
+        let required = !INFORMATIONAL_BACKEND_CHECKS.contains(&name.as_str());
+        checks.push(Check {
+            name: name.clone(),
+            ok: *ok,
+            required,
+            detail: detail.clone(),
+            fix: (!ok).then(|| detail.clone()),
+        });
+    }
+    let mut check = |name: &str, ok: bool, required: bool, detail: String, fix: &str| {
         checks.push(Check {
             name: name.into(),
             ok,
             required,
             detail,
-            fix: if ok { None } else { fix.map(String::from) },
+            fix: (!ok).then(|| fix.to_string()),
         });
     };
-    // User namespaces.
-    let max = read_trim("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok());
-    check(
-        "user-namespaces.max",
-        !matches!(max, Some(0)),
-        true,
-        format!(
-            "user.max_user_namespaces = {}",
-            max.map_or("unknown".into(), |m| m.to_string())
-        ),
-        Some("sysctl -w user.max_user_namespaces=15000 (and persist it in /etc/sysctl.d/)"),
-    );
+    // Distribution switches that make unprivileged user namespaces fail.
     if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
         check(
-            "user-namespaces.unprivileged",
+            "user-namespaces.unprivileged-clone",
             v == "1",
             true,
             format!("kernel.unprivileged_userns_clone = {v}"),
-            Some("sysctl -w kernel.unprivileged_userns_clone=1 (and persist it in /etc/sysctl.d/)"),
+            "sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)",
         );
     }
     match read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
@@ -735,18 +739,17 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
             v == "0",
             true,
             format!("kernel.apparmor_restrict_unprivileged_userns = {v}"),
-            Some(
-                "AppArmor restricts unprivileged user namespaces: install an AppArmor profile for the terra binary \
-                 granting `userns,` (e.g. /etc/apparmor.d/terra with `profile terra /usr/local/bin/terra flags=(unconfined) { userns, }`), \
-                 or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
-            ),
+            "AppArmor restricts unprivileged user namespaces: install a profile for the terra binary that \
+             grants `userns,` (e.g. /etc/apparmor.d/terra: `abi <abi/4.0>, profile terra /usr/local/bin/terra \
+             flags=(unconfined) { userns, }`, then apparmor_parser -r /etc/apparmor.d/terra), or \
+             sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
         ),
         None => check(
             "user-namespaces.apparmor",
             true,
             false,
-            "no AppArmor user-namespace restriction on this kernel".into(),
-            None,
+            "no AppArmor restriction on unprivileged user namespaces".into(),
+            "",
         ),
     }
     let container = container_hint();
@@ -754,77 +757,40 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
         "container",
         container.is_none(),
         false,
-        container.as_ref().map_or("not inside a container".into(), |c| format!("inside a container: {c}")),
-        Some(
-            "inside a container, unshare(CLONE_NEWUSER) and mounts are often blocked by the runtime's seccomp \
-             profile: run it with a profile that allows them (docker: --security-opt seccomp=unconfined \
-             --security-opt apparmor=unconfined), or run terra on the host",
-        ),
+        container
+            .as_ref()
+            .map_or("not inside a container".into(), |c| format!("inside a container: {c}")),
+        "inside a container, unshare(CLONE_NEWUSER) and mounting procfs are often blocked by the runtime: \
+         if `user-namespaces` fails, run the container with --security-opt seccomp=unconfined \
+         --security-opt apparmor=unconfined (docker/podman), or run terra on the host",
     );
-    // Landlock and seccomp.
-    let lsm = read_trim("/sys/kernel/security/lsm").unwrap_or_default();
-    let abi = support.landlock_abi;
-    check(
-        "landlock",
-        abi.is_some_and(|a| a >= 1),
-        true,
-        match abi {
-            Some(a) => format!("Landlock ABI {a} (LSMs: {lsm})"),
-            None => format!("Landlock is not enabled (LSMs: {})", if lsm.is_empty() { "unknown" } else { &lsm }),
-        },
-        Some("boot a kernel >= 5.13 with CONFIG_SECURITY_LANDLOCK=y and `landlock` in the lsm= kernel parameter"),
-    );
-    let actions = read_trim("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
-    check(
-        "seccomp",
-        actions.contains("errno") && actions.contains("kill_process"),
-        true,
-        if actions.is_empty() {
-            "seccomp filters unavailable".into()
-        } else {
-            format!("seccomp actions: {actions}")
-        },
-        Some("use a kernel built with CONFIG_SECCOMP_FILTER=y"),
-    );
-    // cgroups (informational: the box's process tree is held by its PID namespace).
     let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let own = read_trim("/proc/self/cgroup").unwrap_or_default();
     check(
-        "cgroups",
-        unified,
+        "cgroup-layout",
+        true,
         false,
         format!(
-            "{}; this process: {}",
+            "{}; this process is in {}",
             if unified {
                 "cgroup v2 (unified)"
             } else {
                 "cgroup v1 or hybrid"
             },
-            own.lines().next().unwrap_or("unknown")
+            own.lines().collect::<Vec<_>>().join(", ")
         ),
-        Some(
-            "boot with systemd.unified_cgroup_hierarchy=1 for cgroup v2 (not needed to run boxes)",
-        ),
+        "",
     );
     if let Some(v) = read_trim("/proc/sys/dev/tty/legacy_tiocsti") {
         check(
-            "tty.legacy_tiocsti",
+            "tty.legacy-tiocsti",
             true,
             false,
-            format!("dev.tty.legacy_tiocsti = {v} (the box also blocks TIOCSTI itself)"),
-            None,
+            format!("dev.tty.legacy_tiocsti = {v} (boxes block TIOCSTI with seccomp either way)"),
+            "",
         );
     }
-    for (name, ok, detail) in &support.checks {
-        check(
-            &format!("backend.{name}"),
-            *ok,
-            true,
-            detail.clone(),
-            Some(detail.as_str()),
-        );
-    }
-    (checks, abi)
+    (checks, support.landlock_abi)
 }
 
 pub fn doctor(args: DoctorArgs) -> ExitCode {
@@ -848,7 +814,7 @@ pub fn doctor(args: DoctorArgs) -> ExitCode {
                 (false, false) => "note",
             };
             println!("{mark} {:<30} {}", c.name, c.detail);
-            if let Some(f) = &c.fix {
+            if let Some(f) = c.fix.as_ref().filter(|f| **f != c.detail) {
                 println!("     {:<30} fix: {f}", "");
             }
         }
@@ -868,13 +834,15 @@ pub fn doctor(args: DoctorArgs) -> ExitCode {
 
 pub fn backends(args: BackendsArgs) -> ExitCode {
     let support = terra_sandbox::linux::host_support();
-    let linux_ok = !support.checks.is_empty() && support.checks.iter().all(|(_, ok, _)| *ok);
+    let required = |name: &str| !INFORMATIONAL_BACKEND_CHECKS.contains(&name);
+    let linux_ok =
+        !support.checks.is_empty() && support.checks.iter().all(|(n, ok, _)| *ok || !required(n));
     let declared = terra_sandbox::linux::declared_capabilities(false);
     let caps: Vec<&str> = declared.iter().map(Capability::name).collect();
     let failing: Vec<String> = support
         .checks
         .iter()
-        .filter(|(_, ok, _)| !ok)
+        .filter(|(n, ok, _)| !ok && required(n))
         .map(|(n, _, d)| format!("{n}: {d}"))
         .collect();
     let linux_note = if linux_ok {

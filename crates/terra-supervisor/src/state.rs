@@ -35,15 +35,25 @@ impl RunDir {
     pub fn create(plan: &SandboxPlan) -> Result<RunDir, String> {
         let uid = nix::unistd::geteuid().as_raw();
         let mut why_not = Vec::new();
-        for base in candidates(uid) {
-            match prepare_base(&base, uid).and_then(|b| {
+        for (base, kind) in candidates(uid) {
+            // Judge the candidate before creating anything in it.
+            if visible_in_box(plan, &canonical_prefix(&base)) {
+                why_not.push(format!("{} is inside a grant of the plan", base.display()));
+                continue;
+            }
+            match prepare_base(&base, kind, uid).and_then(|b| {
                 if visible_in_box(plan, &b) {
                     Err(format!("{} is inside a grant of the plan", b.display()))
                 } else {
                     Ok(b)
                 }
             }) {
-                Ok(b) => return RunDir::create_in(&b),
+                Ok(b) => {
+                    for w in &why_not {
+                        tracing::debug!("state directory candidate skipped: {w}");
+                    }
+                    return RunDir::create_in(&b);
+                }
                 Err(e) => why_not.push(e),
             }
         }
@@ -105,7 +115,7 @@ fn libc_o_cloexec() -> i32 {
 }
 
 /// The candidate bases, in order of preference.
-pub fn candidates(uid: u32) -> Vec<PathBuf> {
+pub fn candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
     let mut v = Vec::new();
     let abs = |name: &str| {
         std::env::var_os(name)
@@ -113,35 +123,55 @@ pub fn candidates(uid: u32) -> Vec<PathBuf> {
             .filter(|p| p.is_absolute())
     };
     if let Some(x) = abs("XDG_STATE_HOME") {
-        v.push(x.join("terra/runs"));
+        v.push((x.join("terra/runs"), BaseKind::UserDir));
     }
     if let Some(h) = abs("HOME") {
-        v.push(h.join(".local/state/terra/runs"));
+        v.push((h.join(".local/state/terra/runs"), BaseKind::UserDir));
     }
-    v.push(PathBuf::from(format!("/run/user/{uid}/terra/runs")));
-    v.push(PathBuf::from(format!("/tmp/terra-{uid}/runs")));
+    v.push((
+        PathBuf::from(format!("/run/user/{uid}/terra/runs")),
+        BaseKind::RuntimeDir,
+    ));
+    v.push((
+        PathBuf::from(format!("/tmp/terra-{uid}/runs")),
+        BaseKind::SharedTmp,
+    ));
     v
 }
 
+/// Where a candidate base lives, which decides how its anchor is treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseKind {
+    /// Under the user's own directories: the anchor is created if missing.
+    UserDir,
+    /// Under /run/user/UID: the anchor must exist and be owned by the user.
+    RuntimeDir,
+    /// Under world-writable /tmp: nothing above terra's own directories is created.
+    SharedTmp,
+}
+
 /// Creates the base if needed and checks ownership; returns its canonical path.
-fn prepare_base(base: &Path, uid: u32) -> Result<PathBuf, String> {
-    let s = base.to_string_lossy();
+fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf, String> {
     // The directories terra owns: `terra/runs` under a user directory, or
     // `terra-UID/runs` under /tmp (world-writable, so created and checked strictly).
     let owned: Vec<&Path> = vec![base.parent().unwrap_or(base), base];
     let anchor = owned[0].parent().unwrap_or(Path::new("/"));
-    if s.starts_with("/run/user/") {
-        let meta =
-            fs::symlink_metadata(anchor).map_err(|e| format!("{}: {e}", anchor.display()))?;
-        if !meta.is_dir() || meta.uid() != uid {
-            return Err(format!(
-                "{} is not a directory owned by uid {uid}",
-                anchor.display()
-            ));
+    match kind {
+        BaseKind::RuntimeDir => {
+            let meta =
+                fs::symlink_metadata(anchor).map_err(|e| format!("{}: {e}", anchor.display()))?;
+            if !meta.is_dir() || meta.uid() != uid {
+                return Err(format!(
+                    "{} is not a directory owned by uid {uid}",
+                    anchor.display()
+                ));
+            }
         }
-    } else if !s.starts_with("/tmp/") {
-        fs::create_dir_all(anchor)
-            .map_err(|e| format!("cannot create {}: {e}", anchor.display()))?;
+        BaseKind::UserDir => {
+            fs::create_dir_all(anchor)
+                .map_err(|e| format!("cannot create {}: {e}", anchor.display()))?;
+        }
+        BaseKind::SharedTmp => {}
     }
     for dir in owned {
         match DirBuilder::new().mode(0o700).create(dir) {
@@ -172,6 +202,28 @@ fn prepare_base(base: &Path, uid: u32) -> Result<PathBuf, String> {
         }
     }
     fs::canonicalize(base).map_err(|e| format!("{}: {e}", base.display()))
+}
+
+/// The canonical form of the longest existing prefix of `path`, with the
+/// remaining components appended as written.
+fn canonical_prefix(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = path.to_path_buf();
+    loop {
+        if let Ok(c) = fs::canonicalize(&cur) {
+            return rest
+                .iter()
+                .rev()
+                .fold(c, |acc: PathBuf, part| acc.join(part));
+        }
+        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                cur = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Whether a read or write rule of the plan covers `path` (denies are not

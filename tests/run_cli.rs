@@ -1,0 +1,693 @@
+//! `terra run`, `terra doctor` and `terra backends` end to end: exit codes,
+//! refusals, the environment, receipts, the deadline, signals, stdin and the
+//! run's temp and state directories.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A workspace, a state directory and a home, removed at drop.
+struct Env {
+    root: PathBuf,
+    ws: PathBuf,
+    state: PathBuf,
+}
+
+impl Env {
+    fn new(name: &str) -> Env {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let root = PathBuf::from(format!(
+            "/tmp/terra-runcli-{}-{name}-{n}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&root);
+        let ws = root.join("ws");
+        let state = root.join("state");
+        fs::create_dir_all(&ws).unwrap();
+        fs::create_dir_all(&state).unwrap();
+        fs::create_dir_all(root.join("tmp")).unwrap();
+        Env { root, ws, state }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+        c.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", self.root.join("home"))
+            .env("XDG_STATE_HOME", &self.state)
+            .env("TMPDIR", self.root.join("tmp"))
+            .env("LANG", "C.UTF-8")
+            .current_dir(&self.ws)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = self.cmd();
+        c.args(args);
+        bounded(c)
+    }
+
+    /// The run directories the supervisor created.
+    fn runs(&self) -> Vec<PathBuf> {
+        fs::read_dir(self.state.join("terra/runs"))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+
+    fn only_receipt(&self) -> Value {
+        let runs = self.runs();
+        assert_eq!(runs.len(), 1, "expected one run directory: {runs:?}");
+        serde_json::from_slice(&fs::read(runs[0].join("receipt.json")).unwrap()).unwrap()
+    }
+
+    /// Entries left in the TMPDIR terra made the run's temp directory in.
+    fn temp_dirs(&self) -> Vec<PathBuf> {
+        fs::read_dir(self.root.join("tmp"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+fn bounded(mut c: Command) -> Output {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    let watchdog = std::thread::spawn(move || {
+        let start = Instant::now();
+        while !d2.load(Ordering::SeqCst) {
+            if start.elapsed() > Duration::from_secs(120) {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    done.store(true, Ordering::SeqCst);
+    watchdog.join().unwrap();
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn exit_codes_follow_the_workload() {
+    let e = Env::new("codes");
+    assert_eq!(e.run(&["run", "--", "true"]).status.code(), Some(0));
+    assert_eq!(
+        e.run(&["run", "--", "sh", "-c", "exit 7"]).status.code(),
+        Some(7)
+    );
+    let o = e.run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
+    let o = e.run(&["run", "--", "terra-surely-not-a-command"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).starts_with("terra: "), "{}", stderr(&o));
+    fs::write(e.ws.join("not-executable"), "#!/bin/sh\n").unwrap();
+    let o = e.run(&["run", "--", "./not-executable"]);
+    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
+}
+
+#[test]
+fn stdio_passes_through() {
+    let e = Env::new("stdio");
+    let mut c = e.cmd();
+    c.args(["run", "--", "sh", "-c", "tr a-z A-Z; echo err >&2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello box\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "HELLO BOX\n");
+    assert!(stderr(&out).contains("err"));
+}
+
+#[test]
+fn environment_is_an_allowlist() {
+    let e = Env::new("env");
+    let mut c = e.cmd();
+    c.env("TERRA_TEST_SECRET", "s3cret")
+        .env("TERRA_TEST_COPY", "copied")
+        .env("TERM", "xterm-test")
+        .env("LC_TIME", "C");
+    c.args([
+        "run",
+        "--env",
+        "A=b",
+        "--env",
+        "TERRA_TEST_COPY",
+        "--",
+        "env",
+    ]);
+    let o = bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let env = stdout(&o);
+    assert!(
+        !env.contains("s3cret"),
+        "a variable outside the allowlist leaked:\n{env}"
+    );
+    for want in [
+        "A=b\n",
+        "TERRA_TEST_COPY=copied\n",
+        "TERM=xterm-test\n",
+        "LC_TIME=C\n",
+        "HOME=/tmp\n",
+        "TMPDIR=/tmp\n",
+        "PATH=",
+    ] {
+        assert!(env.contains(want), "missing {want:?} in:\n{env}");
+    }
+    // HOME exists and is writable inside the box.
+    let o = e.run(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "touch \"$HOME/x\" && test -d \"$HOME\"",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // --env NAME that terra does not have is refused.
+    let o = e.run(&["run", "--env", "TERRA_TEST_UNSET", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("TERRA_TEST_UNSET"), "{}", stderr(&o));
+}
+
+#[test]
+fn receipt_records_the_run() {
+    let e = Env::new("receipt");
+    let extra = e.root.join("receipt.json");
+    let o = e.run(&[
+        "run",
+        "--receipt",
+        extra.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    let r = e.only_receipt();
+    let copy: Value = serde_json::from_slice(&fs::read(&extra).unwrap()).unwrap();
+    assert_eq!(
+        r, copy,
+        "the --receipt copy equals the state directory's receipt"
+    );
+    assert_eq!(r["backend"], "linux");
+    assert_eq!(r["terraVersion"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(r["policy"]["source"], "default");
+    let default_digest =
+        terra_policy::digest::artifact_digest(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes());
+    assert_eq!(r["policy"]["artifactDigest"], default_digest.as_str());
+    let mir = terra_policy::compile_source(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes()).unwrap();
+    assert_eq!(r["decisionDigest"], mir.decision_digest().as_str());
+    assert_eq!(r["outcome"]["exitCode"], 3);
+    assert_eq!(r["outcome"]["timedOut"], false);
+    assert_eq!(r["outcome"]["refused"], Value::Null);
+    assert_eq!(r["activation"], "passed");
+    assert_eq!(r["argv"], serde_json::json!(["sh", "-c", "exit 3"]));
+    assert_eq!(
+        r["hostBindings"]["workspace"],
+        fs::canonicalize(&e.ws).unwrap().to_str().unwrap()
+    );
+    assert!(r["capabilities"]["required"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("network-none")));
+    assert!(r["capabilities"]["declared"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("fs-write")));
+    for k in ["startedAt", "endedAt"] {
+        let t = r[k].as_str().unwrap();
+        assert!(
+            t.len() == 24 && t.ends_with('Z') && &t[10..11] == "T",
+            "{k} = {t}"
+        );
+    }
+    assert!(r["landlockAbi"].as_i64().unwrap_or(0) >= 1 || r["landlockAbi"].is_null());
+    // The run directory is owner-only and holds the canary; pid files are gone.
+    let dir = &e.runs()[0];
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        fs::metadata(dir.join("request.json"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    assert!(!dir.join("supervisor.pid").exists() && !dir.join("host.pid").exists());
+}
+
+#[test]
+fn temp_is_private_and_removed_unless_kept() {
+    let e = Env::new("temp");
+    let o = e.run(&["run", "--", "sh", "-c", "echo x > /tmp/f && ls -ld /tmp"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        e.temp_dirs().is_empty(),
+        "temp left behind: {:?}",
+        e.temp_dirs()
+    );
+    let o = e.run(&[
+        "run",
+        "--keep-temp",
+        "--",
+        "sh",
+        "-c",
+        "echo kept > /tmp/f; mkdir /tmp/locked; chmod 000 /tmp/locked",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let kept = e.temp_dirs();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(fs::read_to_string(kept[0].join("f")).unwrap(), "kept\n");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        fs::metadata(&kept[0]).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // A workload that leaves an unreadable directory still gets its temp removed.
+    let _ = fs::set_permissions(kept[0].join("locked"), fs::Permissions::from_mode(0o700));
+    fs::remove_dir_all(&kept[0]).unwrap();
+    let o = e.run(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p /tmp/d/e && chmod 000 /tmp/d",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        e.temp_dirs().is_empty(),
+        "temp left behind: {:?}",
+        e.temp_dirs()
+    );
+}
+
+#[test]
+fn timeout_stops_the_box() {
+    let e = Env::new("timeout");
+    let o = e.run(&["run", "--timeout", "300ms", "--", "sleep", "60"]);
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", stderr(&o));
+    let r = e.only_receipt();
+    assert_eq!(r["outcome"]["timedOut"], true);
+    assert_eq!(r["outcome"]["signal"], 15);
+    // A workload that ignores SIGTERM is killed after the grace period.
+    let e = Env::new("timeout-kill");
+    let o = e.run(&[
+        "run",
+        "--timeout",
+        "200ms",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; while :; do sleep 1; done",
+    ]);
+    assert!(
+        matches!(o.status.code(), Some(137) | Some(143)),
+        "{:?} {}",
+        o.status,
+        stderr(&o)
+    );
+    assert_eq!(e.only_receipt()["outcome"]["timedOut"], true);
+    for bad in ["0", "abc", "1.5s", "-1"] {
+        let o = e.run(&["run", "--timeout", bad, "--", "true"]);
+        assert_eq!(o.status.code(), Some(125), "--timeout {bad}");
+    }
+}
+
+#[test]
+fn refusals_exit_125_with_a_message() {
+    let e = Env::new("refuse");
+    let policy = e.root.join("p.json");
+    fs::write(&policy, terra_policy::DEFAULT_POLICY_SOURCE).unwrap();
+    let p = policy.to_str().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "--policy", p, "--read", "/etc", "--", "true"],
+            "only --deny",
+        ),
+        (
+            vec![
+                "run",
+                "--policy",
+                p,
+                "--allow-net",
+                "example.com:443",
+                "--",
+                "true",
+            ],
+            "only --deny",
+        ),
+        (
+            vec!["run", "--allow-net", "example.com:443", "--", "true"],
+            "mediated",
+        ),
+        (
+            vec!["run", "--allow-net", "example.com", "--", "true"],
+            "HOST:PORT",
+        ),
+        (
+            vec!["run", "--read", "/terra/surely/missing", "--", "true"],
+            "/terra/surely/missing",
+        ),
+        (
+            vec!["run", "--policy", "/terra/missing.json", "--", "true"],
+            "/terra/missing.json",
+        ),
+        (
+            vec!["run", "--backend", "macos", "--", "true"],
+            "not supported on this host",
+        ),
+        (
+            vec!["run", "--backend", "plan9", "--", "true"],
+            "unknown backend",
+        ),
+        (vec!["run", "--workspace", "/", "--", "true"], "whole host"),
+    ];
+    for (args, needle) in cases {
+        let o = e.run(&args);
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.starts_with("terra: ") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    let bad = e.root.join("bad.json");
+    fs::write(&bad, "{\"formatVersion\": 3.0}").unwrap();
+    let o = e.run(&["run", "--policy", bad.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(
+        e.runs().is_empty(),
+        "a refused run must not reach the supervisor"
+    );
+    assert!(
+        e.temp_dirs().is_empty(),
+        "a refused run must not leave a temp directory"
+    );
+}
+
+#[test]
+fn policy_files_json_and_mir_with_deny() {
+    let e = Env::new("policyfile");
+    fs::create_dir_all(e.ws.join("secret")).unwrap();
+    fs::write(e.ws.join("secret/key"), "k").unwrap();
+    let json = e.root.join("p.json");
+    fs::write(&json, terra_policy::DEFAULT_POLICY_SOURCE).unwrap();
+    let mir = terra_policy::compile_source(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes()).unwrap();
+    let mir_path = e.root.join("p.mir");
+    fs::write(&mir_path, mir.bytes()).unwrap();
+    for (path, format) in [(&json, "json"), (&mir_path, "mir")] {
+        let o = e.run(&[
+            "run",
+            "--policy",
+            path.to_str().unwrap(),
+            "--",
+            "cat",
+            "secret/key",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let o = e.run(&[
+            "run",
+            "--policy",
+            path.to_str().unwrap(),
+            "--deny",
+            "secret",
+            "--",
+            "cat",
+            "secret/key",
+        ]);
+        assert_ne!(o.status.code(), Some(0), "--deny must hide secret/key");
+        assert!(!stdout(&o).contains('k'));
+        let runs = e.runs();
+        let last = runs
+            .iter()
+            .map(|d| {
+                serde_json::from_slice::<Value>(&fs::read(d.join("receipt.json")).unwrap()).unwrap()
+            })
+            .find(|r| {
+                r["policy"]["format"] == format
+                    && !r["policy"]["overlay"].as_array().unwrap().is_empty()
+            })
+            .expect("a receipt with the overlay");
+        let bytes = fs::read(path).unwrap();
+        assert_eq!(
+            last["policy"]["artifactDigest"],
+            terra_policy::digest::artifact_digest(&bytes).as_str()
+        );
+        assert_ne!(
+            last["decisionDigest"],
+            mir.decision_digest().as_str(),
+            "the deny changes the decision"
+        );
+        let _ = fs::remove_dir_all(e.state.join("terra"));
+    }
+}
+
+#[test]
+fn grants_from_the_command_line() {
+    let e = Env::new("grants");
+    let ro = e.root.join("ro");
+    let rw = e.root.join("rw");
+    fs::create_dir_all(&ro).unwrap();
+    fs::create_dir_all(&rw).unwrap();
+    fs::write(ro.join("f"), "ro\n").unwrap();
+    let script = format!(
+        "cat {0}/f && ! touch {0}/g 2>/dev/null && echo w > {1}/g",
+        ro.display(),
+        rw.display()
+    );
+    let o = e.run(&[
+        "run",
+        "--read",
+        ro.to_str().unwrap(),
+        "--write",
+        rw.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(fs::read_to_string(rw.join("g")).unwrap(), "w\n");
+    // Relative paths are made absolute against the current directory.
+    fs::create_dir_all(e.ws.join("sub")).unwrap();
+    let o = e.run(&[
+        "run",
+        "--dry-run",
+        "--read",
+        "../ro",
+        "--deny",
+        "sub",
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let has_rule = |access: &str, path: String| {
+        text.lines().any(|l| {
+            l.split_whitespace().next() == Some(access)
+                && l.split_whitespace().nth(2) == Some(path.as_str())
+        })
+    };
+    assert!(
+        has_rule("read", fs::canonicalize(&ro).unwrap().display().to_string()),
+        "{text}"
+    );
+    assert!(
+        has_rule(
+            "deny",
+            format!("{}/sub", fs::canonicalize(&e.ws).unwrap().display())
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_runs_nothing() {
+    let e = Env::new("dry");
+    let marker = e.ws.join("ran");
+    let o = e.run(&["run", "--dry-run", "--", "touch", marker.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let mir = terra_policy::compile_source(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes()).unwrap();
+    assert!(
+        text.contains(&format!("decision digest: {}", mir.decision_digest())),
+        "{text}"
+    );
+    assert!(text.contains("backend program (linux):"), "{text}");
+    assert!(
+        text.contains("seccomp"),
+        "the filter program is shown:\n{text}"
+    );
+    assert!(text.contains("network:         none"), "{text}");
+    assert!(!marker.exists(), "--dry-run ran the command");
+    assert!(e.runs().is_empty());
+    assert!(e.temp_dirs().is_empty());
+}
+
+#[test]
+fn sigterm_to_the_cli_reaches_the_workload_once() {
+    let e = Env::new("signal");
+    let mut c = e.cmd();
+    c.args([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "n=0; trap 'n=$((n+1))' TERM; echo ready; while [ ! -e /tmp/stop ]; do sleep 0.05; if [ $n -gt 0 ]; then sleep 1; echo got $n; exit 42; fi; done",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(42));
+    assert_eq!(rest, "got 1\n", "SIGTERM must arrive exactly once");
+}
+
+#[test]
+fn backends_lists_linux_macos_windows() {
+    let e = Env::new("backends");
+    let o = e.run(&["backends", "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["linux", "macos", "windows"]);
+    assert_eq!(
+        v[0]["supported"], true,
+        "this host runs the suite, so it supports linux: {v}"
+    );
+    assert!(v[0]["declaredCapabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("fs-deny-write")));
+    assert!(!v[0]["declaredCapabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("network-mediated")));
+    assert_eq!(v[1]["supported"], false);
+    assert_eq!(v[2]["supported"], false);
+    let o = e.run(&["backends"]);
+    assert!(stdout(&o).contains("not supported on this host"));
+}
+
+#[test]
+fn doctor_reports_each_check() {
+    let e = Env::new("doctor");
+    let o = e.run(&["doctor", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(if v["ok"] == true { 0 } else { 1 }));
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "user-namespaces",
+        "user-namespaces.apparmor",
+        "container",
+        "landlock",
+        "seccomp",
+        "cgroup-v2",
+    ] {
+        assert!(names.contains(&want), "missing check {want}: {names:?}");
+    }
+    for c in v["checks"].as_array().unwrap() {
+        if c["ok"] == false {
+            assert!(
+                c["fix"].as_str().is_some_and(|f| !f.is_empty()),
+                "a failing check says what to change: {c}"
+            );
+        }
+    }
+    assert_eq!(
+        v["ok"], true,
+        "this host runs the suite, so doctor must pass: {v}"
+    );
+    let o = e.run(&["doctor"]);
+    assert!(stdout(&o).contains("landlock"));
+}
+
+#[test]
+fn state_directory_falls_back_outside_the_grants() {
+    // XDG_STATE_HOME inside the workspace is visible to the box: refused as a
+    // state directory, the next candidate is used instead.
+    let e = Env::new("statefallback");
+    let inside = e.ws.join(".state");
+    fs::create_dir_all(&inside).unwrap();
+    let mut c = e.cmd();
+    c.env("XDG_STATE_HOME", &inside)
+        .env("HOME", e.root.join("home"));
+    c.args(["run", "--", "sh", "-c", "ls -A \"$PWD/.state\""]);
+    let o = bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).trim().is_empty(),
+        "the box saw run state: {}",
+        stdout(&o)
+    );
+    assert!(
+        fs::read_dir(&inside).unwrap().next().is_none(),
+        "state written inside the workspace"
+    );
+    let home_runs = e.root.join("home/.local/state/terra/runs");
+    assert_eq!(
+        fs::read_dir(&home_runs).unwrap().count(),
+        1,
+        "the run used $HOME/.local/state"
+    );
+    assert!(Path::new(&home_runs).is_dir());
+}
