@@ -18,6 +18,9 @@ const TARGET: ABI = ABI::V6;
 pub enum FsAccess {
     /// List the directory only.
     ListDir,
+    /// Read files and list directories, no execute.
+    ReadData,
+    /// Read and execute.
     Read,
     ReadWrite,
 }
@@ -61,10 +64,10 @@ impl LandlockPlan {
                     },
                 )),
                 MountOp::BindTemp { path, .. } => fs.push((path.clone(), FsAccess::ReadWrite)),
-                MountOp::Proc { path } => fs.push((path.clone(), FsAccess::Read)),
-                MountOp::Synth { path, .. } => fs.push((path.clone(), FsAccess::Read)),
+                MountOp::Proc { path } => fs.push((path.clone(), FsAccess::ReadData)),
+                MountOp::Synth { path, .. } => fs.push((path.clone(), FsAccess::ReadData)),
                 MountOp::Dev { path } => {
-                    fs.push((path.clone(), FsAccess::Read));
+                    fs.push((path.clone(), FsAccess::ReadData));
                     for n in DEV_NODES.iter().chain(["pts", "shm"].iter()) {
                         fs.push((format!("{path}/{n}"), FsAccess::ReadWrite));
                     }
@@ -80,6 +83,7 @@ impl LandlockPlan {
         for (p, a) in &self.fs {
             let a = match a {
                 FsAccess::ListDir => "list-dir",
+                FsAccess::ReadData => "read",
                 FsAccess::Read => "read+execute",
                 FsAccess::ReadWrite => "read+write+execute",
             };
@@ -134,6 +138,7 @@ pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, String> {
         };
         let rights: BitFlags<AccessFs> = match access {
             FsAccess::ListDir => AccessFs::ReadDir.into(),
+            FsAccess::ReadData => AccessFs::from_read(TARGET) & !AccessFs::Execute,
             FsAccess::Read => AccessFs::from_read(TARGET),
             FsAccess::ReadWrite => AccessFs::from_all(TARGET),
         };
