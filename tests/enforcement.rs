@@ -577,15 +577,24 @@ fn protected_unchanged(fx: &mut Fx) -> Option<String> {
     None
 }
 
+/// Another user's files: as root, files in the workspace owned by an unused
+/// uid (0600 and 0644); as an unprivileged caller (who cannot chown), root's
+/// files under a `--read /etc` grant.
 fn other_user_files(fx: &mut Fx) {
+    if !is_root() {
+        fx.terra_args.extend(["--read".into(), "/etc".into()]);
+        fx.env("OTHER_SECRET", "/etc/shadow");
+        fx.env("OTHER_PUBLIC", "/etc/hostname");
+        return;
+    }
     let secret = fx.write("ws/other-secret", "another user's secret\n");
     let public = fx.write("ws/other-public", "another user's public file\n");
-    if is_root() {
-        std::os::unix::fs::chown(&secret, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
-        std::os::unix::fs::chown(&public, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
-    }
+    std::os::unix::fs::chown(&secret, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    std::os::unix::fs::chown(&public, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
     fs::set_permissions(&public, fs::Permissions::from_mode(0o644)).unwrap();
+    fx.env("OTHER_SECRET", secret.display().to_string());
+    fx.env("OTHER_PUBLIC", public.display().to_string());
 }
 
 fn read_only_grant(fx: &mut Fx) {
@@ -839,8 +848,8 @@ probes! {
     };
     read_other_users_file, read_other_users_file_twin => Probe {
         setup: other_user_files,
-        attack: r#"try cat "$WS/other-secret"; blocked"#,
-        twin: r#"need cat "$WS/other-public"; ok"#,
+        attack: r#"try cat "$OTHER_SECRET"; blocked"#,
+        twin: r#"need cat "$OTHER_PUBLIC"; ok"#,
         after: None,
     };
     read_outside_sibling, read_outside_sibling_twin => Probe {
