@@ -189,6 +189,39 @@ fn deny_masks_files_and_directories() {
 }
 
 #[test]
+fn exact_scope_grants_only_the_path_itself() {
+    let mut w = World::new();
+    let d = open_tempdir();
+    std::fs::write(d.path().join("inside.txt"), "inside-content").unwrap();
+    let f = open_tempdir();
+    std::fs::write(f.path().join("one.txt"), "one-file").unwrap();
+    std::fs::write(f.path().join("sibling.txt"), "sibling-file").unwrap();
+    w.rules.push(rule(Access::Read, d.path(), Scope::Exact));
+    w.rules
+        .push(rule(Access::Read, &f.path().join("one.txt"), Scope::Exact));
+    let r = w.sh(&format!(
+        "test -d {d} && echo dir-exists; ls -A {d} | wc -l; cat {d}/inside.txt; cat {f}/one.txt; echo; \
+         cat {f}/sibling.txt; exit 0",
+        d = d.path().display(),
+        f = f.path().display()
+    ));
+    let out = ok(&r);
+    assert!(
+        out.contains("dir-exists") && out.contains("one-file"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("inside-content") && !out.contains("sibling-file"),
+        "{out}"
+    );
+    // Twin: the same directory granted as a tree shows its contents.
+    let mut w = World::new();
+    w.rules.push(rule(Access::Read, d.path(), Scope::Tree));
+    let r = w.sh(&format!("cat {}/inside.txt", d.path().display()));
+    assert!(ok(&r).contains("inside-content"));
+}
+
+#[test]
 fn deny_write_rebinds_read_only() {
     let mut w = World::new();
     let ws = w.ws();

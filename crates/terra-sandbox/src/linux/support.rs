@@ -1,6 +1,6 @@
 //! What this host offers the Linux backend, each check with the exact fix.
 
-use super::{landlock, HostSupport};
+use super::{landlock, sys, HostSupport};
 
 fn read_trim(p: &str) -> Option<String> {
     std::fs::read_to_string(p)
@@ -8,32 +8,68 @@ fn read_trim(p: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Tries a user namespace in a throw-away child (the real test: sysctls,
-/// AppArmor and container runtimes can each forbid it).
+/// Tries what a box needs in a throw-away child: user, mount and PID
+/// namespaces with the caller's ids mapped, then a new procfs mounted by PID 1
+/// of the new namespace (sysctls, AppArmor and container runtimes can each
+/// forbid one of these).
 fn userns_works() -> Result<(), String> {
-    // SAFETY: the child only calls unshare and _exit.
+    // SAFETY: the child only makes system calls and _exits.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err("fork failed".into());
     }
     if pid == 0 {
-        // SAFETY: unshare/_exit in a fresh child.
-        unsafe {
-            let rc = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID);
-            libc::_exit(if rc == 0 {
-                0
-            } else {
-                *libc::__errno_location()
-            });
-        }
+        sys::exit_now(probe_child());
     }
     let mut st = 0;
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(pid, &mut st, 0) };
     match libc::WIFEXITED(st).then(|| libc::WEXITSTATUS(st)) {
         Some(0) => Ok(()),
-        Some(e) => Err(std::io::Error::from_raw_os_error(e).to_string()),
+        Some(1) => Err("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID) was refused".into()),
+        Some(2) => Err("writing the uid/gid maps was refused".into()),
+        Some(3) => Err("mounting a new procfs inside the namespaces was refused".into()),
+        Some(n) => Err(format!("the probe failed ({n})")),
         None => Err("the probe child died".into()),
+    }
+}
+
+/// Exit code: 0 ok, 1 unshare, 2 maps, 3 procfs, 4 fork.
+fn probe_child() -> i32 {
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // SAFETY: unshare only affects this throw-away process.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID) } != 0 {
+        return 1;
+    }
+    if sys::write_id_maps(uid, gid).is_err() {
+        return 2;
+    }
+    match sys::fork() {
+        Ok(0) => {
+            let ok =
+                sys::mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None).and_then(|_| {
+                    sys::mount(
+                        Some("proc"),
+                        "/proc",
+                        Some("proc"),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        None,
+                    )
+                });
+            sys::exit_now(if ok.is_ok() { 0 } else { 3 })
+        }
+        Ok(child) => {
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(child, &mut st, 0) };
+            if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                4
+            }
+        }
+        Err(_) => 4,
     }
 }
 
