@@ -222,6 +222,89 @@ fn exact_scope_grants_only_the_path_itself() {
 }
 
 #[test]
+fn environment_and_descriptors_are_exactly_as_given() {
+    let w = World::new();
+    // A descriptor leaked by the caller (not close-on-exec) must not reach the box.
+    let f = std::fs::File::open("/dev/null").unwrap();
+    // SAFETY: dup of a descriptor we own; the copy is closed below.
+    let leaked = unsafe { libc::dup(std::os::fd::AsRawFd::as_raw_fd(&f)) };
+    assert!(leaked > 2);
+    let out = w.ws().join("env.txt");
+    let r = w.run(&[
+        "sh",
+        "-c",
+        &format!("env > {o}; ls /proc/self/fd >> {o}", o = out.display()),
+    ]);
+    // SAFETY: closing our own copy.
+    unsafe { libc::close(leaked) };
+    assert_eq!(r.exit, BoxExit::Code(0));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut env: Vec<&str> = text.lines().filter(|l| l.contains('=')).collect();
+    env.sort();
+    // dash adds PWD for its children; everything else is exactly BoxConfig.env.
+    let pwd = format!("PWD={}", w.ws().display());
+    assert_eq!(
+        env,
+        vec!["LC_ALL=C", "PATH=/usr/bin:/bin", pwd.as_str()],
+        "{text}"
+    );
+    let fds: Vec<&str> = text.lines().filter(|l| !l.contains('=')).collect();
+    assert_eq!(
+        fds,
+        vec!["0", "1", "2", "3"],
+        "only stdio (and ls's own directory fd): {text}"
+    );
+    // Twin: the caller really has more variables and descriptors.
+    assert!(std::env::vars().count() > 2);
+}
+
+#[test]
+fn protect_create_placeholder_outside_binds() {
+    let mut w = World::new();
+    w.root_mode = RootMode::EphemeralWrite;
+    let mut pc = rule(Access::Deny, Path::new("/"), Scope::Tree);
+    pc.path = "/terra-absent-parent/absent".into();
+    pc.protect_create = true;
+    w.rules.push(pc);
+    let r = w.sh(
+        "if mkdir /terra-absent-parent/absent/x; then echo CREATED; fi; ls -A /terra-absent-parent/absent | wc -l; \
+         mkdir /terra-other && echo other-created",
+    );
+    let out = ok(&r);
+    assert!(
+        !out.contains("CREATED") && out.contains("other-created"),
+        "{out}"
+    );
+    assert!(
+        !Path::new("/terra-absent-parent").exists(),
+        "nothing created on the host"
+    );
+}
+
+#[test]
+fn deny_under_the_temp_dir_applies_at_slash_tmp_too() {
+    let mut w = World::new();
+    let tmp = std::fs::canonicalize(w.tmp.path()).unwrap();
+    std::fs::write(tmp.join("hidden.txt"), "temp-secret").unwrap();
+    w.rules.push(rule(Access::Write, &tmp, Scope::Tree));
+    w.rules
+        .push(rule(Access::Deny, &tmp.join("hidden.txt"), Scope::Tree));
+    let r = w.sh(&format!(
+        "cat /tmp/hidden.txt {t}/hidden.txt; echo done",
+        t = tmp.display()
+    ));
+    let out = ok(&r);
+    assert!(
+        !out.contains("temp-secret") && out.contains("done"),
+        "{out}"
+    );
+    // Twin: without the deny, /tmp shows it.
+    w.rules.pop();
+    let r = w.sh("cat /tmp/hidden.txt");
+    assert!(ok(&r).contains("temp-secret"));
+}
+
+#[test]
 fn deny_write_rebinds_read_only() {
     let mut w = World::new();
     let ws = w.ws();
