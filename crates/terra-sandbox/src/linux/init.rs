@@ -237,10 +237,10 @@ fn run_service(prep: &BoxPrep, service: BoxService, listener: i32, broker: i32) 
         libc::dup2(l, 6);
     }
     sys::close_fds_except(&[6, 7]);
-    // No filesystem access at all (Landlock), no capabilities, the seccomp list.
+    // No filesystem access and no TCP connect (Landlock), no capabilities, the seccomp list.
     let no_fs = LandlockPlan {
         fs: Vec::new(),
-        net: NetRule::Unrestricted,
+        net: NetRule::NoConnect,
     };
     if sys::drop_all_capabilities().is_err()
         || landlock::apply(&no_fs).is_err()

@@ -2,7 +2,7 @@
 //! TCP and scope restrictions where the kernel ABI has them. Best effort by ABI.
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope as LlScope, ABI,
 };
 
@@ -25,15 +25,21 @@ pub enum FsAccess {
     ReadWrite,
 }
 
-/// TCP policy of the workload.
+/// TCP policy of a process in the box.
+///
+/// The workload gets `Unrestricted` in every mode: with network none or
+/// mediated its network namespace holds only its own loopback, so Landlock port
+/// rules would add nothing but break test suites that serve and connect on
+/// 127.0.0.1 inside the box. The namespace is the boundary, and the activation
+/// check proves every run that the host's loopback is out of reach. The
+/// mediated proxy service, which only accepts and passes sockets, gets
+/// `NoConnect`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetRule {
-    /// No TCP restriction (network direct).
+    /// No TCP restriction.
     Unrestricted,
-    /// No TCP connect at all (network none).
+    /// No TCP connect at all (ABI >= 4).
     NoConnect,
-    /// TCP connect only to this port (the in-box proxy of mediated networking).
-    ConnectOnly(u16),
 }
 
 #[derive(Debug, Clone)]
@@ -90,11 +96,10 @@ impl LandlockPlan {
             s.push_str(&format!("landlock fs  {a:<19} {p}\n"));
         }
         let net = match self.net {
-            NetRule::Unrestricted => "tcp unrestricted (network direct)".to_string(),
-            NetRule::NoConnect => "tcp connect denied everywhere (ABI >= 4)".to_string(),
-            NetRule::ConnectOnly(p) => {
-                format!("tcp connect only to port {p} (the in-box proxy; ABI >= 4)")
+            NetRule::Unrestricted => {
+                "tcp not restricted by Landlock (the network namespace is the boundary)".to_string()
             }
+            NetRule::NoConnect => "tcp connect denied everywhere (ABI >= 4)".to_string(),
         };
         s.push_str(&format!("landlock net {net}\n"));
         s.push_str("landlock scope abstract-unix-socket, signal (ABI >= 6)\n");
@@ -153,11 +158,6 @@ pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, String> {
         let fd = PathFd::new(path).map_err(|e| format!("landlock: open {path}: {e}"))?;
         created = created
             .add_rule(PathBeneath::new(fd, rights))
-            .map_err(err)?;
-    }
-    if let NetRule::ConnectOnly(port) = plan.net {
-        created = created
-            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
             .map_err(err)?;
     }
     let status = created.restrict_self().map_err(err)?;

@@ -115,9 +115,9 @@ pub fn programs(
     };
     let ops = lower::lower(&input, &host_kind).map_err(SandboxError::Unsupported)?;
     let net = match (view.network, proxy) {
-        (NetworkMode::None, _) => NetRule::NoConnect,
-        (NetworkMode::Direct, _) => NetRule::Unrestricted,
-        (NetworkMode::Mediated, Some(a)) => NetRule::ConnectOnly(a.port()),
+        (NetworkMode::None | NetworkMode::Direct, _) | (NetworkMode::Mediated, Some(_)) => {
+            NetRule::Unrestricted
+        }
         (NetworkMode::Mediated, None) => {
             return Err(SandboxError::Unsupported(
                 "network mediated needs the broker socket and a proxy address; falling back to ambient \
