@@ -610,7 +610,7 @@ fn start_supervisor(req: &RunRequest) -> Result<u8, String> {
     if let Some(t) = tty {
         t.restore();
     }
-    debug!(phase = "total", ms = t0.elapsed().as_secs_f64() * 1e3);
+    debug!(phase = "supervisor", ms = t0.elapsed().as_secs_f64() * 1e3);
     if let Some(code) = status.code() {
         return Ok(code.clamp(0, 255) as u8);
     }

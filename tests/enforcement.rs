@@ -1073,7 +1073,7 @@ probes! {
     net_tcp_host_loopback, net_tcp_host_loopback_twin => Probe {
         setup: tcp_listener,
         attack: r#"try $PROBE tcp 127.0.0.1 "$PORT"; try $PROBE tcp localhost "$PORT"; blocked"#,
-        twin: r#"need $PROBE tcp_listen; need $PROBE udp_self; ok"#,
+        twin: r#"need $PROBE tcp_self; need $PROBE udp_self; ok"#,
         after: Some(tcp_not_accepted),
     };
     net_udp, net_udp_twin => Probe {

@@ -74,9 +74,17 @@ impl Receipt {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a 0600 temporary file beside it, fsync,
-/// rename over the target.
+/// Writes `bytes` to `path` atomically: a 0600 temporary file beside it,
+/// renamed over the target, so a reader sees the old file or the complete new
+/// one. Not fsync-ed: an fsync costs more than the rest of a short run's
+/// teardown, and a receipt lost to a power cut describes a run that is gone too.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_replacing(path, bytes, false)
+}
+
+/// Writes `bytes` to `path` atomically (temporary file + rename), with fsync
+/// only when `durable` (pid files and the canary need no crash durability).
+pub fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -96,7 +104,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .mode(0o600)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if result.is_err() {

@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 use terra_policy::{Access, SandboxPlan, Scope};
 
-use crate::receipt::write_atomic;
+use crate::receipt::write_replacing;
 
 /// The run lock lives on this descriptor for the supervisor's lifetime.
 pub const LOCK_FD: i32 = 3;
@@ -101,7 +101,8 @@ impl RunDir {
     /// Writes an owner-only file in the run directory, atomically.
     pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
         let p = self.path.join(name);
-        write_atomic(&p, bytes).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        write_replacing(&p, bytes, false)
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
         Ok(p)
     }
 

@@ -199,7 +199,7 @@ impl Run {
             Err(e) => return self.refuse(None, &e),
         };
         self.run_id = dir.run_id.clone();
-        debug!(phase = "resolve", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display());
+        debug!(phase = "validate", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display());
         // The canary: this run's own request, owner-only, outside every grant.
         let canary = match dir.write_file("request.json", &self.raw) {
             Ok(p) => p,
@@ -322,6 +322,12 @@ impl Run {
             }
         };
         let t_teardown = Instant::now();
+        // From the launcher's fork to the reaped box: namespaces, mounts,
+        // filters, activation check, exec, the workload itself, its exit.
+        debug!(
+            phase = "box",
+            ms = t_teardown.duration_since(t_spawn).as_secs_f64() * 1e3
+        );
         let code = match report {
             Ok(r) => self.finish(&dir, r, timed_out),
             Err(e) => self.refuse(Some(&dir), &format!("the box failed: {e}")),
@@ -330,6 +336,10 @@ impl Run {
         debug!(
             phase = "teardown",
             ms = t_teardown.elapsed().as_secs_f64() * 1e3
+        );
+        debug!(
+            vm_hwm_kb = peak_rss_kb(),
+            "supervisor peak resident set size"
         );
         code
     }
@@ -423,6 +433,18 @@ impl Run {
         }
         code
     }
+}
+
+/// Peak resident set size of this process (VmHWM), in KiB.
+fn peak_rss_kb() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Removes the run's temp directory even when the workload left unreadable or

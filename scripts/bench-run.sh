@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# terra run (issue 4): median wall time of `terra run -- /bin/true` (default
+# policy, release build) against an equivalent bubblewrap box, in the same run;
+# the supervisor's peak RSS; and the median of each phase terra logs at debug
+# level (CLI: compile, resolve, handoff, supervisor; supervisor: validate,
+# spawn, box = namespaces + mounts + filters + activation + exec + exit,
+# teardown).
+#
+#   scripts/bench-run.sh                 # builds target/release/terra first
+#   TERRA_BIN=dist/terra RUNS=100 scripts/bench-run.sh
+#
+# Uses hyperfine when installed, else a loop timed with `date +%s%N`
+# (the two commands alternate, so drift hits both alike). Installs bubblewrap
+# with apt-get only when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-60}
+WARMUP=${WARMUP:-5}
+
+if [ -z "${TERRA_BIN:-}" ]; then
+  cargo build --release --locked --bin terra >&2
+  TERRA_BIN="${CARGO_TARGET_DIR:-target}/release/terra"
+fi
+TERRA_BIN=$(realpath "$TERRA_BIN")
+
+if ! command -v bwrap >/dev/null 2>&1; then
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+    { "${sudo_cmd[@]}" apt-get update -qq >/dev/null && "${sudo_cmd[@]}" apt-get install -y -qq bubblewrap >/dev/null; }
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/ws" "$work/state"
+cd "$work/ws"
+export XDG_STATE_HOME="$work/state"
+
+terra_cmd=("$TERRA_BIN" run -- /bin/true)
+bwrap_cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin
+  --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev /bin/true)
+
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+"${terra_cmd[@]}" || { echo "terra run -- /bin/true failed" >&2; exit 1; }
+"${bwrap_cmd[@]}" || { echo "bwrap failed" >&2; exit 1; }
+
+if command -v hyperfine >/dev/null 2>&1; then
+  method="hyperfine -N --warmup $WARMUP --runs $RUNS"
+  hyperfine -N --warmup "$WARMUP" --runs "$RUNS" --export-json "$work/h.json" \
+    "${terra_cmd[*]}" "${bwrap_cmd[*]}" >&2
+  read -r terra_ms bwrap_ms < <(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+print(*(round(x["median"] * 1000, 3) for x in r))' "$work/h.json")
+else
+  method="loop of $RUNS alternating runs timed with date +%s%N ($WARMUP warm-up runs each)"
+  for _ in $(seq "$WARMUP"); do "${terra_cmd[@]}"; "${bwrap_cmd[@]}"; done
+  : >"$work/terra.ns"; : >"$work/bwrap.ns"
+  for _ in $(seq "$RUNS"); do
+    t0=$(date +%s%N); "${terra_cmd[@]}"; t1=$(date +%s%N)
+    "${bwrap_cmd[@]}"; t2=$(date +%s%N)
+    echo $((t1 - t0)) >>"$work/terra.ns"
+    echo $((t2 - t1)) >>"$work/bwrap.ns"
+  done
+  terra_ms=$(awk '{print $1/1e6}' "$work/terra.ns" | median)
+  bwrap_ms=$(awk '{print $1/1e6}' "$work/bwrap.ns" | median)
+fi
+ratio=$(awk -v a="$terra_ms" -v b="$bwrap_ms" 'BEGIN {printf "%.2f", a / b}')
+
+# Phases and the supervisor's VmHWM, from debug logs.
+: >"$work/phases.log"
+for _ in $(seq "$RUNS"); do
+  TERRA_LOG=debug "${terra_cmd[@]}" 2>>"$work/phases.log"
+done
+sed -i 's/\x1b\[[0-9;]*m//g' "$work/phases.log"
+phase_rows=""
+for phase in compile resolve handoff validate spawn box teardown supervisor; do
+  m=$(grep -o "phase=\"$phase\" ms=[0-9.e-]*" "$work/phases.log" | sed 's/.*ms=//' | median)
+  phase_rows+="| $phase | $m |"$'\n'
+done
+hwm_med=$(grep -o 'vm_hwm_kb=[0-9]*' "$work/phases.log" | cut -d= -f2 | median)
+hwm_max=$(grep -o 'vm_hwm_kb=[0-9]*' "$work/phases.log" | cut -d= -f2 | sort -n | tail -1)
+
+# Max RSS of the whole run as GNU time sees it (the CLI and what it waited for).
+time_rss="n/a"
+if [ -x /usr/bin/time ]; then
+  time_rss=$(/usr/bin/time -v "${terra_cmd[@]}" 2>&1 >/dev/null | awk -F': ' '/Maximum resident set size/ {print $2}')
+fi
+
+cpu=$(lscpu 2>/dev/null | awk -F': *' '/Model name/ {print $2; exit}')
+cat <<EOF
+### $(date -u +%Y-%m-%d) — $(nproc) CPUs (${cpu:-unknown}), $(uname -sr)
+
+Command: \`scripts/bench-run.sh\` (RUNS=$RUNS), binary \`$TERRA_BIN\`; method: $method.
+
+| command | median wall time (ms) |
+|---|---|
+| \`terra run -- /bin/true\` (default policy) | $terra_ms |
+| \`bwrap --unshare-all --die-with-parent --ro-bind /usr /usr ... /bin/true\` | $bwrap_ms |
+| ratio terra / bwrap (goal <= 1.5) | $ratio |
+
+Supervisor peak RSS (VmHWM at exit): median ${hwm_med} KiB, max ${hwm_max} KiB.
+Maximum RSS reported by \`/usr/bin/time -v\` for one whole run: ${time_rss} KiB.
+
+Per-phase median latency over $RUNS runs (\`TERRA_LOG=debug\`), in ms:
+
+| phase | median (ms) |
+|---|---|
+${phase_rows}
+EOF
