@@ -256,22 +256,82 @@ fn receipt_records_the_run() {
         );
     }
     assert!(r["landlockAbi"].as_i64().unwrap_or(0) >= 1 || r["landlockAbi"].is_null());
-    // The run directory is owner-only and holds the canary; pid files are gone.
+    // After the run only the lock and the receipt are left, owner-only.
     let dir = &e.runs()[0];
+    let mut left: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["lock", "receipt.json"]);
+    assert_eq!(mode(dir), 0o700);
+    assert_eq!(mode(&dir.join("receipt.json")), 0o600);
+}
+
+fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(
-        fs::metadata(dir).unwrap().permissions().mode() & 0o777,
-        0o700
-    );
-    assert_eq!(
-        fs::metadata(dir.join("request.json"))
+    fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn state_directory_during_the_run() {
+    let e = Env::new("statelive");
+    let mut c = e.cmd();
+    c.args(["run", "--", "sh", "-c", "echo ready; cat >/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let runs = e.runs();
+    assert_eq!(runs.len(), 1);
+    let dir = &runs[0];
+    let read_pid = |name: &str| -> u32 {
+        fs::read_to_string(dir.join(name))
             .unwrap()
-            .permissions()
-            .mode()
-            & 0o777,
-        0o600
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let supervisor = read_pid("supervisor.pid");
+    let host = read_pid("host.pid");
+    let children = fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap();
+    assert_eq!(
+        children.trim(),
+        supervisor.to_string(),
+        "supervisor.pid names the CLI's child"
     );
-    assert!(!dir.join("supervisor.pid").exists() && !dir.join("host.pid").exists());
+    assert!(
+        Path::new(&format!("/proc/{host}")).exists(),
+        "host.pid names a live process"
+    );
+    assert_eq!(mode(dir), 0o700);
+    assert_eq!(
+        mode(&dir.join("request.json")),
+        0o600,
+        "the canary is owner-only"
+    );
+    assert_eq!(mode(&dir.join("lock")), 0o600);
+    // The run lock is held: a second exclusive lock attempt fails.
+    let lock = fs::File::open(dir.join("lock")).unwrap();
+    assert!(
+        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err(),
+        "the supervisor holds the run lock"
+    );
+    drop(child.stdin.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    for gone in ["supervisor.pid", "host.pid", "request.json"] {
+        assert!(!dir.join(gone).exists(), "{gone} outlived the run");
+    }
+    let lock = fs::File::open(dir.join("lock")).unwrap();
+    assert!(
+        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok(),
+        "the run lock is released when the supervisor ends"
+    );
 }
 
 #[test]

@@ -423,6 +423,9 @@ impl Run {
             if let Err(e) = dir.write_file("receipt.json", json.as_bytes()) {
                 eprintln!("terra: {e}");
             }
+            // The canary holds the request, environment included (values of
+            // --env may be secrets): it is not kept once the box is gone.
+            dir.remove_file("request.json");
             dir.remove_file("host.pid");
             dir.remove_file("supervisor.pid");
         }
