@@ -169,7 +169,9 @@ fn uid_of(user: User) -> u32 {
     }
 }
 
-/// The binary, copied once into a world-readable 0755 directory for 65534.
+/// The binary, copied into a world-readable 0755 directory for 65534. The
+/// copy is named after the build (size and mtime), so repeated runs of the
+/// suite reuse it instead of leaving a copy each; stale copies are removed.
 fn terra_bin(user: User) -> PathBuf {
     static COPY: OnceLock<PathBuf> = OnceLock::new();
     let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
@@ -177,13 +179,30 @@ fn terra_bin(user: User) -> PathBuf {
         User::Caller => built,
         User::Nobody => COPY
             .get_or_init(|| {
-                let dir = PathBuf::from(format!("/tmp/terra-enf-bin-{}", std::process::id()));
-                let _ = fs::remove_dir_all(&dir);
-                fs::create_dir_all(&dir).unwrap();
-                fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+                let meta = fs::metadata(&built).unwrap();
+                let mtime = meta
+                    .modified()
+                    .unwrap()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos();
+                let name = format!("terra-enf-bin-{}-{mtime:x}", meta.len());
+                let dir = PathBuf::from("/tmp").join(&name);
                 let dst = dir.join("terra");
-                fs::copy(&built, &dst).unwrap();
-                fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
+                if fs::metadata(&dst).map(|m| m.len()).ok() != Some(meta.len()) {
+                    for e in fs::read_dir("/tmp").unwrap().flatten() {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        if n.starts_with("terra-enf-bin-") && n != name {
+                            let _ = fs::remove_dir_all(e.path());
+                        }
+                    }
+                    fs::create_dir_all(&dir).unwrap();
+                    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+                    let tmp = dir.join(format!("terra.tmp-{}", std::process::id()));
+                    fs::copy(&built, &tmp).unwrap();
+                    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+                    fs::rename(&tmp, &dst).unwrap();
+                }
                 dst
             })
             .clone(),
@@ -248,7 +267,14 @@ impl Fx {
             pty: false,
             cleanup: Vec::new(),
         };
-        for d in [&fx.ws, &fx.out, &fx.home, &fx.state, &fx.home.join(".ssh")] {
+        for d in [
+            &fx.ws,
+            &fx.out,
+            &fx.home,
+            &fx.state,
+            &fx.home.join(".ssh"),
+            &fx.root.join("tmp"),
+        ] {
             fs::create_dir_all(d).unwrap();
         }
         fx.write("ws/readme", "the workspace readme\n");
@@ -364,6 +390,7 @@ impl Fx {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("HOME", &self.home)
             .env("XDG_STATE_HOME", &self.state)
+            .env("TMPDIR", self.root.join("tmp"))
             .env("LANG", "C.UTF-8")
             .current_dir(&self.ws);
         run_bounded(cmd)
@@ -1184,6 +1211,8 @@ fn start_long_run(fx: &mut Fx) -> Child {
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", &fx.home)
         .env("XDG_STATE_HOME", &fx.state)
+        // A run killed with -9 leaves its temp directory: keep it in the fixture.
+        .env("TMPDIR", fx.root.join("tmp"))
         .current_dir(&fx.ws)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
