@@ -751,3 +751,94 @@ fn state_directory_falls_back_outside_the_grants() {
     );
     assert!(Path::new(&home_runs).is_dir());
 }
+
+/// Runs terra on a new pseudo-terminal (its controlling terminal, terra in the
+/// foreground), types `input`, then Ctrl-C once `ready` appears; returns the
+/// terminal's output and the exit status.
+const PTY_DRIVER: &str = r#"
+import os, sys, time, select
+pid, fd = os.forkpty()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+buf = b""
+def pump(until, limit=60):
+    global buf
+    end = time.time() + limit
+    while (until is None or until not in buf) and time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                d = os.read(fd, 4096)
+            except OSError:
+                return
+            if not d:
+                return
+            buf += d
+pump(b"type:")
+os.write(fd, sys.argv[1].encode() + b"\n")
+pump(b"ready")
+os.write(fd, b"\x03")
+pump(None)
+_, st = os.waitpid(pid, 0)
+sys.stdout.buffer.write(buf.replace(b"\r\n", b"\n"))
+sys.exit(os.waitstatus_to_exitcode(st) & 255)
+"#;
+
+/// The workload reads a line from the terminal, then counts SIGINT
+/// deliveries (the wakeup fd gets one byte per delivery, where Python-level
+/// handlers would merge deliveries that arrive close together).
+const CTRL_C_COUNTER: &str = r#"
+import os, signal, sys, time
+r, w = os.pipe()
+os.set_blocking(w, False)
+os.set_blocking(r, False)
+signal.set_wakeup_fd(w)
+signal.signal(signal.SIGINT, lambda s, f: None)
+sys.stdout.write("type:"); sys.stdout.flush()
+line = sys.stdin.readline().strip()
+print("got " + line, flush=True)
+print("ready", flush=True)
+seen = b""
+while not seen:
+    time.sleep(0.02)
+    try:
+        seen += os.read(r, 64)
+    except BlockingIOError:
+        pass
+time.sleep(1.5)
+try:
+    seen += os.read(r, 64)
+except BlockingIOError:
+    pass
+print("count %d" % seen.count(bytes([signal.SIGINT])), flush=True)
+"#;
+
+#[test]
+fn terminal_input_and_ctrl_c_reach_the_workload_once() {
+    let e = Env::new("tty");
+    let mut c = Command::new("/usr/bin/python3");
+    c.arg("-c")
+        .arg(PTY_DRIVER)
+        .arg("hello box")
+        .arg(env!("CARGO_BIN_EXE_terra"))
+        .args(["run", "--", "python3", "-c", CTRL_C_COUNTER])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", e.root.join("home"))
+        .env("XDG_STATE_HOME", &e.state)
+        .env("TMPDIR", e.root.join("tmp"))
+        .env("TERM", "xterm")
+        .current_dir(&e.ws)
+        .stdin(Stdio::null());
+    let o = bounded(c);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}\n{}", stderr(&o));
+    assert!(
+        text.contains("got hello box"),
+        "terminal input did not reach the workload:\n{text}"
+    );
+    assert!(
+        text.contains("count 1\n"),
+        "Ctrl-C must reach the workload exactly once:\n{text}"
+    );
+}
