@@ -573,6 +573,35 @@ fn deny_write_policy(fx: &mut Fx) {
     );
 }
 
+fn nested_deny_policy(fx: &mut Fx) {
+    fx.write("ws/d/secret/key", "nested secret\n");
+    fx.policy = Some(
+        r#"{
+  "formatVersion": 3,
+  "filesystem": { "default": "deny", "rules": [
+    { "access": "write", "path": { "root": "workspace" } },
+    { "access": "read", "path": { "special": "minimal-runtime" } },
+    { "access": "write", "path": { "root": "temp" } },
+    { "access": "deny", "path": { "root": "workspace", "relative": "d/secret" } }
+  ] },
+  "network": { "mode": "none" },
+  "process": { "treeConfinement": "required" },
+  "root": { "mode": "read-only" }
+}"#
+        .into(),
+    );
+}
+
+/// The nested denied file is still where it was, with its content.
+fn nested_secret_in_place(fx: &mut Fx) -> Option<String> {
+    let p = fx.ws.join("d/secret/key");
+    match fs::read_to_string(&p) {
+        Ok(s) if s == "nested secret\n" => None,
+        Ok(s) => Some(format!("{} now holds {s:?}", p.display())),
+        Err(e) => Some(format!("{} is gone: {e}", p.display())),
+    }
+}
+
 /// The deny-write target is unchanged after an attack.
 fn protected_unchanged(fx: &mut Fx) -> Option<String> {
     let p = fx.ws.join("a/protected/file");
@@ -941,12 +970,9 @@ probes! {
         twin: r#"need ln "$WS/evil" "$WS/evil2"; ok"#,
         after: Some(protected_unchanged),
     };
-    // Known escape, reported to the launcher owner: renaming an ancestor of a
-    // deny-write target moves its read-only bind away, and the target's path
-    // can then be re-created writable. Fix in the launcher (make every
-    // ancestor up to the grant a mount point, so rename fails with EBUSY),
-    // then remove this ignore.
-    #[ignore = "known escape in the launcher: rename of a deny-write target's ancestor"]
+    // Renaming an ancestor would carry the read-only bind away and free the
+    // name; the launcher pins every ancestor up to the writable grant as a
+    // mount point, so the rename fails (EBUSY).
     deny_write_rename_ancestor, deny_write_rename_ancestor_twin => Probe {
         setup: deny_write_policy,
         attack: r#"try mv "$WS/a" "$WS/b"; try mv "$WS/a/protected" "$WS/moved"; blocked"#,
@@ -954,6 +980,12 @@ probes! {
         after: Some(protected_unchanged),
     };
     // ---- deny inside a grant
+    deny_rename_ancestor, deny_rename_ancestor_twin => Probe {
+        setup: nested_deny_policy,
+        attack: r#"try mv "$WS/d" "$WS/e"; try rm -rf "$WS/d"; blocked"#,
+        twin: r#"need mkdir -p "$WS/f/g"; need mv "$WS/f" "$WS/h"; ok"#,
+        after: Some(nested_secret_in_place),
+    };
     read_under_deny, read_under_deny_twin => Probe {
         setup: deny_write_policy,
         attack: r#"try cat "$WS/secret/key"; if [ -n "$(ls -A "$WS/secret" 2>/dev/null)" ]; then echo "TERRA-PROBE-ESCAPED: listed the denied directory"; esc=1; fi; try sh -c 'echo x > "$WS/secret/new"'; blocked"#,

@@ -37,6 +37,10 @@ pub enum MountOp {
     /// A host symlink recreated in the box root (e.g. /lib -> usr/lib) whose
     /// target is granted.
     Symlink { path: String, target: String },
+    /// A directory between a writable bind and a protected path below it,
+    /// bound onto itself so that it is a mount point: renaming or removing it
+    /// then fails (EBUSY), so the protection cannot be carried away with it.
+    Pin { path: String },
     /// deny-write: the path (and every mount below it) re-bound read-only.
     ReadOnly { path: String },
     /// deny of a directory: an empty read-only tmpfs over it.
@@ -76,6 +80,9 @@ impl MountOp {
             }
             MountOp::Synth { path, .. } => format!("synth     {path} (generated, read-only)"),
             MountOp::Symlink { path, target } => format!("symlink   {path} -> {target}"),
+            MountOp::Pin { path } => {
+                format!("pin       {path} (ancestor of a protected path: a mount point, so it cannot be renamed)")
+            }
             MountOp::ReadOnly { path } => {
                 format!("readonly  {path} (deny-write: re-bound read-only, recursive)")
             }
@@ -236,6 +243,7 @@ pub fn lower(
     };
 
     // 2. deny-write: read-only re-binds.
+    let mut protect: Vec<MountOp> = Vec::new();
     for r in input.rules.iter().filter(|r| r.access == Access::DenyWrite) {
         if r.protect_create {
             if writable_binds.iter().any(|g| covers(&g.path, &r.path)) {
@@ -248,7 +256,7 @@ pub fn lower(
             .any(|g| covers(&g.path, &r.path) || covers(&r.path, &g.path));
         if touches_writable || covers(temp, &r.path) {
             for p in aliases(&r.path) {
-                ops.push(MountOp::ReadOnly { path: p });
+                protect.push(MountOp::ReadOnly { path: p });
             }
         }
     }
@@ -262,7 +270,7 @@ pub fn lower(
             if visible(&r.path) {
                 continue; // under a read-only bind: creation fails with EROFS
             }
-            ops.push(MountOp::ProtectCreate {
+            protect.push(MountOp::ProtectCreate {
                 path: r.path.clone(),
             });
             continue;
@@ -275,11 +283,44 @@ pub fn lower(
             _ => MountOp::MaskDir { path: p },
         };
         for p in aliases(&r.path) {
-            ops.push(op(p));
+            protect.push(op(p));
         }
     }
 
-    // 4. Top-level host symlinks (merged /usr) whose target is granted.
+    // 4. Pins: every directory strictly between the deepest writable bind that
+    // holds a protected path and that path, so that renaming an ancestor
+    // cannot move the protection away and leave the name free to re-create.
+    // Pins come before every protective mount, so binding them recursively
+    // keeps the binds below.
+    let mut writable_roots: Vec<&str> = writable_binds.iter().map(|g| g.path.as_str()).collect();
+    writable_roots.push("/tmp");
+    let mut pins: Vec<String> = Vec::new();
+    for op in &protect {
+        let target = match op {
+            MountOp::ReadOnly { path } | MountOp::MaskDir { path } | MountOp::MaskFile { path } => {
+                path
+            }
+            _ => continue,
+        };
+        let Some(root) = writable_roots
+            .iter()
+            .filter(|b| covers(b, target) && **b != target.as_str())
+            .max_by_key(|b| b.len())
+        else {
+            continue;
+        };
+        let mut d = parent_of(target);
+        while d.len() > root.len() && covers(root, &d) {
+            pins.push(d.clone());
+            d = parent_of(&d);
+        }
+    }
+    pins.sort_by(|a, b| depth(a).cmp(&depth(b)).then_with(|| a.cmp(b)));
+    pins.dedup();
+    ops.extend(pins.into_iter().map(|path| MountOp::Pin { path }));
+    ops.extend(protect);
+
+    // 5. Top-level host symlinks (merged /usr) whose target is granted.
     for (path, text, target) in &input.top_symlinks {
         if visible(target) && !grants.iter().any(|g| covers(&g.path, path)) {
             ops.push(MountOp::Symlink {
@@ -293,6 +334,14 @@ pub fn lower(
         ops.push(MountOp::RootReadOnly);
     }
     Ok(ops)
+}
+
+/// The parent of an absolute path ("/" for a top-level path).
+fn parent_of(p: &str) -> String {
+    match p.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => p[..i].to_string(),
+    }
 }
 
 fn protect_create_refusal(path: &str) -> String {
@@ -392,6 +441,40 @@ mod tests {
         .unwrap();
         assert!(ops.contains(&MountOp::EmptyDir { path: "/e".into() }));
         assert!(!ops.contains(&MountOp::RootReadOnly));
+    }
+
+    #[test]
+    fn ancestors_of_protected_paths_inside_writable_binds_are_pinned_first() {
+        let ops = run(
+            &[
+                rule(Access::Write, "/w", Scope::Tree),
+                rule(Access::DenyWrite, "/w/a/b/ro", Scope::Tree),
+                rule(Access::Deny, "/w/a/c/secret", Scope::Tree),
+                rule(Access::Deny, "/w/top", Scope::Tree),
+                rule(Access::Read, "/r", Scope::Tree),
+                rule(Access::Deny, "/r/x/secret", Scope::Tree),
+            ],
+            RootMode::ReadOnly,
+        )
+        .unwrap();
+        let pins: Vec<&str> = ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Pin { path } => Some(path.as_str()),
+                _ => None,
+            })
+            .collect();
+        // Not /w (already a bind), not under the read-only /r (rename fails there).
+        assert_eq!(pins, ["/w/a", "/w/a/b", "/w/a/c"]);
+        let first_protect = ops
+            .iter()
+            .position(|op| matches!(op, MountOp::ReadOnly { .. } | MountOp::MaskDir { .. }))
+            .unwrap();
+        let last_pin = ops
+            .iter()
+            .rposition(|op| matches!(op, MountOp::Pin { .. }))
+            .unwrap();
+        assert!(last_pin < first_protect, "{ops:?}");
     }
 
     #[test]

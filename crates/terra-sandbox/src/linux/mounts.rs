@@ -224,6 +224,14 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                     sys::symlink(target, &t)?;
                 }
             }
+            MountOp::Pin { path } => {
+                let t = new(path);
+                if sys::lstat(&t)?.is_none() {
+                    continue;
+                }
+                sys::mount(Some(&t), &t, None, libc::MS_BIND | libc::MS_REC, None)?;
+                sys::harden(&t)?;
+            }
             MountOp::ReadOnly { path } => {
                 let t = new(path);
                 if sys::lstat(&t)?.is_none() {
