@@ -32,6 +32,10 @@ pub struct Confinement {
     pub landlock: String,
 }
 
+/// ioctl request numbers (the libc crate types them differently on glibc and musl).
+const TIOCSTI: u64 = 0x5412;
+const TIOCLINUX: u64 = 0x541C;
+
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
     SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value).map_err(|e| e.to_string())
 }
@@ -108,12 +112,12 @@ pub fn seccomp_program() -> Result<BpfProgram, String> {
             rule(vec![cond(
                 1,
                 SeccompCmpOp::MaskedEq(0xffff_ffff),
-                libc::TIOCSTI,
+                TIOCSTI,
             )?])?,
             rule(vec![cond(
                 1,
                 SeccompCmpOp::MaskedEq(0xffff_ffff),
-                libc::TIOCLINUX,
+                TIOCLINUX,
             )?])?,
         ],
     );
