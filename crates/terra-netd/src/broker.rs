@@ -229,6 +229,25 @@ impl Broker {
         self.flows.load(Ordering::SeqCst)
     }
 
+    /// Connections still negotiating, relaying or being refused (each
+    /// writes its receipt line when it ends).
+    pub fn busy(&self) -> usize {
+        self.flows.load(Ordering::SeqCst) + self.refusers.load(Ordering::SeqCst)
+    }
+
+    /// Waits, at most `limit`, until every connection has ended (and written
+    /// its receipt line). True when none is left.
+    pub fn drain(&self, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while self.busy() > 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
     /// Serves sockets passed over the fd 7 channel until the box closes it.
     #[cfg(target_os = "linux")]
     pub fn serve_channel(self: &Arc<Self>, chan: &OwnedFd) -> io::Result<()> {

@@ -46,6 +46,12 @@ pub const STARTUP_FD: i32 = 8;
 /// Descriptor the network receipt is handed over on (opened by the
 /// supervisor, write-only, O_APPEND), unless the startup config names another.
 pub const RECEIPT_FD: i32 = 9;
+/// What the broker writes back on fd 8 once it has validated its startup
+/// message, adopted its descriptors and confined itself, just before it
+/// serves. Only when fd 8 is a socket (the supervisor's); on a pipe the write
+/// fails and is ignored. A supervisor that reads end of file instead knows the
+/// broker did not start.
+pub const READY: &[u8] = b"ready\n";
 
 /// Where the box-side proxy listens: the box's own loopback (its own network
 /// namespace, so the fixed port cannot clash with anything on the host).
@@ -122,7 +128,6 @@ fn broker_run() -> Result<(), (i32, String)> {
     let mut startup_file = std::fs::File::from(startup_fd);
     let (mir, config) =
         startup::read_startup(&mut startup_file).map_err(|e| refuse(e.to_string()))?;
-    drop(startup_file);
     let receipt_fd = config.receipt_fd.unwrap_or(RECEIPT_FD);
     let receipts = match fdpass::adopt_fd(receipt_fd) {
         Ok(fd) => ReceiptSink::new(Box::new(std::fs::File::from(fd))),
@@ -145,10 +150,31 @@ fn broker_run() -> Result<(), (i32, String)> {
         config.max_resolves,
     ));
     let broker = Broker::from_mir(&mir, resolver, receipts, config.limits);
+    // Tell the supervisor we serve (MSG_NOSIGNAL: it may be gone already).
+    let _ = nix::sys::socket::send(
+        std::os::fd::AsRawFd::as_raw_fd(&startup_file),
+        READY,
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+    );
+    drop(startup_file);
     broker
         .serve_channel(&channel)
-        .map_err(|e| (1, format!("serving: {e}")))
+        .map_err(|e| (1, format!("serving: {e}")))?;
+    // The box is gone (it closed the channel): let the connections still
+    // open end and write their receipt lines, bounded by DRAIN_LIMIT.
+    if !broker.drain(DRAIN_LIMIT) {
+        eprintln!(
+            "terra __network: {} connection(s) still open {DRAIN_LIMIT:?} after the box closed its channel; \
+             their receipt lines are lost",
+            broker.busy()
+        );
+    }
+    Ok(())
 }
+
+/// How long the broker waits, once the box closed its channel, for open
+/// connections to end and write their receipt lines before it exits.
+pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Entry point of the hidden `terra __network` role (the same body as
 /// [`broker_main`], for a launcher that starts the role by exec).
