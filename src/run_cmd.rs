@@ -28,6 +28,23 @@ use tracing::debug;
 
 const EXIT_REFUSED: u8 = terra_supervisor::EXIT_REFUSED;
 
+/// The network broker role (`terra __network`, crate terra-netd) is part of
+/// this binary on Linux.
+const BROKER_BUILT_IN: bool = cfg!(target_os = "linux");
+/// The mediator id this host binds for mediated plans: the built-in broker.
+pub const MEDIATOR: &str = "terra-netd/1";
+
+/// Whether the linux backend can start the broker on this host: it is built
+/// in, and the host can create the namespaces its confined role needs (the
+/// launcher's `user-namespaces` check, the same the box needs).
+fn broker_available(support: &terra_sandbox::linux::HostSupport) -> bool {
+    BROKER_BUILT_IN
+        && support
+            .checks
+            .iter()
+            .any(|(name, ok, _)| name == "user-namespaces" && *ok)
+}
+
 /// Environment variables copied from the caller into the box (plus every `LC_*`).
 pub const ENV_ALLOWLIST: &[&str] = &[
     "PATH",
@@ -152,16 +169,20 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
     debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
     let t1 = Instant::now();
-    let broker_available = false; // mediated runs are integrated with terra-netd later
-    let declared = terra_sandbox::linux::declared_capabilities(broker_available);
-    if mir.network() == NetworkMode::Mediated && !declared.contains(Capability::NetworkMediated) {
+    // No host probe here (it would cost every run a fork): the broker is
+    // built in, and when this host cannot start it (nor the box: both need
+    // user namespaces), the supervisor refuses the run with exit 125.
+    let declared = terra_sandbox::linux::declared_capabilities(BROKER_BUILT_IN);
+    let mediated = mir.network() == NetworkMode::Mediated;
+    if mediated && !declared.contains(Capability::NetworkMediated) {
         return Err(
             "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the linux \
-             backend in this build declares no network-mediated capability (no network broker yet); refusing \
+             backend in this build declares no network-mediated capability (no network broker); refusing \
              instead of falling back to another network mode"
                 .into(),
         );
     }
+    let mediator = mediated.then(|| MEDIATOR.to_string());
     let workspace = match &args.workspace {
         Some(w) => fs::canonicalize(absolute_lexical(w, &cwd))
             .map_err(|e| format!("--workspace {}: {e}", w.display()))?,
@@ -186,7 +207,7 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
             workspace: Some(workspace.clone()),
             temp: Some(temp.clone()),
             minimal_roots: terra_policy::default_minimal_roots(),
-            mediator: None,
+            mediator: mediator.clone(),
         };
         let plan = terra_policy::compile_plan(&mir, &bindings, declared)
             .map_err(|e| format!("policy refused: {e}"))?;
@@ -195,7 +216,17 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
             ms = t1.elapsed().as_secs_f64() * 1e3,
             rules = plan.rules().len()
         );
-        let env = box_env(&args.env)?;
+        // The proxy environment comes before --env, which may override it
+        // (harmless: the box has no other route out).
+        let proxy: Vec<(OsString, OsString)> = if mediated {
+            terra_netd::proxy_env(terra_netd::proxy_listen_addr())
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let env = box_env(&proxy, &args.env)?;
         let timeout_ms = args
             .timeout
             .as_deref()
@@ -212,7 +243,7 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
             workspace: workspace.clone(),
             temp: temp.clone(),
             minimal_roots: bindings.minimal_roots.clone(),
-            mediator: None,
+            mediator,
             declared: declared.iter().map(|c| c.name().to_string()).collect(),
             cwd: box_cwd,
             argv_hex: args.command.iter().map(|a| hex_os(a)).collect(),
@@ -360,8 +391,12 @@ fn make_temp_dir() -> Result<PathBuf, String> {
 }
 
 /// The workload's environment: the allowlist copied from terra's environment,
-/// HOME and TMPDIR pointing at the box's private /tmp, then `--env`.
-fn box_env(extra: &[OsString]) -> Result<Vec<(OsString, OsString)>, String> {
+/// HOME and TMPDIR pointing at the box's private /tmp, then `base` (the proxy
+/// environment of a mediated run), then `--env`.
+fn box_env(
+    base: &[(OsString, OsString)],
+    extra: &[OsString],
+) -> Result<Vec<(OsString, OsString)>, String> {
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     let set = |k: OsString, v: OsString, env: &mut Vec<(OsString, OsString)>| {
         env.retain(|(n, _)| *n != k);
@@ -378,6 +413,9 @@ fn box_env(extra: &[OsString]) -> Result<Vec<(OsString, OsString)>, String> {
     }
     set("HOME".into(), "/tmp".into(), &mut env);
     set("TMPDIR".into(), "/tmp".into(), &mut env);
+    for (k, v) in base {
+        set(k.clone(), v.clone(), &mut env);
+    }
     for e in extra {
         let bytes = e.as_bytes();
         let (name, value) = match bytes.iter().position(|b| *b == b'=') {
@@ -444,7 +482,27 @@ fn dry_run_text(p: &Prepared) -> String {
     let _ = writeln!(s, "decision digest: {}", plan.decision_digest());
     let _ = writeln!(s, "network:         {}", plan.network());
     for d in plan.destinations() {
-        let _ = writeln!(s, "  allow tcp {}:{}", d.host, d.port);
+        let mut flags = Vec::new();
+        if d.require_tls_sni {
+            flags.push("requireTlsSni");
+        }
+        if d.allow_private_addresses {
+            flags.push("allowPrivateAddresses");
+        }
+        let _ = writeln!(
+            s,
+            "  allow tcp {}:{}{}",
+            d.host,
+            d.port,
+            if flags.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", flags.join(", "))
+            }
+        );
+    }
+    if let Some(m) = &r.mediator {
+        let _ = writeln!(s, "mediator:        {m}");
     }
     let _ = writeln!(s, "root:            {}", plan.root_mode());
     let _ = writeln!(s, "process tree:    {}", plan.process_tree());
@@ -494,13 +552,87 @@ fn dry_run_text(p: &Prepared) -> String {
         temp_dir: r.temp.clone(),
         canary_path: PathBuf::from("<state-dir>/request.json"),
         canary_tcp: None,
-        mediated: None,
+        mediated: if plan.network() == NetworkMode::Mediated {
+            terra_netd::fdpass::broker_socketpair()
+                .ok()
+                .map(|(box_end, _)| {
+                    (
+                        box_end,
+                        terra_netd::proxy_listen_addr(),
+                        terra_netd::box_service as terra_sandbox::linux::BoxService,
+                    )
+                })
+        } else {
+            None
+        },
         hostname: "terra".into(),
     };
     let _ = writeln!(s, "backend program (linux):");
     for line in terra_sandbox::linux::describe(&config).lines() {
         let _ = writeln!(s, "  {line}");
     }
+    if plan.network() == NetworkMode::Mediated {
+        let _ = writeln!(s, "network broker (terra __network):");
+        for line in broker_program_text().lines() {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    s
+}
+
+/// The broker part of the program, for `--dry-run`.
+fn broker_program_text() -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let addr = terra_netd::proxy_listen_addr();
+    let limits = terra_netd::StartupConfig::default();
+    let _ = writeln!(
+        s,
+        "box side: a service in the box accepts on {addr} (HTTP CONNECT, plain HTTP, SOCKS5) and passes \
+         each socket, unread, over fd {} (SCM_RIGHTS)",
+        terra_netd::BROKER_CHANNEL_FD
+    );
+    let _ = writeln!(s, "workload environment: HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (and lowercase) = http://{addr}; NO_PROXY empty");
+    let _ = writeln!(
+        s,
+        "started by the supervisor before the box: namespaces user, pid, mount, ipc, uts; host network"
+    );
+    let files: Vec<String> = terra_netd::resolver_files()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let _ = writeln!(
+        s,
+        "root tmpfs, read-only, holding only (read-only): {}",
+        files.join(" ")
+    );
+    let _ = writeln!(
+        s,
+        "descriptors: 0,1 /dev/null; 2 terra's stderr; {} box<->broker socketpair; {} startup channel \
+         (canonical MIR, re-validated by the broker; it confirms once it serves); {} network receipt \
+         <state-dir>/network.jsonl (0600, append)",
+        terra_netd::BROKER_CHANNEL_FD,
+        terra_netd::STARTUP_FD,
+        terra_netd::RECEIPT_FD
+    );
+    let _ = writeln!(
+        s,
+        "environment cleared; all capabilities dropped; no_new_privs"
+    );
+    let _ = writeln!(s, "landlock: read of the resolver files only; TCP bind never granted; abstract UNIX sockets and signals scoped");
+    let _ = writeln!(s, "seccomp: sockets AF_INET/AF_INET6 only; no bind, listen, accept, exec, mount, unshare, ptrace, bpf, io_uring");
+    let _ = writeln!(
+        s,
+        "limits: {} flows, {} refusers, handshake {} ms, idle {} ms, connect {} ms, resolve {} ms, {} lookups in flight",
+        limits.limits.max_flows,
+        limits.limits.max_refusers,
+        limits.limits.handshake_timeout_ms,
+        limits.limits.idle_timeout_ms,
+        limits.limits.connect_timeout_ms,
+        limits.resolve_timeout_ms,
+        limits.max_resolves
+    );
+    let _ = writeln!(s, "failure: the run is refused (exit 125) when the broker does not start; if it ends mid-run, connections fail (no restart, no fallback)");
     s
 }
 
@@ -764,6 +896,25 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
          if `user-namespaces` fails, run the container with --security-opt seccomp=unconfined \
          --security-opt apparmor=unconfined (docker/podman), or run terra on the host",
     );
+    let broker = broker_available(&support);
+    check(
+        "network-broker",
+        broker,
+        false,
+        if broker {
+            format!(
+                "the network broker (terra __network, mediator {MEDIATOR}) is built in and its confined role can \
+                 start here: network-mediated, network-require-tls-sni and network-private-addresses are declared"
+            )
+        } else if !BROKER_BUILT_IN {
+            "this build has no network broker: mediated policies are refused".into()
+        } else {
+            "the network broker's confined role needs user namespaces (see user-namespaces): mediated \
+             policies are refused"
+                .into()
+        },
+        "fix user-namespaces first; mediated networking needs the same namespaces as the box",
+    );
     let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let own = read_trim("/proc/self/cgroup").unwrap_or_default();
     check(
@@ -837,7 +988,7 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
     let required = |name: &str| !INFORMATIONAL_BACKEND_CHECKS.contains(&name);
     let linux_ok =
         !support.checks.is_empty() && support.checks.iter().all(|(n, ok, _)| *ok || !required(n));
-    let declared = terra_sandbox::linux::declared_capabilities(false);
+    let declared = terra_sandbox::linux::declared_capabilities(broker_available(&support));
     let caps: Vec<&str> = declared.iter().map(Capability::name).collect();
     let failing: Vec<String> = support
         .checks
@@ -916,7 +1067,7 @@ mod tests {
 
     #[test]
     fn env_is_an_allowlist() {
-        let env = box_env(&["A=b".into(), "EMPTY=".into()]).unwrap();
+        let env = box_env(&[], &["A=b".into(), "EMPTY=".into()]).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("HOME").unwrap(), "/tmp");
         assert_eq!(get("TMPDIR").unwrap(), "/tmp");
@@ -932,7 +1083,19 @@ mod tests {
                 "{k} leaked into the box"
             );
         }
-        assert!(box_env(&["=x".into()]).is_err());
-        assert!(box_env(&["TERRA_SURELY_UNSET_VARIABLE".into()]).is_err());
+        assert!(box_env(&[], &["=x".into()]).is_err());
+        assert!(box_env(&[], &["TERRA_SURELY_UNSET_VARIABLE".into()]).is_err());
+        // The proxy environment of a mediated run, overridable by --env.
+        let proxy: Vec<(OsString, OsString)> =
+            terra_netd::proxy_env(terra_netd::proxy_listen_addr())
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect();
+        let env = box_env(&proxy, &["NO_PROXY=x".into()]).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HTTPS_PROXY").unwrap(), "http://127.0.0.1:3128");
+        assert_eq!(get("all_proxy").unwrap(), "http://127.0.0.1:3128");
+        assert_eq!(get("NO_PROXY").unwrap(), "x");
+        assert_eq!(get("no_proxy").unwrap(), "");
     }
 }

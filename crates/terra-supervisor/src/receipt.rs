@@ -64,6 +64,36 @@ pub struct Receipt {
     pub cwd: PathBuf,
     pub timeout_ms: Option<u64>,
     pub outcome: Outcome,
+    /// Mediated networking only: the broker and its network receipt.
+    pub network: Option<NetworkSummary>,
+}
+
+/// The network broker of a mediated run, for the run receipt.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSummary {
+    /// The network receipt (JSON Lines, one line per connection attempt).
+    pub receipt: PathBuf,
+    /// Lowercase hex SHA-256 of the network receipt as the broker left it.
+    pub receipt_sha256: Option<String>,
+    /// Lines of the network receipt (connection attempts).
+    pub attempts: u64,
+    /// Attempts with verdict "allowed".
+    pub admitted: u64,
+    /// Attempts with verdict "refused".
+    pub refused: u64,
+    /// Refused attempts per reason.
+    pub refused_by_reason: std::collections::BTreeMap<String, u64>,
+    /// Lines that are not a receipt line.
+    pub unreadable_lines: u64,
+    /// Host pid of the broker role.
+    pub broker_pid: i32,
+    /// The broker's exit status (128+N: killed by signal N).
+    pub broker_exit: Option<i32>,
+    /// The broker ended while the box was still running.
+    pub broker_ended_during_run: bool,
+    /// How the broker ended, in words.
+    pub broker_ended: String,
 }
 
 impl Receipt {

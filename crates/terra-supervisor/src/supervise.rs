@@ -4,9 +4,9 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -15,10 +15,14 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
 use terra_policy::{Capability, CapabilitySet, HostBindings, Mir, NetworkMode, SandboxPlan};
-use terra_sandbox::linux::{self as launcher, BoxConfig, BoxExit, BoxReport};
+use terra_sandbox::linux::{
+    self as launcher, BoxConfig, BoxExit, BoxReport, RoleConfig, RoleHandle, SandboxError,
+};
 use tracing::{debug, warn};
 
-use crate::receipt::{rfc3339, Bindings, Capabilities, Outcome, Receipt, RECEIPT_VERSION};
+use crate::receipt::{
+    rfc3339, Bindings, Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION,
+};
 use crate::request::{RunRequest, MAX_REQUEST_LEN, REQUEST_VERSION};
 use crate::state::RunDir;
 use crate::{forwarded_signals, EXIT_REFUSED, TIMEOUT_GRACE};
@@ -171,6 +175,13 @@ struct Run {
     required: Vec<String>,
     landlock_abi: Option<i32>,
     activation: String,
+    network: Option<NetworkSummary>,
+}
+
+/// What the waiter threads report to the supervisor's main loop.
+enum Event {
+    Box(Result<BoxReport, SandboxError>),
+    Broker(Result<i32, SandboxError>),
 }
 
 impl Run {
@@ -183,6 +194,7 @@ impl Run {
             required: Vec::new(),
             landlock_abi: None,
             activation: "not run".into(),
+            network: None,
         }
     }
 
@@ -222,6 +234,36 @@ impl Run {
             (Ok(a), Ok(e)) => (a, e),
             (Err(e), _) | (_, Err(e)) => return self.refuse(Some(&dir), &e),
         };
+        // Mediated networking: the broker starts (and confirms it serves)
+        // before the box; if it cannot, the run is refused, never degraded.
+        let mut broker = None;
+        let mediated = if plan.network() == NetworkMode::Mediated {
+            let mir = match self.req.mir_bytes() {
+                Ok(m) => m,
+                Err(e) => return self.refuse(Some(&dir), &e),
+            };
+            match Broker::start(&dir, &mir) {
+                Ok((b, box_end)) => {
+                    self.network = Some(b.summary_before_end());
+                    broker = Some(b);
+                    Some((
+                        box_end,
+                        terra_netd::proxy_listen_addr(),
+                        terra_netd::box_service as launcher::BoxService,
+                    ))
+                }
+                Err(e) => {
+                    return self.refuse(
+                        Some(&dir),
+                        &format!(
+                            "the network broker did not start: {e}; the run is refused (no fallback to another network mode)"
+                        ),
+                    )
+                }
+            }
+        } else {
+            None
+        };
         let config = BoxConfig {
             plan,
             argv,
@@ -230,13 +272,18 @@ impl Run {
             temp_dir: self.req.temp.clone(),
             canary_path: canary,
             canary_tcp,
-            mediated: None,
+            mediated,
             hostname: "terra".into(),
         };
         let t_spawn = Instant::now();
         let handle = match launcher::spawn_box(config) {
             Ok(h) => h,
-            Err(e) => return self.refuse(Some(&dir), &format!("the box did not start: {e}")),
+            Err(e) => {
+                if let Some(b) = broker.take() {
+                    self.network = Some(b.stop(None));
+                }
+                return self.refuse(Some(&dir), &format!("the box did not start: {e}"));
+            }
         };
         let box_pid = Pid::from_raw(handle.pid());
         debug!(
@@ -248,19 +295,35 @@ impl Run {
             warn!("{e}");
         }
 
-        // Wait for the box on a thread; the main thread watches signals and the deadline.
+        // Wait for the box (and the broker) on threads; the main thread
+        // watches signals and the deadline. No fork happens after this point.
         let (wake_r, wake_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
             Ok(p) => p,
             Err(e) => {
                 let _ = kill(box_pid, Signal::SIGKILL);
                 let _ = handle.wait();
+                if let Some(b) = broker.take() {
+                    self.network = Some(b.stop(None));
+                }
                 return self.refuse(Some(&dir), &format!("pipe: {e}"));
             }
         };
         let (tx, rx) = mpsc::channel();
+        if let Some(b) = broker.as_mut() {
+            if let Some(role) = b.handle.take() {
+                let tx = tx.clone();
+                let wake = wake_w.try_clone().ok();
+                std::thread::spawn(move || {
+                    let _ = tx.send(Event::Broker(role.wait()));
+                    if let Some(w) = wake {
+                        let _ = nix::unistd::write(&w, b"x");
+                    }
+                });
+            }
+        }
         std::thread::spawn(move || {
             let report = handle.wait();
-            let _ = tx.send(report);
+            let _ = tx.send(Event::Box(report));
             let _ = nix::unistd::write(&wake_w, b"x");
         });
         let deadline = self
@@ -269,9 +332,16 @@ impl Run {
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         let mut timed_out = false;
         let mut kill_at: Option<Instant> = None;
-        let report = loop {
-            if let Ok(r) = rx.try_recv() {
-                break r;
+        let report = 'run: loop {
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Box(r) => break 'run r,
+                    Event::Broker(r) => {
+                        if let Some(b) = broker.as_mut() {
+                            b.ended(r, true);
+                        }
+                    }
+                }
             }
             let now = Instant::now();
             let next = match (deadline, kill_at) {
@@ -309,6 +379,13 @@ impl Run {
                 PollFd::new(wake_r.as_fd(), PollFlags::POLLIN),
             ];
             let _ = poll(&mut fds, timeout);
+            let mut drain = [0u8; 16];
+            if fds[1]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN))
+            {
+                let _ = nix::unistd::read(wake_r.as_raw_fd(), &mut drain);
+            }
             while let Ok(Some(info)) = sigfd.read_signal() {
                 // A terminal-generated signal reached the whole foreground
                 // process group, the workload included: do not deliver it twice.
@@ -321,6 +398,9 @@ impl Run {
                 }
             }
         };
+        if let Some(b) = broker.take() {
+            self.network = Some(b.stop(Some(&rx)));
+        }
         let t_teardown = Instant::now();
         // From the launcher's fork to the reaped box: namespaces, mounts,
         // filters, activation check, exec, the workload itself, its exit.
@@ -417,6 +497,7 @@ impl Run {
             cwd: self.req.cwd.clone(),
             timeout_ms: self.req.timeout_ms,
             outcome,
+            network: self.network.clone(),
         };
         let json = receipt.to_json();
         if let Some(dir) = dir {
@@ -427,6 +508,7 @@ impl Run {
             // --env may be secrets): it is not kept once the box is gone.
             dir.remove_file("request.json");
             dir.remove_file("host.pid");
+            dir.remove_file("broker.pid");
             dir.remove_file("supervisor.pid");
         }
         if let Some(path) = &self.req.receipt {
@@ -474,5 +556,293 @@ fn remove_tree(path: &Path) {
             "terra: cannot remove the run's temp directory {}: {e}",
             path.display()
         );
+    }
+}
+
+/// How long the broker may take to confirm it serves (startup message read,
+/// descriptors adopted, Landlock and seccomp applied).
+const BROKER_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the broker gets to end by itself once the box is gone (it ends
+/// when the box's end of fd 7 closes, after at most
+/// `terra_netd::DRAIN_LIMIT` for open connections to write their receipt
+/// lines) before terra stops it.
+const BROKER_EXIT_WAIT: Duration = Duration::from_millis(2500);
+
+/// The network broker of a mediated run (`terra __network`, a confined role).
+struct Broker {
+    pid: i32,
+    /// Some until a waiter thread takes it.
+    handle: Option<RoleHandle>,
+    /// The network receipt in the run's state directory.
+    receipt: PathBuf,
+    /// Exit status, whether it ended while the box ran, how.
+    end: Option<(Option<i32>, bool, String)>,
+}
+
+impl Broker {
+    /// Starts the broker: fd 7 socketpair (the box end is returned for the
+    /// box), fd 8 startup channel (the canonical MIR and the config; the
+    /// broker re-validates the MIR and answers [`terra_netd::READY`] once it
+    /// serves), fd 9 the network receipt (owner-only, append). Anything but
+    /// a confirmed start is an error: the caller refuses the run.
+    fn start(dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd), String> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        use std::io::Write;
+        let (box_end, broker_end) = terra_netd::fdpass::broker_socketpair()
+            .map_err(|e| format!("the fd 7 socketpair: {e}"))?;
+        let (startup, startup_theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| format!("the fd 8 startup channel: {e}"))?;
+        let receipt = dir.path.join("network.jsonl");
+        let file = fs::OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::fcntl::OFlag::O_CLOEXEC.bits())
+            .open(&receipt)
+            .map_err(|e| format!("cannot create {}: {e}", receipt.display()))?;
+        // The broker gets no stdin/stdout of the run: /dev/null on 0 and 1,
+        // stderr stays (its refusals are printed there).
+        let null = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_CLOEXEC.bits())
+            .open("/dev/null")
+            .map_err(|e| format!("/dev/null: {e}"))?;
+        let null2 = null.try_clone().map_err(|e| format!("/dev/null: {e}"))?;
+        let role = launcher::spawn_confined_role(
+            RoleConfig {
+                read_only_files: terra_netd::resolver_files(),
+                keep_fds: vec![
+                    (OwnedFd::from(null), 0),
+                    (OwnedFd::from(null2), 1),
+                    (broker_end, terra_netd::BROKER_CHANNEL_FD),
+                    (startup_theirs, terra_netd::STARTUP_FD),
+                    (OwnedFd::from(file), terra_netd::RECEIPT_FD),
+                ],
+            },
+            terra_netd::broker_main,
+        )
+        .map_err(|e| e.to_string())?;
+        let pid = role.pid();
+        let fail = |role: RoleHandle, why: String| -> String {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            match role.wait() {
+                Ok(code) => format!("{why} (broker exit status {code})"),
+                Err(e) => format!("{why} ({e})"),
+            }
+        };
+        let mut chan = fs::File::from(startup);
+        let message = terra_netd::encode_startup(mir, &terra_netd::StartupConfig::default());
+        if let Err(e) = chan.write_all(&message) {
+            return Err(fail(role, format!("cannot write its startup message: {e}")));
+        }
+        let deadline = Instant::now() + BROKER_START_TIMEOUT;
+        let mut got = Vec::new();
+        while got.len() < terra_netd::READY.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(fail(
+                    role,
+                    format!("it did not confirm within {BROKER_START_TIMEOUT:?}"),
+                ));
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            let mut fds = [PollFd::new(chan.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(
+                &mut fds,
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+            );
+            let mut b = [0u8; 16];
+            match chan.read(&mut b) {
+                Ok(0) => {
+                    return Err(fail(
+                        role,
+                        "it ended before confirming that it serves".into(),
+                    ))
+                }
+                Ok(n) => got.extend_from_slice(&b[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(fail(role, format!("reading its confirmation: {e}"))),
+            }
+        }
+        if got != terra_netd::READY {
+            return Err(fail(role, format!("unexpected confirmation {got:?}")));
+        }
+        drop(chan);
+        if let Err(e) = dir.write_file("broker.pid", format!("{pid}\n").as_bytes()) {
+            warn!("{e}");
+        }
+        debug!(pid, receipt = %receipt.display(), "network broker serves");
+        Ok((
+            Broker {
+                pid,
+                handle: Some(role),
+                receipt,
+                end: None,
+            },
+            box_end,
+        ))
+    }
+
+    /// Records the broker's end. Status 0 means the box's end of fd 7 was
+    /// closed, i.e. the box (its service) is gone: that is never an end
+    /// during the run, whichever waiter reported first.
+    fn ended(&mut self, r: Result<i32, SandboxError>, during_run: bool) {
+        if self.end.is_some() {
+            return;
+        }
+        let (code, status) = match r {
+            Ok(0) => {
+                self.end = Some((
+                    Some(0),
+                    false,
+                    "exited with status 0 when the box closed its channel".into(),
+                ));
+                return;
+            }
+            Ok(c) => (Some(c), status_words(c)),
+            Err(e) => (None, format!("could not be waited for: {e}")),
+        };
+        let how = if during_run {
+            eprintln!(
+                "terra: the network broker ended while the box was running ({status}); networking is \
+                 unavailable for the rest of the run (no restart, no fallback)"
+            );
+            format!("{status} while the box was running")
+        } else {
+            status
+        };
+        self.end = Some((code, during_run, how));
+    }
+
+    /// The summary while the broker runs (so a refusal still links the receipt).
+    fn summary_before_end(&self) -> NetworkSummary {
+        NetworkSummary {
+            receipt: self.receipt.clone(),
+            broker_pid: self.pid,
+            broker_ended: "running".into(),
+            ..NetworkSummary::default()
+        }
+    }
+
+    /// After the box ended: lets the broker end by itself (the box's end of
+    /// fd 7 is closed), else SIGTERM, then SIGKILL; reaps it and summarizes
+    /// the network receipt.
+    fn stop(mut self, rx: Option<&mpsc::Receiver<Event>>) -> NetworkSummary {
+        if self.end.is_none() {
+            let own;
+            let rx = match (self.handle.take(), rx) {
+                (Some(role), _) => {
+                    let (tx, r) = mpsc::channel();
+                    std::thread::spawn(move || {
+                        let _ = tx.send(Event::Broker(role.wait()));
+                    });
+                    own = r;
+                    &own
+                }
+                (None, Some(rx)) => rx,
+                (None, None) => {
+                    self.end = Some((None, false, "not waited for".into()));
+                    return self.summary();
+                }
+            };
+            let recv = |d: Duration| -> Option<Result<i32, SandboxError>> {
+                let until = Instant::now() + d;
+                loop {
+                    match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                        Ok(Event::Broker(r)) => return Some(r),
+                        Ok(Event::Box(_)) => continue,
+                        Err(mpsc::RecvTimeoutError::Timeout) => return None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            return Some(Err(SandboxError::Io(
+                                "the broker's waiter is gone".into(),
+                            )))
+                        }
+                    }
+                }
+            };
+            let pid = Pid::from_raw(self.pid);
+            if let Some(r) = recv(BROKER_EXIT_WAIT) {
+                self.ended(r, false);
+            } else {
+                let _ = kill(pid, Signal::SIGTERM);
+                if let Some(r) = recv(TIMEOUT_GRACE) {
+                    self.ended(r, false);
+                    if let Some((_, _, how)) = self.end.as_mut() {
+                        *how = format!("stopped by terra with SIGTERM after the box ended: {how}");
+                    }
+                } else {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    let r = recv(Duration::from_secs(60)).unwrap_or_else(|| {
+                        Err(SandboxError::Io("still running after SIGKILL".into()))
+                    });
+                    self.ended(r, false);
+                    if let Some((_, _, how)) = self.end.as_mut() {
+                        *how = format!("killed by terra with SIGKILL after the box ended: {how}");
+                    }
+                }
+            }
+        }
+        self.summary()
+    }
+
+    /// Reads the network receipt (the broker has ended) and counts it.
+    fn summary(&self) -> NetworkSummary {
+        let mut s = self.summary_before_end();
+        if let Some((code, during, how)) = &self.end {
+            s.broker_exit = *code;
+            s.broker_ended_during_run = *during;
+            s.broker_ended = how.clone();
+        }
+        let bytes = match fs::read(&self.receipt) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(
+                    "cannot read the network receipt {}: {e}",
+                    self.receipt.display()
+                );
+                return s;
+            }
+        };
+        s.receipt_sha256 = Some(terra_policy::digest::artifact_digest(&bytes));
+        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: serde_json::Value = match serde_json::from_slice(line) {
+                Ok(v) => v,
+                Err(_) => {
+                    s.unreadable_lines += 1;
+                    continue;
+                }
+            };
+            s.attempts += 1;
+            match v["verdict"].as_str() {
+                Some("allowed") => s.admitted += 1,
+                Some("refused") => {
+                    s.refused += 1;
+                    let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+                    *s.refused_by_reason.entry(reason).or_default() += 1;
+                }
+                _ => s.unreadable_lines += 1,
+            }
+        }
+        s
+    }
+}
+
+/// An exit status in words (128+N: killed by signal N, as `RoleHandle::wait` reports it).
+fn status_words(code: i32) -> String {
+    if code > 128 {
+        let sig = code - 128;
+        match Signal::try_from(sig) {
+            Ok(s) => format!("killed by signal {sig} ({s})"),
+            Err(_) => format!("exit status {code}"),
+        }
+    } else {
+        format!("exited with status {code}")
     }
 }

@@ -1,0 +1,1091 @@
+//! Mediated networking end to end through `terra run` (issue 5): real clients
+//! (curl, `openssl s_client -proxy`, python3) inside the box reach servers
+//! this test starts on the host's 127.0.0.1 only through the `__network`
+//! broker, and each decision shows both in the client's error and in the
+//! network receipt (JSON Lines in the run's state directory), which the run
+//! receipt links (path, sha256, counts).
+//!
+//! Names: the broker resolves with getaddrinfo from /etc/hosts, so admitted
+//! cases use `localhost` (loopback, a private address: they set
+//! `allowPrivateAddresses`; the private-address case leaves it out).
+//!
+//! When the suite runs as root every case runs again as uid/gid 65534
+//! (`setpriv`), from a 0755 copy of the binary, with fixtures owned by 65534.
+//! Needs curl, openssl and python3 (scripts/bootstrap.sh installs them).
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const NOBODY: u32 = 65534;
+const PY: &str = "/usr/bin/python3";
+
+// ------------------------------------------------------------------ users
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum User {
+    Caller,
+    Nobody,
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn users() -> Vec<User> {
+    if is_root() {
+        vec![User::Caller, User::Nobody]
+    } else {
+        vec![User::Caller]
+    }
+}
+
+/// The binary; for 65534 a copy in a world-readable 0755 directory, named
+/// after the build so repeated runs reuse it.
+fn terra_bin(user: User) -> PathBuf {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
+    match user {
+        User::Caller => built,
+        User::Nobody => COPY
+            .get_or_init(|| {
+                let meta = fs::metadata(&built).unwrap();
+                let mtime = meta
+                    .modified()
+                    .unwrap()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos();
+                let name = format!("terra-net-bin-{}-{mtime:x}", meta.len());
+                let dir = PathBuf::from("/tmp").join(&name);
+                let dst = dir.join("terra");
+                if fs::metadata(&dst).map(|m| m.len()).ok() != Some(meta.len()) {
+                    for e in fs::read_dir("/tmp").unwrap().flatten() {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        if n.starts_with("terra-net-bin-") && n != name {
+                            let _ = fs::remove_dir_all(e.path());
+                        }
+                    }
+                    fs::create_dir_all(&dir).unwrap();
+                    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+                    let tmp = dir.join(format!("terra.tmp-{}", std::process::id()));
+                    fs::copy(&built, &tmp).unwrap();
+                    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+                    fs::rename(&tmp, &dst).unwrap();
+                }
+                dst
+            })
+            .clone(),
+    }
+}
+
+// ------------------------------------------------------------------ host servers
+
+/// An HTTP server on the host's 127.0.0.1 that counts connections and answers
+/// `from-host <path>`.
+struct Http {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+}
+
+impl Http {
+    fn start() -> Http {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                h.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                    let mut buf = Vec::new();
+                    let mut b = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut b) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf);
+                    let path = head.split_whitespace().nth(1).unwrap_or("?").to_string();
+                    let body = format!("from-host {path}");
+                    let _ = s.write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    );
+                });
+            }
+        });
+        Http { port, hits }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+const TLS_SERVER_PY: &str = r#"
+import socket, ssl, sys, threading
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(64)
+print("PORT", s.getsockname()[1], flush=True)
+def serve(c):
+    try:
+        c.settimeout(20)
+        t = ctx.wrap_socket(c, server_side=True)
+        t.sendall(b"tls-hello-from-host\n")
+        t.close()
+    except Exception:
+        pass
+    finally:
+        c.close()
+while True:
+    c, _ = s.accept()
+    print("CONN", flush=True)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+/// A TLS server (python3 ssl, a fresh self-signed certificate for
+/// `localhost`) on the host's 127.0.0.1 that counts TCP connections.
+struct Tls {
+    port: u16,
+    hits: Arc<AtomicUsize>,
+    child: Child,
+}
+
+impl Tls {
+    fn start(dir: &Path) -> Tls {
+        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        let st = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .arg("ec_paramgen_curve:prime256v1")
+            .args(["-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "openssl req failed");
+        let mut child = Command::new(PY)
+            .arg("-c")
+            .arg(TLS_SERVER_PY)
+            .arg(&cert)
+            .arg(&key)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let port: u16 = first.strip_prefix("PORT ").unwrap().parse().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                if l == "CONN" {
+                    h.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        Tls { port, hits, child }
+    }
+
+    /// Connections counted so far (the counter is fed through a pipe: wait
+    /// until the expected number arrived, bounded, then read it).
+    fn hits_settled(&self, expect: usize) -> usize {
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.hits.load(Ordering::SeqCst) < expect && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Tls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ------------------------------------------------------------------ fixture
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// One run's host side: workspace, state directory, home and temp, owned by
+/// the run's user.
+struct Fx {
+    user: User,
+    root: PathBuf,
+    ws: PathBuf,
+    state: PathBuf,
+}
+
+/// A destination: host, port, requireTlsSni, allowPrivateAddresses.
+type Dest<'a> = (&'a str, u16, bool, bool);
+
+/// What a run gave: the CLI's output, the run receipt, the network receipt's lines.
+struct Ran {
+    user: User,
+    out: Output,
+    receipt: Value,
+    lines: Vec<Value>,
+}
+
+impl Ran {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    fn code(&self) -> Option<i32> {
+        self.out.status.code()
+    }
+    /// Everything, for assertion messages.
+    fn show(&self) -> String {
+        format!(
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}\nnetwork receipt:\n{:#?}",
+            self.code(),
+            self.stdout(),
+            self.stderr(),
+            self.lines
+        )
+    }
+    fn net(&self) -> &Value {
+        &self.receipt["network"]
+    }
+}
+
+impl Fx {
+    fn new(name: &str, user: User) -> Fx {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let root = PathBuf::from(format!(
+            "/tmp/terra-net-{}-{name}-{user:?}-{n}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).unwrap();
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let fx = Fx {
+            user,
+            ws: root.join("ws"),
+            state: root.join("state"),
+            root,
+        };
+        for d in [
+            &fx.ws,
+            &fx.state,
+            &fx.root.join("home"),
+            &fx.root.join("tmp"),
+        ] {
+            fs::create_dir_all(d).unwrap();
+        }
+        fx
+    }
+
+    fn chown_all(&self) {
+        if self.user != User::Nobody {
+            return;
+        }
+        fn walk(p: &Path) {
+            let _ = std::os::unix::fs::lchown(p, Some(NOBODY), Some(NOBODY));
+            if fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false) {
+                for e in fs::read_dir(p).unwrap().flatten() {
+                    walk(&e.path());
+                }
+            }
+        }
+        walk(&self.root);
+    }
+
+    fn policy(&self, dests: &[Dest]) -> PathBuf {
+        let allow: Vec<Value> = dests
+            .iter()
+            .map(|(h, p, sni, private)| {
+                serde_json::json!({"protocol": "tcp", "host": h, "port": p,
+                    "requireTlsSni": sni, "allowPrivateAddresses": private})
+            })
+            .collect();
+        let v = serde_json::json!({
+            "formatVersion": 3,
+            "filesystem": {"default": "deny", "rules": [
+                {"access": "read", "path": {"special": "minimal-runtime"}, "scope": "tree"},
+                {"access": "write", "path": {"root": "workspace", "relative": ""}, "scope": "tree"},
+                {"access": "write", "path": {"root": "temp", "relative": ""}, "scope": "tree"}
+            ]},
+            "network": {"mode": "mediated", "allow": allow},
+            "process": {"treeConfinement": "required"},
+            "root": {"mode": "read-only"}
+        });
+        let p = self.root.join("policy.json");
+        fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+        p
+    }
+
+    /// The `terra run` command (not started): `args` before `--`, then `sh -c script`.
+    fn command(&self, args: &[&str], script: &str) -> Command {
+        self.chown_all();
+        let mut cmd = match self.user {
+            User::Caller => Command::new(terra_bin(self.user)),
+            User::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .arg(terra_bin(self.user));
+                c
+            }
+        };
+        cmd.arg("run")
+            .args(args)
+            .arg("--workspace")
+            .arg(&self.ws)
+            .arg("--timeout")
+            .arg("120s")
+            .arg("--receipt")
+            .arg(self.root.join("receipt.json"))
+            .arg("--")
+            .arg("/bin/sh")
+            .arg("-c")
+            .arg(script);
+        cmd.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", self.root.join("home"))
+            .env("XDG_STATE_HOME", &self.state)
+            .env("TMPDIR", self.root.join("tmp"))
+            .env("LANG", "C.UTF-8")
+            .current_dir(&self.ws)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, dests: &[Dest], script: &str) -> Ran {
+        let p = self.policy(dests);
+        self.run_args(&["--policy", p.to_str().unwrap()], script)
+    }
+
+    fn run_args(&self, args: &[&str], script: &str) -> Ran {
+        let out = self.command(args, script).output().unwrap();
+        self.collect(out)
+    }
+
+    fn collect(&self, out: Output) -> Ran {
+        let receipt: Value = fs::read(self.root.join("receipt.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(Value::Null);
+        let lines = receipt["network"]["receipt"]
+            .as_str()
+            .and_then(|p| fs::read_to_string(p).ok())
+            .map(|t| {
+                t.lines()
+                    .map(|l| serde_json::from_str(l).expect("a network receipt line is JSON"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = fs::remove_file(self.root.join("receipt.json"));
+        Ran {
+            user: self.user,
+            out,
+            receipt,
+            lines,
+        }
+    }
+
+    /// The run directories under the state directory.
+    fn run_dirs(&self) -> Vec<PathBuf> {
+        fs::read_dir(self.state.join("terra/runs"))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Fx {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The one network receipt line, or a failure that shows the run.
+fn only_line(r: &Ran) -> &Value {
+    assert_eq!(r.lines.len(), 1, "one attempt expected\n{}", r.show());
+    &r.lines[0]
+}
+
+/// A refused attempt: verdict, reason, and the run receipt's counts.
+fn assert_refused_line(r: &Ran, line: &Value, reason: &str, name: &str) {
+    assert_eq!(line["verdict"], "refused", "{}", r.show());
+    assert_eq!(line["reason"], reason, "{}", r.show());
+    assert_eq!(line["name"], name, "{}", r.show());
+    assert!(line["address"].is_null(), "{}", r.show());
+}
+
+/// The run receipt links the network receipt: path, sha256, counts.
+fn assert_linked(r: &Ran, admitted: u64, refused: u64) {
+    let net = r.net();
+    let path = net["receipt"].as_str().expect("network.receipt");
+    let bytes = fs::read(path).unwrap();
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    let sum = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(net["receiptSha256"], sum.as_str(), "{}", r.show());
+    assert_eq!(
+        net["attempts"],
+        bytes.iter().filter(|b| **b == b'\n').count() as u64
+    );
+    assert_eq!(net["admitted"], admitted, "{}", r.show());
+    assert_eq!(net["refused"], refused, "{}", r.show());
+    let meta = fs::metadata(path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "owner-only");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        if r.user == User::Nobody {
+            NOBODY
+        } else {
+            nix::unistd::geteuid().as_raw()
+        }
+    );
+}
+
+const CURL: &str = "curl -sS --max-time 30";
+
+// ------------------------------------------------------------------ cases
+
+#[test]
+fn admitted_name_and_port_through_http_connect_socks5_and_plain_http() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("admit", user);
+        let before = srv.hits();
+        let p = srv.port;
+        let r = fx.run(
+            &[("localhost", p, false, true)],
+            &format!(
+                "{CURL} http://localhost:{p}/plain; echo; \
+                 {CURL} -p http://localhost:{p}/tunnel; echo; \
+                 {CURL} -x socks5h://127.0.0.1:3128 http://localhost:{p}/socks; echo; \
+                 env | grep -c '^[a-zA-Z_]*[pP][rR][oO][xX][yY]='"
+            ),
+        );
+        assert_eq!(r.code(), Some(0), "{}", r.show());
+        assert_eq!(
+            r.stdout(),
+            "from-host /plain\nfrom-host /tunnel\nfrom-host /socks\n8\n",
+            "{}",
+            r.show()
+        );
+        assert_eq!(srv.hits() - before, 3);
+        assert_eq!(r.lines.len(), 3, "{}", r.show());
+        let protocols: Vec<&str> = r
+            .lines
+            .iter()
+            .map(|l| l["protocol"].as_str().unwrap())
+            .collect();
+        assert_eq!(protocols, ["http", "http-connect", "socks5"]);
+        for l in &r.lines {
+            assert_eq!(l["verdict"], "allowed", "{}", r.show());
+            assert_eq!(l["name"], "localhost");
+            assert_eq!(l["port"], p);
+            assert_eq!(l["address"], format!("127.0.0.1:{p}"));
+        }
+        assert_linked(&r, 3, 0);
+        assert_eq!(r.receipt["hostBindings"]["mediator"], "terra-netd/1");
+        assert_eq!(r.net()["brokerEndedDuringRun"], false);
+        assert_eq!(r.net()["brokerExit"], 0, "{}", r.show());
+        // Only the lock, the receipts remain; no broker pid file.
+        for d in fx.run_dirs() {
+            assert!(!d.join("broker.pid").exists());
+            assert!(d.join("network.jsonl").exists());
+        }
+    }
+}
+
+#[test]
+fn unlisted_name_refused_with_403_and_socks5_rule_refusal() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("unlisted", user);
+        let before = srv.hits();
+        let p = srv.port;
+        // HTTP: 403 with the reason in the body and the header.
+        let r = fx.run(
+            &[("localhost", p, false, true)],
+            &format!("{CURL} -i http://unlisted.test:{p}/"),
+        );
+        let out = r.stdout();
+        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
+        assert!(
+            out.contains("X-Terra-Refusal: no-destination"),
+            "{}",
+            r.show()
+        );
+        assert!(out.contains("terra: connection refused: no-destination"));
+        assert_refused_line(&r, only_line(&r), "no-destination", "unlisted.test");
+        assert_linked(&r, 0, 1);
+        assert_eq!(r.net()["refusedByReason"]["no-destination"], 1);
+        // SOCKS5: the rule-set refusal (reply 0x02), curl's proxy error.
+        let r = fx.run(
+            &[("localhost", p, false, true)],
+            &format!("{CURL} -x socks5h://127.0.0.1:3128 http://unlisted.test:{p}/; echo rc=$?"),
+        );
+        assert!(r.stdout().contains("rc=97"), "{}", r.show());
+        assert!(r.stderr().contains("SOCKS5"), "{}", r.show());
+        let line = only_line(&r);
+        assert_eq!(line["protocol"], "socks5");
+        assert_refused_line(&r, line, "no-destination", "unlisted.test");
+        assert_eq!(srv.hits(), before, "nothing reached the server");
+    }
+}
+
+#[test]
+fn listed_name_on_another_port_refused_and_its_twin_admitted() {
+    let srv = Http::start();
+    let other = Http::start();
+    for user in users() {
+        let fx = Fx::new("port", user);
+        let (b1, b2) = (srv.hits(), other.hits());
+        let r = fx.run(
+            &[("localhost", srv.port, false, true)],
+            &format!(
+                "{CURL} -i http://localhost:{}/other; echo; {CURL} http://localhost:{}/listed",
+                other.port, srv.port
+            ),
+        );
+        let out = r.stdout();
+        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
+        assert!(
+            out.contains("X-Terra-Refusal: no-destination"),
+            "{}",
+            r.show()
+        );
+        assert!(out.ends_with("from-host /listed"), "{}", r.show());
+        assert_eq!(r.lines.len(), 2, "{}", r.show());
+        assert_refused_line(&r, &r.lines[0], "no-destination", "localhost");
+        assert_eq!(r.lines[0]["port"], other.port);
+        assert_eq!(r.lines[1]["verdict"], "allowed");
+        assert_linked(&r, 1, 1);
+        assert_eq!(other.hits(), b2, "the unlisted port was never connected");
+        assert_eq!(srv.hits(), b1 + 1);
+    }
+}
+
+fn s_client(port: u16, servername: Option<&str>) -> String {
+    let sn = match servername {
+        Some(n) => format!("-servername {n}"),
+        None => "-noservername".into(),
+    };
+    format!(
+        "openssl s_client -proxy 127.0.0.1:3128 -connect localhost:{port} {sn} -ign_eof </dev/null 2>&1; echo rc=$?"
+    )
+}
+
+#[test]
+fn tls_sni_required_admits_the_matching_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = Tls::start(dir.path());
+    let mut expect = 0;
+    for user in users() {
+        let fx = Fx::new("sni-ok", user);
+        let r = fx.run(
+            &[("localhost", tls.port, true, true)],
+            &s_client(tls.port, Some("localhost")),
+        );
+        expect += 1;
+        let out = r.stdout();
+        assert!(out.contains("tls-hello-from-host"), "{}", r.show());
+        assert!(out.contains("CN = localhost"), "{}", r.show());
+        let line = only_line(&r);
+        assert_eq!(line["verdict"], "allowed", "{}", r.show());
+        assert_eq!(line["protocol"], "http-connect");
+        assert_eq!(line["sni"], "localhost");
+        assert_linked(&r, 1, 0);
+        assert_eq!(tls.hits_settled(expect), expect);
+    }
+}
+
+#[test]
+fn tls_sni_absent_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = Tls::start(dir.path());
+    for user in users() {
+        let fx = Fx::new("sni-absent", user);
+        // A plain CONNECT carrying no TLS at all: the tunnel is confirmed (the
+        // broker must see a ClientHello), then closed without an upstream.
+        let r = fx.run(
+            &[("localhost", tls.port, true, true)],
+            &format!("{CURL} -p http://localhost:{}/; echo rc=$?", tls.port),
+        );
+        assert!(r.stdout().contains("rc=52"), "empty reply\n{}", r.show());
+        let line = only_line(&r);
+        assert_refused_line(&r, line, "sni-absent", "localhost");
+        assert_linked(&r, 0, 1);
+        // A ClientHello without a server name.
+        let r = fx.run(
+            &[("localhost", tls.port, true, true)],
+            &s_client(tls.port, None),
+        );
+        assert!(!r.stdout().contains("tls-hello-from-host"), "{}", r.show());
+        assert!(!r.stdout().contains("rc=0"), "{}", r.show());
+        assert_refused_line(&r, only_line(&r), "sni-absent", "localhost");
+        assert_eq!(tls.hits_settled(0), 0, "the TLS server was never connected");
+    }
+}
+
+#[test]
+fn tls_sni_mismatch_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = Tls::start(dir.path());
+    for user in users() {
+        let fx = Fx::new("sni-mismatch", user);
+        let r = fx.run(
+            &[("localhost", tls.port, true, true)],
+            &s_client(tls.port, Some("other.test")),
+        );
+        let out = r.stdout();
+        assert!(!out.contains("tls-hello-from-host"), "{}", r.show());
+        assert!(
+            !out.contains("CN = localhost"),
+            "no certificate\n{}",
+            r.show()
+        );
+        assert!(!out.contains("rc=0"), "{}", r.show());
+        let line = only_line(&r);
+        assert_refused_line(&r, line, "sni-mismatch", "localhost");
+        assert_eq!(line["sni"], "other.test");
+        assert_linked(&r, 0, 1);
+        assert_eq!(tls.hits_settled(0), 0);
+    }
+}
+
+#[test]
+fn private_address_refused_without_the_flag() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("private", user);
+        let before = srv.hits();
+        let r = fx.run(
+            &[("localhost", srv.port, false, false)],
+            &format!("{CURL} -i http://localhost:{}/", srv.port),
+        );
+        let out = r.stdout();
+        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
+        assert!(
+            out.contains("X-Terra-Refusal: private-address"),
+            "{}",
+            r.show()
+        );
+        let line = only_line(&r);
+        assert_refused_line(&r, line, "private-address", "localhost");
+        assert_eq!(line["resolved"][0], "127.0.0.1", "{}", r.show());
+        assert_linked(&r, 0, 1);
+        assert_eq!(srv.hits(), before);
+        // The twin: the same destination with the flag is admitted.
+        let r = fx.run(
+            &[("localhost", srv.port, false, true)],
+            &format!("{CURL} http://localhost:{}/twin", srv.port),
+        );
+        assert_eq!(r.stdout(), "from-host /twin", "{}", r.show());
+        assert_eq!(srv.hits(), before + 1);
+    }
+}
+
+#[test]
+fn direct_connect_bypassing_the_proxy_fails_and_its_twin_through_the_proxy_works() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("bypass", user);
+        let before = srv.hits();
+        let p = srv.port;
+        let r = fx.run(
+            &[("localhost", p, false, true)],
+            &format!(
+                "{CURL} --noproxy '*' http://127.0.0.1:{p}/direct; echo rc=$?; \
+                 {PY} -c 'import socket; s=socket.socket(); s.settimeout(5); print(\"py\", s.connect_ex((\"127.0.0.1\", {p})))'; \
+                 {CURL} http://localhost:{p}/proxied"
+            ),
+        );
+        let out = r.stdout();
+        assert!(
+            out.contains("rc=7"),
+            "connection refused in the box\n{}",
+            r.show()
+        );
+        assert!(out.contains("py 111"), "ECONNREFUSED\n{}", r.show());
+        assert!(out.ends_with("from-host /proxied"), "{}", r.show());
+        assert_eq!(srv.hits(), before + 1, "only the proxied request arrived");
+        assert_eq!(r.lines.len(), 1, "the direct attempts never met the broker");
+        assert_linked(&r, 1, 0);
+    }
+}
+
+const DNS_PY: &str = r#"
+import socket, sys
+port = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01"
+try:
+    s.sendto(q, ("127.0.0.1", port))
+    print("udp-answer", s.recvfrom(512)[0][:2] == b"\x12\x34")
+except Exception as e:
+    print("udp-failed", type(e).__name__)
+try:
+    print("gai", socket.getaddrinfo("dns-probe.test", 80))
+except Exception as e:
+    print("gai-failed", type(e).__name__)
+"#;
+
+#[test]
+fn dns_from_the_box_fails() {
+    // A DNS-shaped responder on the host's loopback: the box cannot reach it.
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let packets = Arc::new(AtomicUsize::new(0));
+    let pk = packets.clone();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 512];
+        while let Ok((n, from)) = udp.recv_from(&mut b) {
+            pk.fetch_add(1, Ordering::SeqCst);
+            let _ = udp.send_to(&b[..n], from);
+        }
+    });
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("dns", user);
+        fs::write(fx.ws.join("dns.py"), DNS_PY).unwrap();
+        let before = packets.load(Ordering::SeqCst);
+        let r = fx.run(
+            &[("localhost", srv.port, false, true)],
+            &format!("{PY} dns.py {port}; getent hosts dns-probe.test; echo getent=$?"),
+        );
+        let out = r.stdout();
+        assert!(out.contains("udp-failed"), "{}", r.show());
+        assert!(out.contains("gai-failed"), "{}", r.show());
+        assert!(out.contains("getent=2"), "{}", r.show());
+        assert_eq!(
+            packets.load(Ordering::SeqCst),
+            before,
+            "no packet left the box"
+        );
+        assert!(r.lines.is_empty(), "DNS never goes through the broker");
+        // The twin: the same script on the host reaches the responder.
+        let host = Command::new(PY)
+            .arg(fx.ws.join("dns.py"))
+            .arg(port.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&host.stdout).contains("udp-answer True"),
+            "{}",
+            String::from_utf8_lossy(&host.stdout)
+        );
+        assert!(packets.load(Ordering::SeqCst) > before);
+    }
+}
+
+/// Pid files of the run: waits (bounded) for `broker.pid` and returns it.
+fn broker_pid(fx: &Fx) -> i32 {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        for d in fx.run_dirs() {
+            if let Ok(t) = fs::read_to_string(d.join("broker.pid")) {
+                if let Ok(p) = t.trim().parse() {
+                    return p;
+                }
+            }
+        }
+        assert!(Instant::now() < until, "no broker.pid in {:?}", fx.state);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Direct children of `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Alive and not a zombie.
+fn alive(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        })
+        .unwrap_or(false)
+}
+
+fn wait_for_file(p: &Path, what: &str) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !p.exists() {
+        assert!(
+            Instant::now() < until,
+            "{what}: {} never appeared",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+#[test]
+fn broker_killed_mid_run_later_connections_fail_without_fallback() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("killed", user);
+        let before = srv.hits();
+        let p = srv.port;
+        let script = format!(
+            "{CURL} http://localhost:{p}/before; echo; touch first-done; \
+             while [ ! -e broker-killed ]; do sleep 0.05; done; \
+             {CURL} http://localhost:{p}/after; echo after-rc=$?; \
+             {CURL} -x socks5h://127.0.0.1:3128 http://localhost:{p}/after-socks; echo socks-rc=$?; \
+             {CURL} --noproxy '*' http://127.0.0.1:{p}/after-direct; echo direct-rc=$?"
+        );
+        let child = fx
+            .command(
+                &[
+                    "--policy",
+                    fx.policy(&[("localhost", p, false, true)])
+                        .to_str()
+                        .unwrap(),
+                ],
+                &script,
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_file(&fx.ws.join("first-done"), "the first request");
+        let outer = broker_pid(&fx);
+        let inner = children(outer);
+        assert_eq!(
+            inner.len(),
+            1,
+            "the broker role runs one process under its launcher"
+        );
+        let broker = inner[0];
+        assert!(alive(broker));
+        kill9(broker);
+        let until = Instant::now() + Duration::from_secs(30);
+        while alive(broker) || alive(outer) {
+            assert!(Instant::now() < until, "the broker did not die");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fs::write(fx.ws.join("broker-killed"), b"").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let r = fx.collect(out);
+        let text = r.stdout();
+        assert!(text.starts_with("from-host /before\n"), "{}", r.show());
+        for probe in ["after-rc=", "socks-rc=", "direct-rc="] {
+            assert!(text.contains(probe), "{}", r.show());
+            assert!(
+                !text.contains(&format!("{probe}0")),
+                "{probe}\n{}",
+                r.show()
+            );
+        }
+        assert!(!text.contains("from-host /after"), "{}", r.show());
+        assert_eq!(
+            srv.hits(),
+            before + 1,
+            "nothing fell back to a direct route"
+        );
+        assert_eq!(r.code(), Some(0), "the box kept running\n{}", r.show());
+        assert!(
+            r.stderr().contains("networking is unavailable"),
+            "{}",
+            r.show()
+        );
+        let net = r.net();
+        assert_eq!(net["brokerEndedDuringRun"], true, "{}", r.show());
+        assert_eq!(net["brokerExit"], 137, "{}", r.show());
+        assert!(net["brokerEnded"].as_str().unwrap().contains("signal 9"));
+        assert_eq!(net["brokerPid"], outer);
+        assert_eq!(r.lines.len(), 1, "{}", r.show());
+        assert_linked(&r, 1, 0);
+    }
+}
+
+const FLOOD_PY: &str = r#"
+import resource, socket, sys, subprocess
+n = int(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+held = []
+for i in range(n):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT localhost:")  # half a request, never finished
+    held.append(s)
+print("held", len(held), flush=True)
+# While the flood is held the broker is at its cap (what a new request gets
+# then is printed, not asserted: the half-open flows time out after 10 s).
+r = subprocess.run(["curl", "-sS", "--max-time", "30", "-i", sys.argv[2] + "/during"], capture_output=True)
+print("during", r.returncode, r.stdout.decode(errors="replace").split("\r\n")[0], flush=True)
+for s in held:
+    s.close()
+print("released", flush=True)
+"#;
+
+#[test]
+fn half_open_flood_the_broker_stays_up_and_bounded() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("flood", user);
+        fs::write(fx.ws.join("flood.py"), FLOOD_PY).unwrap();
+        let before = srv.hits();
+        let p = srv.port;
+        // 1100 half-open connections against the default cap of 1024 flows
+        // (plus 32 refusers): the broker must neither die nor serve beyond
+        // its cap; once they are gone an admitted request works again.
+        let r = fx.run(
+            &[("localhost", p, false, true)],
+            &format!(
+                "{PY} flood.py 1100 http://localhost:{p}; \
+                 for i in $(seq 1 100); do \
+                   out=$({CURL} http://localhost:{p}/later) && break; sleep 0.2; done; \
+                 echo \"later: $out\""
+            ),
+        );
+        let out = r.stdout();
+        assert!(out.contains("held 1100"), "{}", r.show());
+        assert!(out.contains("released"), "{}", r.show());
+        assert!(out.contains("later: from-host /later"), "{}", r.show());
+        assert_eq!(srv.hits(), before + 1, "{}", r.show());
+        let net = r.net();
+        assert_eq!(net["brokerEndedDuringRun"], false, "{}", r.show());
+        assert_eq!(net["brokerExit"], 0, "{}", r.show());
+        assert!(
+            net["refusedByReason"]["flow-limit"].as_u64().unwrap_or(0) > 0,
+            "{}",
+            serde_json::to_string_pretty(net).unwrap()
+        );
+        assert_eq!(net["admitted"], 1);
+    }
+}
+
+fn assert_gone(pids: &[i32], what: &str) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while pids.iter().any(|p| alive(*p)) {
+        assert!(
+            Instant::now() < until,
+            "{what}: {pids:?} outlived the kill -9"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
+    let srv = Http::start();
+    for user in users() {
+        for target in ["cli", "supervisor"] {
+            let fx = Fx::new(&format!("kill9-{target}"), user);
+            let policy = fx.policy(&[("localhost", srv.port, false, true)]);
+            let mut child = fx
+                .command(
+                    &["--policy", policy.to_str().unwrap()],
+                    "touch started; sleep 600",
+                )
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            wait_for_file(&fx.ws.join("started"), "the workload");
+            let outer = broker_pid(&fx);
+            let inner = children(outer);
+            assert_eq!(inner.len(), 1);
+            assert!(alive(outer) && alive(inner[0]));
+            let cli = child.id() as i32; // setpriv execs terra: same pid
+            let victim = match target {
+                "cli" => cli,
+                _ => {
+                    let sup = children(cli);
+                    assert_eq!(sup.len(), 1, "one supervisor");
+                    sup[0]
+                }
+            };
+            kill9(victim);
+            let _ = child.wait();
+            assert_gone(
+                &[outer, inner[0]],
+                &format!("kill -9 of the {target} as {user:?}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn allow_net_adds_mediated_destinations_and_dry_run_shows_the_broker() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = Fx::new("allow-net", user);
+        let dest = format!("LocalHost:{}", srv.port);
+        let r = fx.run_args(&["--allow-net", &dest, "--dry-run"], "true");
+        let out = r.stdout();
+        assert_eq!(r.code(), Some(0), "{}", r.show());
+        assert!(out.contains("network:         mediated"), "{out}");
+        assert!(
+            out.contains(&format!("  allow tcp localhost:{}\n", srv.port)),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("  + allow-net localhost:{}", srv.port)),
+            "{out}"
+        );
+        assert!(out.contains("mediator:        terra-netd/1"), "{out}");
+        assert!(out.contains("network broker (terra __network):"), "{out}");
+        assert!(out.contains("HTTPS_PROXY=http://127.0.0.1:3128"), "{out}");
+        assert!(out.contains("network-mediated"), "{out}");
+        // A real run: --allow-net does not allow private addresses, and
+        // localhost is one, so the broker refuses it (the run itself works).
+        let before = srv.hits();
+        let r = fx.run_args(
+            &["--allow-net", &dest],
+            &format!("{CURL} -i http://localhost:{}/", srv.port),
+        );
+        assert_eq!(r.code(), Some(0), "{}", r.show());
+        assert!(
+            r.stdout().contains("X-Terra-Refusal: private-address"),
+            "{}",
+            r.show()
+        );
+        assert_refused_line(&r, only_line(&r), "private-address", "localhost");
+        assert_eq!(srv.hits(), before);
+        assert_eq!(r.receipt["policy"]["source"], "default");
+        // Network none (the default) has no broker, no proxy environment and
+        // no network part in the receipt.
+        let r = fx.run_args(&[], "env | grep -ci proxy; echo rc=$?");
+        assert!(r.stdout().contains("0\nrc=1"), "{}", r.show());
+        assert!(r.net().is_null(), "{}", r.show());
+    }
+}
