@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # terra run (issue 4): median wall time of `terra run -- /bin/true` (default
-# policy, release build) against an equivalent bubblewrap box, in the same run;
+# policy, the product binary: the static musl build of `make build`) against an
+# equivalent bubblewrap box, in the same run;
 # the supervisor's peak RSS; and the median of each phase terra logs at debug
 # level (CLI: compile, resolve, handoff, supervisor; supervisor: validate,
 # spawn, box = namespaces + mounts + filters + activation + exec + exit,
 # teardown).
 #
-#   scripts/bench-run.sh                 # builds target/release/terra first
-#   TERRA_BIN=dist/terra RUNS=100 scripts/bench-run.sh
+#   scripts/bench-run.sh                 # runs `make build` first, measures dist/terra
+#   TERRA_BIN=path/to/terra RUNS=100 scripts/bench-run.sh   # measures that binary
 #
 # Uses hyperfine when installed, else a loop timed with `date +%s%N`
 # (the two commands alternate, so drift hits both alike). Installs bubblewrap
@@ -19,10 +20,18 @@ RUNS=${RUNS:-60}
 WARMUP=${WARMUP:-5}
 
 if [ -z "${TERRA_BIN:-}" ]; then
-  cargo build --release --locked --bin terra >&2
-  TERRA_BIN="${CARGO_TARGET_DIR:-target}/release/terra"
+  # The product: `make build` copies target/<musl>/release/terra to dist/terra,
+  # so it must build into the default target directory.
+  env -u CARGO_TARGET_DIR make build >&2
+  TERRA_BIN=dist/terra
 fi
 TERRA_BIN=$(realpath "$TERRA_BIN")
+case "$(file -b "$TERRA_BIN" 2>/dev/null || true)" in
+  *static*) bin_kind="statically linked" ;;
+  *dynamic*) bin_kind="dynamically linked"
+    echo "note: $TERRA_BIN is dynamically linked; the product is the static build of \`make build\`" >&2 ;;
+  *) bin_kind="linkage unknown" ;;
+esac
 
 if ! command -v bwrap >/dev/null 2>&1; then
   sudo_cmd=()
@@ -93,7 +102,7 @@ cpu=$(lscpu 2>/dev/null | awk -F': *' '/Model name/ {print $2; exit}')
 cat <<EOF
 ### $(date -u +%Y-%m-%d) — $(nproc) CPUs (${cpu:-unknown}), $(uname -sr)
 
-Command: \`scripts/bench-run.sh\` (RUNS=$RUNS), binary \`$TERRA_BIN\`; method: $method.
+Command: \`scripts/bench-run.sh\` (RUNS=$RUNS), binary \`$TERRA_BIN\` ($bin_kind); method: $method.
 
 | command | median wall time (ms) |
 |---|---|

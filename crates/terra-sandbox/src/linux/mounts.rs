@@ -5,6 +5,11 @@
 //! reachable at /oldroot (all sources are read there), the box root is a second
 //! tmpfs at /newroot. At the end /newroot becomes the root and the staging tmpfs
 //! with the whole host tree below it is detached.
+//!
+//! The synthesized files and the empty masking file live in their own small
+//! tmpfs at /synth, written once and then made read-only: a bind mount copies
+//! the flags of its source mount, so every bind of a file from /synth is
+//! read-only (and nosuid, nodev, noexec) from the start, one mount(2) each.
 
 use super::lower::MountOp;
 use super::sys::{self, SysResult};
@@ -82,8 +87,7 @@ pub fn enter_staging() -> SysResult<()> {
         Some("tmpfs"),
         NOSUID | NODEV,
         Some("mode=0755"),
-    )?;
-    sys::touch(EMPTY_FILE, 0o444)
+    )
 }
 
 /// Step 3: the box root becomes `/`; the staging tmpfs and the host are detached.
@@ -157,13 +161,37 @@ fn mask_dir(t: &str) -> SysResult<()> {
     )
 }
 
+/// Covers a file with the empty 0444 file; the bind is read-only because
+/// /synth is (see `write_synth`).
 fn mask_file(t: &str) -> SysResult<()> {
-    sys::mount(Some(EMPTY_FILE), t, None, libc::MS_BIND, None)?;
-    sys::make_readonly(t, false)
+    sys::mount(Some(EMPTY_FILE), t, None, libc::MS_BIND, None)
+}
+
+/// Writes the empty masking file and every synthesized file (numbered in
+/// program order) into a fresh tmpfs at /synth, then makes that tmpfs
+/// read-only: binds taken from it inherit the read-only flag.
+fn write_synth(ops: &[MountOp]) -> SysResult<()> {
+    sys::mount(
+        Some("tmpfs"),
+        SYNTH,
+        Some("tmpfs"),
+        NOSUID | NODEV | NOEXEC,
+        Some("mode=0755"),
+    )?;
+    sys::touch(EMPTY_FILE, 0o444)?;
+    let mut n = 0;
+    for op in ops {
+        if let MountOp::Synth { content, .. } = op {
+            n += 1;
+            sys::write_file(&format!("{SYNTH}/{n}"), content.as_bytes())?;
+        }
+    }
+    sys::make_readonly(SYNTH, false)
 }
 
 /// Step 2: applies the program (between `enter_staging` and `enter_new_root`).
 pub fn apply(ops: &[MountOp]) -> SysResult<()> {
+    write_synth(ops)?;
     let rdev = root_dev()?;
     let mut dev_dir: Option<String> = None;
     let mut synth_n = 0;
@@ -183,9 +211,10 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                     libc::MS_BIND | libc::MS_REC,
                     None,
                 )?;
-                sys::harden(&t)?;
-                if !writable {
-                    sys::make_readonly(&t, true)?;
+                if *writable {
+                    sys::harden(&t)?;
+                } else {
+                    sys::harden_readonly(&t)?;
                 }
             }
             MountOp::BindTemp { source, path } => {
@@ -207,16 +236,15 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                 mount_dev(&t, rdev)?;
                 dev_dir = Some(t);
             }
-            MountOp::Synth { path, content } => {
+            MountOp::Synth { path, .. } => {
+                // Numbered like `write_synth`; read-only from the source mount.
+                synth_n += 1;
                 let t = new(path);
                 if ensure(&t, false, rdev).is_err() {
                     continue; // e.g. /etc is a host bind without this file: nothing to hide
                 }
-                synth_n += 1;
                 let src = format!("{SYNTH}/{synth_n}");
-                sys::write_file(&src, content.as_bytes())?;
                 sys::mount(Some(&src), &t, None, libc::MS_BIND, None)?;
-                sys::make_readonly(&t, false)?;
             }
             MountOp::Symlink { path, target } => {
                 let t = new(path);

@@ -19,9 +19,20 @@ pub enum Status {
 }
 
 pub fn send(fd: i32, s: &Status) {
-    if let Ok(mut line) = serde_json::to_vec(s) {
-        line.push(b'\n');
-        sys::write_all_fd(fd, &line);
+    send_all(fd, std::slice::from_ref(s));
+}
+
+/// Sends several reports with one write (one wake-up of the reader).
+pub fn send_all(fd: i32, all: &[Status]) {
+    let mut buf = Vec::new();
+    for s in all {
+        if let Ok(line) = serde_json::to_vec(s) {
+            buf.extend_from_slice(&line);
+            buf.push(b'\n');
+        }
+    }
+    if !buf.is_empty() {
+        sys::write_all_fd(fd, &buf);
     }
 }
 

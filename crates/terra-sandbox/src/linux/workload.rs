@@ -63,15 +63,25 @@ pub fn run(prep: &WorkloadPrep, status_fd: i32) -> ! {
         Ok(abi) => abi,
         Err(e) => refuse(status_fd, e),
     };
-    status::send(status_fd, &Status::Landlock(abi));
+    // The Landlock report travels with the next one (activation, or the
+    // refusal), so the caller's reader wakes once, not twice, before exec.
+    let landlock = Status::Landlock(abi);
     if let Err(e) = super::seccomp::install(&prep.seccomp) {
-        refuse(status_fd, e);
+        status::send_all(status_fd, &[landlock, Status::Refused(e)]);
+        sys::exit_now(125)
     }
     match activation(prep) {
-        Ok(()) => status::send(status_fd, &Status::Activation("passed".into())),
+        Ok(()) => status::send_all(status_fd, &[landlock, Status::Activation("passed".into())]),
         Err(why) => {
-            status::send(status_fd, &Status::Activation(why.clone()));
-            refuse(status_fd, format!("activation check failed: {why}"));
+            status::send_all(
+                status_fd,
+                &[
+                    landlock,
+                    Status::Activation(why.clone()),
+                    Status::Refused(format!("activation check failed: {why}")),
+                ],
+            );
+            sys::exit_now(125)
         }
     }
     exec(prep, status_fd)
