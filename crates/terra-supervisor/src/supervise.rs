@@ -242,8 +242,14 @@ impl Run {
                 Ok(m) => m,
                 Err(e) => return self.refuse(Some(&dir), &e),
             };
+            let t_broker = Instant::now();
             match Broker::start(&dir, &mir) {
                 Ok((b, box_end)) => {
+                    debug!(
+                        phase = "broker-start",
+                        ms = t_broker.elapsed().as_secs_f64() * 1e3,
+                        pid = b.pid
+                    );
                     self.network = Some(b.summary_before_end());
                     broker = Some(b);
                     Some((
@@ -399,7 +405,12 @@ impl Run {
             }
         };
         if let Some(b) = broker.take() {
+            let t_stop = Instant::now();
             self.network = Some(b.stop(Some(&rx)));
+            debug!(
+                phase = "broker-stop",
+                ms = t_stop.elapsed().as_secs_f64() * 1e3
+            );
         }
         let t_teardown = Instant::now();
         // From the launcher's fork to the reaped box: namespaces, mounts,
