@@ -343,12 +343,26 @@ impl Fx {
 
     /// The `terra run` command (not started): `args` before `--`, then `sh -c script`.
     fn command(&self, args: &[&str], script: &str) -> Command {
+        self.command_via(&[], args, script)
+    }
+
+    /// [`Fx::command`] with `via` (a program and its arguments) started as
+    /// the run's user in front of terra.
+    fn command_via(&self, via: &[&str], args: &[&str], script: &str) -> Command {
         self.chown_all();
         let mut cmd = match self.user {
-            User::Caller => Command::new(terra_bin(self.user)),
+            User::Caller => match via.split_first() {
+                None => Command::new(terra_bin(self.user)),
+                Some((prog, rest)) => {
+                    let mut c = Command::new(prog);
+                    c.args(rest).arg(terra_bin(self.user));
+                    c
+                }
+            },
             User::Nobody => {
                 let mut c = Command::new("setpriv");
                 c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                    .args(via)
                     .arg(terra_bin(self.user));
                 c
             }
@@ -1087,5 +1101,56 @@ fn allow_net_adds_mediated_destinations_and_dry_run_shows_the_broker() {
         let r = fx.run_args(&[], "env | grep -ci proxy; echo rc=$?");
         assert!(r.stdout().contains("0\nrc=1"), "{}", r.show());
         assert!(r.net().is_null(), "{}", r.show());
+    }
+}
+
+#[test]
+fn a_broker_that_cannot_start_refuses_the_run_and_its_twin_runs() {
+    // In a user namespace of its own whose user.max_user_namespaces is 0
+    // (a per-namespace limit: the host's is untouched), the broker's role
+    // cannot create its namespaces. It is started before the box, so the
+    // run is refused (125) and the workload never starts. The twin sets the
+    // limit to 100 and runs.
+    let srv = Http::start();
+    for user in users() {
+        for (limit, refused) in [("0", true), ("100", false)] {
+            let fx = Fx::new(&format!("no-broker-{limit}"), user);
+            let policy = fx.policy(&[("localhost", srv.port, false, true)]);
+            let via = [
+                "unshare",
+                "--user",
+                "--map-root-user",
+                "/bin/sh",
+                "-c",
+                &format!("echo {limit} > /proc/sys/user/max_user_namespaces && exec \"$@\""),
+                "sh",
+            ];
+            let out = fx
+                .command_via(&via, &["--policy", policy.to_str().unwrap()], "touch ran")
+                .output()
+                .unwrap();
+            let r = fx.collect(out);
+            if refused {
+                assert_eq!(r.code(), Some(125), "{}", r.show());
+                assert!(
+                    r.stderr().contains("the network broker did not start"),
+                    "{}",
+                    r.show()
+                );
+                assert!(!fx.ws.join("ran").exists(), "the workload never started");
+                assert!(
+                    r.receipt["outcome"]["refused"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("network broker did not start"),
+                    "{}",
+                    r.show()
+                );
+            } else {
+                assert_eq!(r.code(), Some(0), "{}", r.show());
+                assert!(fx.ws.join("ran").exists());
+                assert_eq!(r.net()["brokerExit"], 0, "{}", r.show());
+            }
+        }
     }
 }
