@@ -1154,3 +1154,186 @@ fn a_broker_that_cannot_start_refuses_the_run_and_its_twin_runs() {
         }
     }
 }
+
+const NS_HTTP_PY: &str = r#"
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+s.listen(16)
+print("PORT", s.getsockname()[1], flush=True)
+while True:
+    c, _ = s.accept()
+    print("CONN", flush=True)
+    c.settimeout(10)
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            d = c.recv(1024)
+            if not d:
+                break
+            data += d
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nfrom-netns")
+    except Exception:
+        pass
+    c.close()
+"#;
+
+/// A test host: a network namespace this test creates, joined to the host by
+/// a veth pair on a /30 of 10.213.0.0/16, with an HTTP server on its
+/// address. Removed (namespace and veth) on drop.
+struct NsHost {
+    ns: String,
+    veth: String,
+    addr: String,
+    port: u16,
+    hits: Arc<AtomicUsize>,
+    child: Option<Child>,
+}
+
+fn ip(args: &[&str]) {
+    let st = Command::new("ip").args(args).status().unwrap();
+    assert!(st.success(), "ip {args:?}");
+}
+
+impl NsHost {
+    fn start() -> NsHost {
+        let n = std::process::id() % 16000;
+        let (a, b) = (n / 64, (n % 64) * 4);
+        let ns = format!("terra-e2e-{}", std::process::id());
+        let veth = format!("tve2e{n}h");
+        let peer = format!("tve2e{n}n");
+        // Leftovers of an earlier run with the same pid.
+        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &veth])
+            .stderr(Stdio::null())
+            .status();
+        let mut host = NsHost {
+            ns: ns.clone(),
+            veth: veth.clone(),
+            addr: format!("10.213.{a}.{}", b + 2),
+            port: 0,
+            hits: Arc::new(AtomicUsize::new(0)),
+            child: None,
+        };
+        ip(&["netns", "add", &ns]);
+        ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &ns]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.213.{a}.{}/30", b + 1),
+            "dev",
+            &veth,
+        ]);
+        ip(&["link", "set", &veth, "up"]);
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{}/30", host.addr),
+            "dev",
+            &peer,
+        ]);
+        ip(&["-n", &ns, "link", "set", &peer, "up"]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns, PY, "-c", NS_HTTP_PY, &host.addr])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        host.child = Some(child);
+        let first = lines.next().unwrap().unwrap();
+        host.port = first.strip_prefix("PORT ").unwrap().parse().unwrap();
+        let h = host.hits.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                if l == "CONN" {
+                    h.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        host
+    }
+
+    fn hits_settled(&self, expect: usize) -> usize {
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.hits.load(Ordering::SeqCst) < expect && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for NsHost {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .status();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+#[test]
+fn a_test_host_in_its_own_network_namespace() {
+    // Creating network namespaces and veth pairs needs root; as an
+    // unprivileged user this case has nothing to run against.
+    if !is_root() {
+        eprintln!("a_test_host_in_its_own_network_namespace: needs root (ip netns add), not run");
+        return;
+    }
+    let host = NsHost::start();
+    let (addr, port) = (host.addr.clone(), host.port);
+    let mut expect = 0;
+    for user in users() {
+        let fx = Fx::new("netns", user);
+        // Listed as an IPv4 literal with private addresses allowed: admitted
+        // through HTTP CONNECT and SOCKS5 (the literal is the name).
+        let r = fx.run(
+            &[(addr.as_str(), port, false, true)],
+            &format!(
+                "{CURL} -p http://{addr}:{port}/a; echo; \
+                 {CURL} -x socks5h://127.0.0.1:3128 http://{addr}:{port}/b; echo; \
+                 {CURL} --noproxy '*' --connect-timeout 5 http://{addr}:{port}/direct; echo direct-rc=$?"
+            ),
+        );
+        expect += 2;
+        let out = r.stdout();
+        assert!(out.starts_with("from-netns\nfrom-netns\n"), "{}", r.show());
+        assert!(out.contains("direct-rc="), "{}", r.show());
+        assert!(
+            !out.contains("direct-rc=0"),
+            "the box has no route\n{}",
+            r.show()
+        );
+        assert_eq!(r.lines.len(), 2, "{}", r.show());
+        for l in &r.lines {
+            assert_eq!(l["verdict"], "allowed", "{}", r.show());
+            assert_eq!(l["address"], format!("{addr}:{port}"));
+        }
+        assert_linked(&r, 2, 0);
+        // The same literal without allowPrivateAddresses (10/8 is private).
+        let r = fx.run(
+            &[(addr.as_str(), port, false, false)],
+            &format!("{CURL} -i http://{addr}:{port}/c"),
+        );
+        assert!(
+            r.stdout().contains("X-Terra-Refusal: private-address"),
+            "{}",
+            r.show()
+        );
+        assert_refused_line(&r, only_line(&r), "private-address", &addr);
+        assert_eq!(
+            host.hits_settled(expect),
+            expect,
+            "only the admitted requests arrived"
+        );
+    }
+}
