@@ -1337,3 +1337,140 @@ fn a_test_host_in_its_own_network_namespace() {
         );
     }
 }
+
+/// A bare git repository with one commit, served over "dumb" HTTP by
+/// `python3 -m http.server` on the host's 127.0.0.1; counts requests for
+/// the repository's refs (from the server's log on stderr).
+struct GitServer {
+    port: u16,
+    head: String,
+    refs_hits: Arc<AtomicUsize>,
+    child: Child,
+}
+
+impl GitServer {
+    fn start(dir: &Path) -> GitServer {
+        let git = |args: &[&str], cwd: &Path| {
+            let out = Command::new("git")
+                .args(["-c", "user.email=e2e@terra.test", "-c", "user.name=e2e"])
+                .args(args)
+                .current_dir(cwd)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let srv = dir.join("srv");
+        let work = dir.join("work");
+        fs::create_dir_all(&srv).unwrap();
+        fs::create_dir_all(&work).unwrap();
+        git(&["init", "-q", "--bare", "repo.git"], &srv);
+        git(&["init", "-q"], &work);
+        git(&["commit", "-q", "--allow-empty", "-m", "e2e"], &work);
+        let head = git(&["rev-parse", "HEAD"], &work);
+        let bare = srv.join("repo.git");
+        git(
+            &["push", "-q", bare.to_str().unwrap(), "HEAD:refs/heads/main"],
+            &work,
+        );
+        git(&["update-server-info"], &bare);
+        let mut child = Command::new(PY)
+            .args([
+                "-u",
+                "-m",
+                "http.server",
+                "0",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+            ])
+            .arg(&srv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = out.next().unwrap().unwrap();
+        // "Serving HTTP on 127.0.0.1 port N (http://127.0.0.1:N/) ..."
+        let port: u16 = first
+            .split_whitespace()
+            .skip_while(|w| *w != "port")
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        std::thread::spawn(move || for _ in out.map_while(Result::ok) {});
+        let refs_hits = Arc::new(AtomicUsize::new(0));
+        let h = refs_hits.clone();
+        let err = BufReader::new(child.stderr.take().unwrap()).lines();
+        std::thread::spawn(move || {
+            for l in err.map_while(Result::ok) {
+                if l.contains("GET /repo.git/info/refs") {
+                    h.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        GitServer {
+            port,
+            head,
+            refs_hits,
+            child,
+        }
+    }
+
+    fn refs_hits_settled(&self, expect: usize) -> usize {
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.refs_hits.load(Ordering::SeqCst) < expect && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.refs_hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for GitServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn git_ls_remote_through_the_proxy_and_refused_on_an_unlisted_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = GitServer::start(dir.path());
+    let other = Http::start();
+    let mut expect = 0;
+    for user in users() {
+        let fx = Fx::new("git", user);
+        // git (libcurl) takes http_proxy from the environment terra sets.
+        let r = fx.run(
+            &[("localhost", git.port, false, true)],
+            &format!(
+                "git ls-remote http://localhost:{}/repo.git; echo rc=$?; \
+                 git ls-remote http://localhost:{}/repo.git 2>&1; echo rc=$?",
+                git.port, other.port
+            ),
+        );
+        expect += 1;
+        let out = r.stdout();
+        assert!(
+            out.starts_with(&format!("{}\trefs/heads/main\nrc=0\n", git.head)),
+            "{}",
+            r.show()
+        );
+        assert!(
+            out.contains("terra: connection refused: no-destination"),
+            "git shows the broker's refusal\n{}",
+            r.show()
+        );
+        assert!(out.ends_with("rc=128\n"), "{}", r.show());
+        assert_eq!(r.lines[0]["verdict"], "allowed", "{}", r.show());
+        let last = r.lines.last().unwrap();
+        assert_refused_line(&r, last, "no-destination", "localhost");
+        assert_eq!(last["port"], other.port);
+        assert_eq!(other.hits(), 0);
+        assert_eq!(git.refs_hits_settled(expect), expect);
+    }
+}
