@@ -35,8 +35,8 @@ lint:
 # Benchmarks print medians; docs/performance.md records them with the machine.
 bench: build
 	$(CARGO) bench --locked -p terra-policy
-	@if [ -x scripts/bench-run.sh ]; then scripts/bench-run.sh; fi
-	@if [ -x scripts/bench-net.sh ]; then scripts/bench-net.sh; fi
+	TERRA_BIN=dist/terra scripts/bench-run.sh
+	TERRA_BIN=dist/terra scripts/bench-net.sh
 
 # Bounded-time fuzzing of the parsers (FUZZ_SECONDS per target).
 fuzz:
