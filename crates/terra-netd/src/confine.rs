@@ -109,11 +109,7 @@ pub fn seccomp_program() -> Result<BpfProgram, String> {
     rules.insert(
         libc::SYS_ioctl,
         vec![
-            rule(vec![cond(
-                1,
-                SeccompCmpOp::MaskedEq(0xffff_ffff),
-                TIOCSTI,
-            )?])?,
+            rule(vec![cond(1, SeccompCmpOp::MaskedEq(0xffff_ffff), TIOCSTI)?])?,
             rule(vec![cond(
                 1,
                 SeccompCmpOp::MaskedEq(0xffff_ffff),
