@@ -13,6 +13,8 @@
 //! (`setpriv`), from a 0755 copy of the binary, with fixtures owned by 65534.
 //! Needs curl, openssl and python3 (scripts/bootstrap.sh installs them).
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, UdpSocket};
@@ -56,33 +58,7 @@ fn terra_bin(user: User) -> PathBuf {
     match user {
         User::Caller => built,
         User::Nobody => COPY
-            .get_or_init(|| {
-                let meta = fs::metadata(&built).unwrap();
-                let mtime = meta
-                    .modified()
-                    .unwrap()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos();
-                let name = format!("terra-net-bin-{}-{mtime:x}", meta.len());
-                let dir = PathBuf::from("/tmp").join(&name);
-                let dst = dir.join("terra");
-                if fs::metadata(&dst).map(|m| m.len()).ok() != Some(meta.len()) {
-                    for e in fs::read_dir("/tmp").unwrap().flatten() {
-                        let n = e.file_name().to_string_lossy().into_owned();
-                        if n.starts_with("terra-net-bin-") && n != name {
-                            let _ = fs::remove_dir_all(e.path());
-                        }
-                    }
-                    fs::create_dir_all(&dir).unwrap();
-                    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-                    let tmp = dir.join(format!("terra.tmp-{}", std::process::id()));
-                    fs::copy(&built, &tmp).unwrap();
-                    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
-                    fs::rename(&tmp, &dst).unwrap();
-                }
-                dst
-            })
+            .get_or_init(|| common::world_readable_terra("terra-net-bin-"))
             .clone(),
     }
 }
