@@ -67,15 +67,8 @@ impl RunDir {
             .mode(0o700)
             .create(&path)
             .map_err(|e| format!("cannot create the run directory {}: {e}", path.display()))?;
-        // The umask may have cleared bits of 0700; a chmod is a journaled
-        // metadata write, so only when the directory did not come out 0700.
-        let mode = fs::symlink_metadata(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
-            .mode();
-        if mode & 0o7777 != 0o700 {
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o700))
-                .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
-        }
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
         let lock_path = path.join("lock");
         let file = OpenOptions::new()
             .write(true)

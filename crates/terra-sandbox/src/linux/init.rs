@@ -1,20 +1,15 @@
 //! The process chain of a box:
 //!
 //! ```text
-//! caller ── init: clone(2) straight into new user/mount/PID/IPC/UTS[/net]
-//!           │     namespaces, PID 1 of the new PID namespace (builds the root;
-//!           │     reaps; forwards signals; reports how the workload ended)
-//!           ├─ service (mediated networking only)
-//!           └─ workload (caps dropped, Landlock, seccomp, exec)
+//! caller ── launcher (new user/mount/IPC/UTS[/net] namespaces; forwards signals; mirrors the exit)
+//!             └─ init, PID 1 of the new PID namespace (builds the root; reaps; forwards signals)
+//!                  ├─ service (mediated networking only)
+//!                  └─ workload (caps dropped, Landlock, seccomp, exec)
 //! ```
 //!
-//! Every child sets PR_SET_PDEATHSIG(SIGKILL) and then checks that its parent
+//! Every fork sets PR_SET_PDEATHSIG(SIGKILL) and then checks that its parent
 //! still lives, so killing the caller at any moment kills the whole chain; and
 //! when init exits the kernel kills everything left in the PID namespace.
-//!
-//! A PID-namespace init cannot die by a signal it sends itself, so init does
-//! not mirror the workload's end: it writes it (2 bytes) to a result pipe the
-//! caller reads after reaping init (`BoxHandle::wait`).
 
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -40,8 +35,20 @@ pub struct BoxPrep {
     pub service_seccomp: Vec<BpfProgram>,
 }
 
-/// The namespace flags of a box (`CLONE_NEWNET` unless the network is direct).
-pub fn box_namespaces(prep: &BoxPrep) -> libc::c_int {
+/// The launcher (first child of the caller). Never returns.
+pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
+    if !sys::die_with_parent(caller) {
+        sys::exit_now(125);
+    }
+    let mut keep = vec![status_fd];
+    if let Some((fd, _, _)) = &prep.mediated {
+        keep.push(*fd);
+    }
+    sys::close_fds_except(&keep);
+    let refuse = |why: String| -> ! {
+        status::send(status_fd, &Status::Refused(why));
+        sys::exit_now(125)
+    };
     let mut flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
@@ -50,37 +57,13 @@ pub fn box_namespaces(prep: &BoxPrep) -> libc::c_int {
     if prep.new_net {
         flags |= libc::CLONE_NEWNET;
     }
-    flags
-}
-
-/// The box init, in the child of `clone(box_namespaces)`: PID 1 of the new
-/// PID namespace, already in all the new namespaces. `parent_fd` becomes
-/// readable when the caller is gone (a pidfd of the caller, or a pipe whose
-/// only writer the caller holds). Never returns.
-pub fn box_init(prep: &BoxPrep, status_fd: i32, res_w: i32, parent_fd: i32) -> ! {
-    // SAFETY: prctl with integer arguments.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    // getppid() is 0 here (the parent is outside the PID namespace).
-    if sys::peer_gone(parent_fd) {
-        sys::exit_now(125);
+    // SAFETY: unshare with namespace flags only affects this process.
+    if unsafe { libc::unshare(flags) } != 0 {
+        refuse(sys::errno_str(
+            "unshare",
+            "user, mount, pid, ipc, uts, net namespaces",
+        ));
     }
-    let mut keep = vec![status_fd, res_w];
-    if let Some((fd, _, _)) = &prep.mediated {
-        keep.push(*fd);
-    }
-    sys::close_fds_except(&keep);
-    let refuse = |why: String| -> ! {
-        status::send(status_fd, &Status::Refused(why));
-        report_and_exit(res_w, false, 125)
-    };
     if let Err(e) = sys::write_id_maps(prep.uid, prep.gid) {
         refuse(format!("uid/gid maps: {e}"));
     }
@@ -94,7 +77,27 @@ pub fn box_init(prep: &BoxPrep, status_fd: i32, res_w: i32, parent_fd: i32) -> !
             refuse(e);
         }
     }
-    init(prep, status_fd, res_w)
+    let ((life_r, life_w), (res_r, res_w)) = match (sys::pipe_cloexec(), sys::pipe_cloexec()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => refuse(e),
+    };
+    let sigs = sys::block_forwarded();
+    let init_pid = match sys::fork() {
+        Ok(0) => {
+            sys::close(life_w);
+            sys::close(res_r);
+            init(prep, status_fd, life_r, res_w)
+        }
+        Ok(pid) => pid,
+        Err(e) => refuse(e),
+    };
+    sys::close(life_r);
+    sys::close(res_w);
+    sys::close(status_fd);
+    if let Some((fd, _, _)) = &prep.mediated {
+        sys::close(*fd);
+    }
+    supervise_child(init_pid, &sigs, Some(res_r))
 }
 
 /// Forwards signals to `child` until it ends, then ends the same way. With a
@@ -134,8 +137,23 @@ fn report_and_exit(res_w: i32, signaled: bool, value: i32) -> ! {
     sys::exit_now(if signaled { 128 + value } else { value })
 }
 
-/// PID 1 of the box, from the root onwards. Never returns.
-fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
+/// PID 1 of the box. Never returns.
+fn init(prep: &BoxPrep, status_fd: i32, life_r: i32, res_w: i32) -> ! {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if sys::peer_gone(life_r) {
+        sys::exit_now(125);
+    }
+    sys::close(life_r);
+    sys::not_dumpable();
     let refuse = |why: String| -> ! {
         status::send(status_fd, &Status::Refused(why));
         report_and_exit(res_w, false, 125)

@@ -168,23 +168,17 @@ impl From<BoxConfig> for BoxSpec {
 pub struct BoxHandle {
     pid: i32,
     status: OwnedFd,
-    /// Read end of init's result pipe (how the workload ended).
-    result: OwnedFd,
-    /// Without pidfd support: the only write end of the pipe init watches to
-    /// learn that the caller is gone (closed when the handle goes).
-    _life: Option<OwnedFd>,
 }
 
 impl BoxHandle {
-    /// Pid (in the caller's namespace) of the box init, the process to signal
-    /// (it forwards signals to the workload).
+    /// Pid (in the caller's namespace) of the launcher/box process to signal.
     pub fn pid(&self) -> i32 {
         self.pid
     }
     /// Waits for the box to end.
     ///
     /// Reads the box's status reports until the workload was executed (or the
-    /// box ended), then reaps init and reads how the workload ended.
+    /// box ended), then waits for the launcher.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
         let reports = status::read_all(self.status.as_raw_fd());
         let mut st = 0;
@@ -201,16 +195,11 @@ impl BoxHandle {
                 )));
             }
         }
-        // init has exited: its result bytes, if it wrote them, are in the pipe.
-        let mut b = [0u8; 2];
-        // SAFETY: reading into a 2-byte buffer from our own descriptor.
-        let n = unsafe { libc::read(self.result.as_raw_fd(), b.as_mut_ptr().cast(), 2) };
-        let result = (n == 2).then(|| (b[0] == 1, b[1] as i32));
-        Ok(prepare::report(&reports, st, result))
+        Ok(prepare::report(&reports, st))
     }
 }
 
-/// Starts a box. The caller must be single-threaded (it clones the box init).
+/// Starts a box. The caller must be single-threaded (the launcher forks).
 pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
     spawn_box_spec(config.into())
 }
@@ -220,68 +209,25 @@ pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
     let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
     let prep = prepare::prepare(&spec, mediated_fd)?;
     let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
-    let (res_r, res_w) = match sys::pipe_cloexec() {
-        Ok(p) => p,
+    // SAFETY: getpid has no preconditions.
+    let caller = unsafe { libc::getpid() };
+    let pid = match sys::fork() {
+        Ok(0) => {
+            sys::close(status_r);
+            init::launcher(&prep, status_w, caller)
+        }
+        Ok(pid) => pid,
         Err(e) => {
             sys::close(status_r);
             sys::close(status_w);
             return Err(SandboxError::Launch(e));
         }
     };
-    // How init learns that the caller is gone before its parent-death signal
-    // was armed: a pidfd of the caller, or a pipe only the caller writes.
-    let (parent_fd, life_w) = match sys::pidfd_self() {
-        Some(fd) => (fd, None),
-        None => match sys::pipe_cloexec() {
-            Ok((r, w)) => (r, Some(w)),
-            Err(e) => {
-                for fd in [status_r, status_w, res_r, res_w] {
-                    sys::close(fd);
-                }
-                return Err(SandboxError::Launch(e));
-            }
-        },
-    };
-    // init starts with the forwarded signals and SIGCHLD blocked (see
-    // `sys::block_init_signals`); the caller gets its own mask back.
-    let mask = sys::block_init_signals();
-    let cloned = sys::clone_into(init::box_namespaces(&prep));
-    if cloned == Ok(0) {
-        init::box_init(&prep, status_w, res_w, parent_fd)
-    }
-    sys::set_mask(&mask);
-    let pid = match cloned {
-        Ok(pid) => pid,
-        Err(e) => {
-            for fd in [status_r, status_w, res_r, res_w, parent_fd] {
-                sys::close(fd);
-            }
-            if let Some(w) = life_w {
-                sys::close(w);
-            }
-            return Err(SandboxError::Unsupported(format!(
-                "cannot create the box namespaces: {e}"
-            )));
-        }
-    };
     sys::close(status_w);
-    sys::close(res_w);
-    sys::close(parent_fd);
     drop(spec.mediated);
-    // SAFETY: these are fresh descriptors owned only by this handle.
-    let (status, result, life) = unsafe {
-        (
-            OwnedFd::from_raw_fd(status_r),
-            OwnedFd::from_raw_fd(res_r),
-            life_w.map(|w| OwnedFd::from_raw_fd(w)),
-        )
-    };
-    Ok(BoxHandle {
-        pid,
-        status,
-        result,
-        _life: life,
-    })
+    // SAFETY: status_r is a fresh descriptor owned only by this handle.
+    let status = unsafe { OwnedFd::from_raw_fd(status_r) };
+    Ok(BoxHandle { pid, status })
 }
 
 /// The mount and filter program `spawn_box` would apply, for `terra run --dry-run`.
