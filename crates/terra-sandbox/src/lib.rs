@@ -11,9 +11,9 @@ pub mod linux;
 
 /// Entry point of the hidden `terra __sandbox_launcher` role.
 ///
-/// On Linux the launcher is not a separate executable: `linux::spawn_box`
-/// clones the box init from the caller and `linux::spawn_confined_role` forks
-/// its launcher (see docs/sandbox-linux.md), so this entry point only refuses.
+/// On Linux the launcher is not a separate executable: `linux::spawn_box` and
+/// `linux::spawn_confined_role` fork it from the caller (see
+/// docs/sandbox-linux.md), so this entry point only refuses.
 pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
     eprintln!(
         "terra __sandbox_launcher: the Linux launcher runs in process (spawn_box); nothing to do"
