@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::{is_root, users, User, NOBODY};
+
 use std::collections::HashSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
@@ -26,7 +28,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const NOBODY: u32 = 65534;
 /// A uid that owns nothing else on the host, for "another user's file".
 const OTHER_UID: u32 = 4242;
 const BLOCKED: &str = "TERRA-PROBE-BLOCKED";
@@ -143,26 +144,6 @@ else:
 "##;
 
 // ------------------------------------------------------------------ users
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum User {
-    /// Whoever runs the test suite.
-    Caller,
-    /// uid/gid 65534 through setpriv (only when the suite runs as root).
-    Nobody,
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-fn users() -> Vec<User> {
-    if is_root() {
-        vec![User::Caller, User::Nobody]
-    } else {
-        vec![User::Caller]
-    }
-}
 
 fn uid_of(user: User) -> u32 {
     match user {

@@ -15,6 +15,8 @@
 
 mod common;
 
+use common::{is_root, users, User, NOBODY};
+
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, UdpSocket};
@@ -27,28 +29,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const NOBODY: u32 = 65534;
 const PY: &str = "/usr/bin/python3";
 
 // ------------------------------------------------------------------ users
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum User {
-    Caller,
-    Nobody,
-}
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-fn users() -> Vec<User> {
-    if is_root() {
-        vec![User::Caller, User::Nobody]
-    } else {
-        vec![User::Caller]
-    }
-}
 
 /// The binary; for 65534 a copy in a world-readable 0755 directory, named
 /// after the build so repeated runs reuse it.

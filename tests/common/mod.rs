@@ -5,6 +5,31 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+/// The unprivileged identity the suites run as when they run as root.
+pub const NOBODY: u32 = 65534;
+
+/// Who runs one case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum User {
+    /// Whoever runs the test suite.
+    Caller,
+    /// uid/gid 65534 through setpriv (only when the suite runs as root).
+    Nobody,
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Every identity a case runs as: the caller, and 65534 too when that is root.
+pub fn users() -> Vec<User> {
+    if is_root() {
+        vec![User::Caller, User::Nobody]
+    } else {
+        vec![User::Caller]
+    }
+}
+
 /// The built terra binary copied into a world-readable 0755 directory under
 /// /tmp, so uid 65534 can run it (the build tree may sit under a 0700 home).
 /// The copy is named `<prefix><size>-<mtime>` after the build, so repeated
