@@ -424,16 +424,7 @@ mod tests {
     use crate::model::{Missing, RootKind};
     use proptest::prelude::*;
 
-    fn r(access: Access, scope: Scope, path: &str) -> ResolvedRule {
-        ResolvedRule {
-            access,
-            path: path.into(),
-            scope,
-            protect_create: false,
-            source_rule: 0,
-            source_root: RootKind::Host,
-        }
-    }
+    use crate::plan::test_rule as r;
 
     fn arb_rules() -> impl Strategy<Value = Vec<ResolvedRule>> {
         let seg = prop_oneof![Just("a"), Just("b")];

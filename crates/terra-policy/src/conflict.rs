@@ -319,19 +319,9 @@ fn walk(rules: &[ResolvedRule], first_only: bool) -> Vec<Conflict> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::RootKind;
     use proptest::prelude::*;
 
-    fn r(access: Access, scope: Scope, path: &str) -> ResolvedRule {
-        ResolvedRule {
-            access,
-            path: path.into(),
-            scope,
-            protect_create: false,
-            source_rule: 0,
-            source_root: RootKind::Host,
-        }
-    }
+    use crate::plan::test_rule as r;
 
     /// Quadratic reference: every rule path and its witness, every rule scanned.
     fn reference(rules: &[ResolvedRule]) -> Vec<(String, Permission, Permission)> {

@@ -373,18 +373,8 @@ impl RuleSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::RootKind;
 
-    fn r(access: Access, scope: Scope, path: &str) -> ResolvedRule {
-        ResolvedRule {
-            access,
-            path: path.into(),
-            scope,
-            protect_create: false,
-            source_rule: 0,
-            source_root: RootKind::Host,
-        }
-    }
+    use crate::plan::test_rule as r;
 
     #[test]
     fn canonical_paths() {

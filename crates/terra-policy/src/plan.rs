@@ -115,6 +115,19 @@ pub fn compile_plan(
     resolve(mir, bindings)?.into_plan(declared)
 }
 
+/// A resolved host rule for unit tests (rule 0, not protect-create).
+#[cfg(test)]
+pub(crate) fn test_rule(access: Access, scope: Scope, path: &str) -> ResolvedRule {
+    ResolvedRule {
+        access,
+        path: path.into(),
+        scope,
+        protect_create: false,
+        source_rule: 0,
+        source_root: RootKind::Host,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
