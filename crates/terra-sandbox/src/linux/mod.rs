@@ -168,17 +168,24 @@ impl From<BoxConfig> for BoxSpec {
 pub struct BoxHandle {
     pid: i32,
     status: OwnedFd,
+    /// Cloned init only: read end of init's result pipe (how the workload ended).
+    result: Option<OwnedFd>,
+    /// Cloned init on a kernel without pidfd_open: the only write end of the
+    /// pipe init watches to learn that the caller is gone (closed with the handle).
+    _life: Option<OwnedFd>,
 }
 
 impl BoxHandle {
-    /// Pid (in the caller's namespace) of the launcher/box process to signal.
+    /// Pid (in the caller's namespace) of the process to signal: the launcher
+    /// or the cloned box init; both forward signals to the workload.
     pub fn pid(&self) -> i32 {
         self.pid
     }
     /// Waits for the box to end.
     ///
     /// Reads the box's status reports until the workload was executed (or the
-    /// box ended), then waits for the launcher.
+    /// box ended), then reaps the caller's child and, for a cloned init, reads
+    /// how the workload ended.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
         let reports = status::read_all(self.status.as_raw_fd());
         let mut st = 0;
@@ -195,11 +202,20 @@ impl BoxHandle {
                 )));
             }
         }
-        Ok(prepare::report(&reports, st))
+        // init has exited: its result bytes, if it wrote them, are in the pipe.
+        let result = self.result.as_ref().and_then(|fd| {
+            let mut b = [0u8; 2];
+            // SAFETY: reading into a 2-byte buffer from our own descriptor.
+            let n = unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 2) };
+            (n == 2).then(|| (b[0] == 1, b[1] as i32))
+        });
+        Ok(prepare::report(&reports, st, result))
     }
 }
 
-/// Starts a box. The caller must be single-threaded (the launcher forks).
+/// Starts a box. In a single-threaded caller (the supervisor) the box init is
+/// cloned straight into its namespaces; otherwise a launcher process is forked
+/// first (see `init.rs` for why).
 pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
     spawn_box_spec(config.into())
 }
@@ -208,26 +224,103 @@ pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
 pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
     let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
     let prep = prepare::prepare(&spec, mediated_fd)?;
+    let handle = if sys::single_threaded() {
+        spawn_cloned(&prep)
+    } else {
+        spawn_with_launcher(&prep)
+    };
+    drop(spec.mediated);
+    handle
+}
+
+/// Closes raw descriptors on an error path.
+fn close_all(fds: &[i32]) {
+    for fd in fds {
+        sys::close(*fd);
+    }
+}
+
+/// Forks the launcher, which unshares and forks init (any caller).
+fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
     let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
     // SAFETY: getpid has no preconditions.
     let caller = unsafe { libc::getpid() };
     let pid = match sys::fork() {
         Ok(0) => {
             sys::close(status_r);
-            init::launcher(&prep, status_w, caller)
+            init::launcher(prep, status_w, caller)
         }
         Ok(pid) => pid,
         Err(e) => {
-            sys::close(status_r);
-            sys::close(status_w);
+            close_all(&[status_r, status_w]);
             return Err(SandboxError::Launch(e));
         }
     };
     sys::close(status_w);
-    drop(spec.mediated);
     // SAFETY: status_r is a fresh descriptor owned only by this handle.
     let status = unsafe { OwnedFd::from_raw_fd(status_r) };
-    Ok(BoxHandle { pid, status })
+    Ok(BoxHandle {
+        pid,
+        status,
+        result: None,
+        _life: None,
+    })
+}
+
+/// Clones init straight into the box's namespaces (single-threaded caller only).
+fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
+    let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
+    let (res_r, res_w) = sys::pipe_cloexec().map_err(|e| {
+        close_all(&[status_r, status_w]);
+        SandboxError::Launch(e)
+    })?;
+    // How init learns that the caller is gone before its parent-death signal
+    // was armed: a pidfd of the caller, or a pipe only the caller writes.
+    let (parent_fd, life_w) = match sys::pidfd_self() {
+        Some(fd) => (fd, None),
+        None => match sys::pipe_cloexec() {
+            Ok((r, w)) => (r, Some(w)),
+            Err(e) => {
+                close_all(&[status_r, status_w, res_r, res_w]);
+                return Err(SandboxError::Launch(e));
+            }
+        },
+    };
+    // init starts with the forwarded signals and SIGCHLD blocked (see
+    // `sys::block_init_signals`); the caller gets its own mask back.
+    let mask = sys::block_init_signals();
+    let cloned = sys::clone_into(init::box_namespaces(prep));
+    if cloned == Ok(0) {
+        init::cloned_init(prep, status_w, res_w, parent_fd)
+    }
+    sys::set_mask(&mask);
+    close_all(&[status_w, res_w, parent_fd]);
+    let pid = match cloned {
+        Ok(pid) => pid,
+        Err(e) => {
+            close_all(&[status_r, res_r]);
+            if let Some(w) = life_w {
+                sys::close(w);
+            }
+            return Err(SandboxError::Unsupported(format!(
+                "cannot create the box namespaces: {e}"
+            )));
+        }
+    };
+    // SAFETY: these are fresh descriptors owned only by this handle.
+    let (status, result, life) = unsafe {
+        (
+            OwnedFd::from_raw_fd(status_r),
+            OwnedFd::from_raw_fd(res_r),
+            life_w.map(|w| OwnedFd::from_raw_fd(w)),
+        )
+    };
+    Ok(BoxHandle {
+        pid,
+        status,
+        result: Some(result),
+        _life: life,
+    })
 }
 
 /// The mount and filter program `spawn_box` would apply, for `terra run --dry-run`.

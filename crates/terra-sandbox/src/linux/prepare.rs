@@ -249,8 +249,11 @@ pub fn describe(
     s
 }
 
-/// The report of a finished box from its status lines and the launcher's wait status.
-pub fn report(reports: &[Status], wait_status: i32) -> BoxReport {
+/// The report of a finished box from its status lines, the wait status of the
+/// caller's child (launcher or init) and, when the caller cloned init itself,
+/// init's result bytes (how the workload ended; absent when init was killed
+/// outright, e.g. by SIGKILL, and then the wait status tells).
+pub fn report(reports: &[Status], wait_status: i32, result: Option<(bool, i32)>) -> BoxReport {
     let mut landlock_abi = None;
     let mut activation = "not run".to_string();
     let mut refused = None;
@@ -263,7 +266,7 @@ pub fn report(reports: &[Status], wait_status: i32) -> BoxReport {
             Status::ExecFailed { code, reason } => exec_failed = Some((*code, reason.clone())),
         }
     }
-    let (signaled, value) = sys::decode_status(wait_status);
+    let (signaled, value) = result.unwrap_or_else(|| sys::decode_status(wait_status));
     let exit = if let Some(why) = refused {
         BoxExit::Refused(why)
     } else if let Some((code, reason)) = exec_failed {

@@ -362,6 +362,52 @@ pub fn fork() -> SysResult<libc::pid_t> {
     }
 }
 
+/// clone(2) into new namespaces with fork semantics (no CLONE_VM, no new
+/// stack: the child continues on a copy of the caller's memory) and SIGCHLD
+/// as exit signal. Returns 0 in the child, the child's pid in the caller.
+///
+/// Only for a single-threaded caller (see `single_threaded`): libc does not
+/// learn about the child, so a lock another thread held at the clone would
+/// stay locked in the child forever (init's later fork(3) takes every malloc
+/// lock). The child must not rely on libc's cached thread id (pthread
+/// mutexes, raise); the box init only makes system calls, allocates, forks
+/// (which refreshes that cache in its own children) and _exits.
+pub fn clone_into(flags: libc::c_int) -> SysResult<libc::pid_t> {
+    let flags = (flags | libc::SIGCHLD) as libc::c_ulong;
+    // SAFETY: without CLONE_VM and with a null stack the child gets its own
+    // copy of the address space, like fork; the caller checked it has one
+    // thread, so no lock is held by another thread.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+    if pid < 0 {
+        Err(errno_str(
+            "clone",
+            "user, mount, pid, ipc, uts, net namespaces",
+        ))
+    } else {
+        Ok(pid as libc::pid_t)
+    }
+}
+
+/// True when this process has exactly one thread (`Threads:` of
+/// /proc/self/status); false when it has more or the count cannot be read.
+pub fn single_threaded() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .is_some_and(|n| n.trim() == "1")
+}
+
+/// A close-on-exec pidfd of this process (Linux >= 5.3), readable once it
+/// has exited; None when the kernel has no pidfd_open.
+pub fn pidfd_self() -> Option<i32> {
+    // SAFETY: getpid has no preconditions; pidfd_open takes a pid and flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0u32) };
+    (fd >= 0).then_some(fd as i32)
+}
+
 pub fn sethostname(name: &str) -> SysResult<()> {
     // SAFETY: pointer and length describe `name`.
     let rc = unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) };
@@ -507,6 +553,32 @@ pub fn block_forwarded() -> libc::sigset_t {
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
+}
+
+/// Blocks the forwarded signals and SIGCHLD in the calling thread; returns
+/// the previous mask (for `set_mask`). Used around the clone of the box init,
+/// which inherits the mask: until init waits for them, those signals queue
+/// instead of being lost (a PID-namespace init drops a signal it has no
+/// handler for, and an unblocked SIGCHLD with the default disposition is
+/// discarded, which would leave init waiting for a child that already ended).
+pub fn block_init_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on local, zeroed sets.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED.iter().chain([libc::SIGCHLD].iter()) {
+            libc::sigaddset(&mut set, *s);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_BLOCK, &set, &mut old);
+        old
+    }
+}
+
+/// Sets the calling thread's signal mask.
+pub fn set_mask(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is a valid signal set.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
 /// Restores default dispositions of every signal (the caller may ignore some,
