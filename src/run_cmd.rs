@@ -550,7 +550,7 @@ fn dry_run_text(p: &Prepared) -> String {
         cwd: r.cwd.clone(),
         env: r.env().unwrap_or_default(),
         temp_dir: r.temp.clone(),
-        canary_path: PathBuf::from("<state-dir>/request.json"),
+        canary_path: PathBuf::from("<runtime-dir>/request.json"),
         canary_tcp: None,
         mediated: if plan.network() == NetworkMode::Mediated {
             terra_netd::fdpass::broker_socketpair()

@@ -231,6 +231,7 @@ impl Fx {
             &fx.state,
             &fx.home.join(".ssh"),
             &fx.root.join("tmp"),
+            &fx.root.join("runtime"),
         ] {
             fs::create_dir_all(d).unwrap();
         }
@@ -1145,7 +1146,7 @@ probes! {
     // ---- the run's own state
     state_directory, state_directory_twin => Probe {
         setup: no_setup,
-        attack: r#"try ls "$STATE"; try ls "$STATE/terra/runs"; try sh -c 'cat "$STATE"/terra/runs/*/request.json'; try sh -c 'echo x > "$STATE/terra/runs/x"'; try touch "$STATE/x"; blocked"#,
+        attack: r#"try ls "$STATE"; try ls "$STATE/terra/runs"; try sh -c 'cat "$STATE"/terra/runs/*/request.json'; try sh -c 'echo x > "$STATE/terra/runs/x"'; try touch "$STATE/x"; try sh -c 'ls "/dev/shm/terra-$(id -u)/runs"/*/lock'; blocked"#,
         twin: r#"need cat "$WS/readme"; ok"#,
         after: Some(state_has_receipt),
     };
@@ -1200,8 +1201,10 @@ fn start_long_run(fx: &mut Fx) -> Child {
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", &fx.home)
         .env("XDG_STATE_HOME", &fx.state)
-        // A run killed with -9 leaves its temp directory: keep it in the fixture.
+        // A run killed with -9 leaves its temp and runtime directories: keep
+        // them in the fixture.
         .env("TMPDIR", fx.root.join("tmp"))
+        .env("XDG_RUNTIME_DIR", fx.root.join("runtime"))
         .current_dir(&fx.ws)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

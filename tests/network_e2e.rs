@@ -196,6 +196,8 @@ struct Fx {
     root: PathBuf,
     ws: PathBuf,
     state: PathBuf,
+    /// XDG_RUNTIME_DIR of the runs: the run lock and pid files.
+    runtime: PathBuf,
 }
 
 /// A destination: host, port, requireTlsSni, allowPrivateAddresses.
@@ -248,11 +250,13 @@ impl Fx {
             user,
             ws: root.join("ws"),
             state: root.join("state"),
+            runtime: root.join("runtime"),
             root,
         };
         for d in [
             &fx.ws,
             &fx.state,
+            &fx.runtime,
             &fx.root.join("home"),
             &fx.root.join("tmp"),
         ] {
@@ -342,6 +346,7 @@ impl Fx {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("HOME", self.root.join("home"))
             .env("XDG_STATE_HOME", &self.state)
+            .env("XDG_RUNTIME_DIR", &self.runtime)
             .env("TMPDIR", self.root.join("tmp"))
             .env("LANG", "C.UTF-8")
             .current_dir(&self.ws)
@@ -384,10 +389,19 @@ impl Fx {
 
     /// The run directories under the state directory.
     fn run_dirs(&self) -> Vec<PathBuf> {
-        fs::read_dir(self.state.join("terra/runs"))
-            .map(|rd| rd.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default()
+        list(&self.state.join("terra/runs"))
     }
+
+    /// The runs' runtime directories (lock, pid files), removed at the end.
+    fn runtime_dirs(&self) -> Vec<PathBuf> {
+        list(&self.runtime.join("terra/runs"))
+    }
+}
+
+fn list(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 impl Drop for Fx {
@@ -485,11 +499,13 @@ fn admitted_name_and_port_through_http_connect_socks5_and_plain_http() {
         assert_eq!(r.receipt["hostBindings"]["mediator"], "terra-netd/1");
         assert_eq!(r.net()["brokerEndedDuringRun"], false);
         assert_eq!(r.net()["brokerExit"], 0, "{}", r.show());
-        // Only the lock, the receipts remain; no broker pid file.
+        // Only the receipts remain; the runtime directory (lock, pid files,
+        // broker.pid among them) went with the run.
         for d in fx.run_dirs() {
             assert!(!d.join("broker.pid").exists());
             assert!(d.join("network.jsonl").exists());
         }
+        assert_eq!(fx.runtime_dirs(), Vec::<PathBuf>::new());
     }
 }
 
@@ -780,14 +796,14 @@ fn dns_from_the_box_fails() {
 fn broker_pid(fx: &Fx) -> i32 {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        for d in fx.run_dirs() {
+        for d in fx.runtime_dirs() {
             if let Ok(t) = fs::read_to_string(d.join("broker.pid")) {
                 if let Ok(p) = t.trim().parse() {
                     return p;
                 }
             }
         }
-        assert!(Instant::now() < until, "no broker.pid in {:?}", fx.state);
+        assert!(Instant::now() < until, "no broker.pid in {:?}", fx.runtime);
         std::thread::sleep(Duration::from_millis(20));
     }
 }

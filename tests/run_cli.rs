@@ -18,6 +18,8 @@ struct Env {
     root: PathBuf,
     ws: PathBuf,
     state: PathBuf,
+    /// XDG_RUNTIME_DIR: the runs' lock, pid files and canary.
+    runtime: PathBuf,
 }
 
 impl Env {
@@ -30,10 +32,17 @@ impl Env {
         let _ = fs::remove_dir_all(&root);
         let ws = root.join("ws");
         let state = root.join("state");
+        let runtime = root.join("runtime");
         fs::create_dir_all(&ws).unwrap();
         fs::create_dir_all(&state).unwrap();
+        fs::create_dir_all(&runtime).unwrap();
         fs::create_dir_all(root.join("tmp")).unwrap();
-        Env { root, ws, state }
+        Env {
+            root,
+            ws,
+            state,
+            runtime,
+        }
     }
 
     fn cmd(&self) -> Command {
@@ -42,6 +51,7 @@ impl Env {
             .env("PATH", "/usr/bin:/bin")
             .env("HOME", self.root.join("home"))
             .env("XDG_STATE_HOME", &self.state)
+            .env("XDG_RUNTIME_DIR", &self.runtime)
             .env("TMPDIR", self.root.join("tmp"))
             .env("LANG", "C.UTF-8")
             .current_dir(&self.ws)
@@ -57,9 +67,12 @@ impl Env {
 
     /// The run directories the supervisor created.
     fn runs(&self) -> Vec<PathBuf> {
-        fs::read_dir(self.state.join("terra/runs"))
-            .map(|rd| rd.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default()
+        list(&self.state.join("terra/runs"))
+    }
+
+    /// The runs' runtime directories (removed when a run ends).
+    fn runtime_runs(&self) -> Vec<PathBuf> {
+        list(&self.runtime.join("terra/runs"))
     }
 
     fn only_receipt(&self) -> Value {
@@ -256,17 +269,24 @@ fn receipt_records_the_run() {
         );
     }
     assert!(r["landlockAbi"].as_i64().unwrap_or(0) >= 1 || r["landlockAbi"].is_null());
-    // After the run only the lock and the receipt are left, owner-only.
+    // After the run only the receipt is left, owner-only; the runtime
+    // directory (lock, pid files, canary) is gone.
     let dir = &e.runs()[0];
-    let mut left: Vec<String> = fs::read_dir(dir)
+    let left: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    left.sort();
-    assert_eq!(left, ["lock", "receipt.json"]);
+    assert_eq!(left, ["receipt.json"]);
     assert_eq!(mode(dir), 0o700);
     assert_eq!(mode(&dir.join("receipt.json")), 0o600);
+    assert_eq!(e.runtime_runs(), Vec::<PathBuf>::new());
+}
+
+fn list(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 fn mode(p: &Path) -> u32 {
@@ -289,7 +309,15 @@ fn state_directory_during_the_run() {
     assert_eq!(line, "ready\n");
     let runs = e.runs();
     assert_eq!(runs.len(), 1);
-    let dir = &runs[0];
+    assert_eq!(mode(&runs[0]), 0o700);
+    let live = e.runtime_runs();
+    assert_eq!(live.len(), 1, "one runtime directory: {live:?}");
+    let dir = &live[0];
+    assert_eq!(
+        dir.file_name(),
+        runs[0].file_name(),
+        "both directories are named by the run id"
+    );
     let read_pid = |name: &str| -> u32 {
         fs::read_to_string(dir.join(name))
             .unwrap()
@@ -318,20 +346,70 @@ fn state_directory_during_the_run() {
     assert_eq!(mode(&dir.join("lock")), 0o600);
     // The run lock is held: a second exclusive lock attempt fails.
     let lock = fs::File::open(dir.join("lock")).unwrap();
-    assert!(
-        nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err(),
-        "the supervisor holds the run lock"
-    );
+    let lock = match nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(_) => panic!("the supervisor does not hold the run lock"),
+        Err((f, _)) => f,
+    };
     drop(child.stdin.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
-    for gone in ["supervisor.pid", "host.pid", "request.json"] {
-        assert!(!dir.join(gone).exists(), "{gone} outlived the run");
-    }
-    let lock = fs::File::open(dir.join("lock")).unwrap();
+    assert!(!dir.exists(), "the runtime directory outlived the run");
+    assert!(
+        !runs[0].join("request.json").exists(),
+        "the canary outlived the run"
+    );
     assert!(
         nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok(),
         "the run lock is released when the supervisor ends"
     );
+}
+
+#[test]
+fn runtime_directory_falls_back_outside_the_grants() {
+    // XDG_RUNTIME_DIR inside the workspace is visible to the box: skipped.
+    // The next candidates are /run/user/UID, then /dev/shm/terra-UID; with
+    // /dev/shm the canary goes to the state directory instead (the box always
+    // has a /dev of its own, so a canary there would prove nothing).
+    let uid = nix::unistd::geteuid().as_raw();
+    let e = Env::new("runtimefallback");
+    let inside = e.ws.join(".run");
+    fs::create_dir_all(&inside).unwrap();
+    let mut c = e.cmd();
+    c.env("XDG_RUNTIME_DIR", &inside);
+    c.args(["run", "--", "sh", "-c", "echo ready; cat >/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    assert!(
+        fs::read_dir(&inside).unwrap().next().is_none(),
+        "runtime files written inside the workspace"
+    );
+    let runs = e.runs();
+    assert_eq!(runs.len(), 1);
+    let run_id = runs[0].file_name().unwrap().to_owned();
+    let user_run = PathBuf::from(format!("/run/user/{uid}"));
+    let (runtime, canary) = if user_run.is_dir() {
+        let r = user_run.join("terra/runs").join(&run_id);
+        (r.clone(), r.join("request.json"))
+    } else {
+        (
+            PathBuf::from(format!("/dev/shm/terra-{uid}/runs")).join(&run_id),
+            runs[0].join("request.json"),
+        )
+    };
+    for f in ["lock", "supervisor.pid", "host.pid"] {
+        assert!(runtime.join(f).is_file(), "{f} in {}", runtime.display());
+    }
+    assert!(canary.is_file(), "canary at {}", canary.display());
+    assert_eq!(mode(&canary), 0o600);
+    drop(child.stdin.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(!runtime.exists(), "{} outlived the run", runtime.display());
+    assert!(!canary.exists(), "the canary outlived the run");
 }
 
 #[test]

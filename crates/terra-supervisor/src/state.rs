@@ -1,11 +1,19 @@
-//! The per-run state directory: owner-only, outside every grant of the plan,
-//! holding the run lock, the pid files, the canary and the receipt.
+//! The per-run directories, owner-only and outside every grant of the plan:
 //!
-//! Candidates, first usable wins: `$XDG_STATE_HOME/terra/runs`,
-//! `$HOME/.local/state/terra/runs`, `/run/user/UID/terra/runs`,
-//! `/tmp/terra-UID/runs`. A candidate the box could see (covered by a read or
-//! write rule of the plan) is skipped, and so is one whose terra-owned
-//! directories are not ours or are open to group or others.
+//! - the state directory keeps what outlives the run: the receipt (and the
+//!   network receipt). Candidates, first usable wins:
+//!   `$XDG_STATE_HOME/terra/runs`, `$HOME/.local/state/terra/runs`,
+//!   `/run/user/UID/terra/runs`, `/tmp/terra-UID/runs`;
+//! - the runtime directory holds what lives only as long as the run: the run
+//!   lock, the pid files and the canary; it is removed at the end. Candidates
+//!   (memory file systems, so a run costs no disk metadata writes for them):
+//!   `$XDG_RUNTIME_DIR/terra/runs`, `/run/user/UID/terra/runs`,
+//!   `/dev/shm/terra-UID/runs`; when none is usable, the run's state directory
+//!   holds these files too.
+//!
+//! A candidate the box could see (covered by a read or write rule of the plan)
+//! is skipped, and so is one whose terra-owned directories are not ours or are
+//! open to group or others.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Read;
@@ -22,54 +30,57 @@ use crate::receipt::write_replacing;
 /// The run lock lives on this descriptor for the supervisor's lifetime.
 pub const LOCK_FD: i32 = 3;
 
-/// A created run directory with its lock held.
+/// The run's directories, created, with the run lock held.
 pub struct RunDir {
+    /// `<state base>/<run-id>`: receipts, kept after the run.
     pub path: PathBuf,
+    /// `<runtime base>/<run-id>`: lock, pid files, canary; removed at the end.
+    /// The same as `path` when no runtime base was usable.
+    pub runtime: PathBuf,
     pub run_id: String,
     _lock: Flock<File>,
 }
 
+/// The files of the runtime directory, removed when the run ends.
+const RUNTIME_FILES: [&str; 4] = [CANARY, "host.pid", "broker.pid", "supervisor.pid"];
+
+/// The canary file: a copy of the run request.
+const CANARY: &str = "request.json";
+
 impl RunDir {
-    /// Picks a base outside the plan's grants, creates `<base>/<run-id>` (0700),
-    /// takes the run lock (moved to fd 3) and writes `supervisor.pid`.
+    /// Picks the state and runtime bases outside the plan's grants, creates
+    /// `<base>/<run-id>` (0700) in each, takes the run lock (moved to fd 3)
+    /// and writes `supervisor.pid`.
     pub fn create(plan: &SandboxPlan) -> Result<RunDir, String> {
         let uid = nix::unistd::geteuid().as_raw();
-        let mut why_not = Vec::new();
-        for (base, kind) in candidates(uid) {
-            // Judge the candidate before creating anything in it.
-            if visible_in_box(plan, &canonical_prefix(&base)) {
-                why_not.push(format!("{} is inside a grant of the plan", base.display()));
-                continue;
+        let base = pick_base(plan, candidates(uid), uid)
+            .map_err(|why| format!("no usable state directory: {why}"))?;
+        let runtime_base = match pick_base(plan, runtime_candidates(uid), uid) {
+            Ok(b) => Some(b),
+            Err(why) => {
+                tracing::debug!("no runtime directory, the state directory is used: {why}");
+                None
             }
-            match prepare_base(&base, kind, uid).and_then(|b| {
-                if visible_in_box(plan, &b) {
-                    Err(format!("{} is inside a grant of the plan", b.display()))
-                } else {
-                    Ok(b)
-                }
-            }) {
-                Ok(b) => {
-                    for w in &why_not {
-                        tracing::debug!("state directory candidate skipped: {w}");
-                    }
-                    return RunDir::create_in(&b);
-                }
-                Err(e) => why_not.push(e),
-            }
-        }
-        Err(format!("no usable state directory: {}", why_not.join("; ")))
+        };
+        RunDir::create_in(&base, runtime_base.as_deref())
     }
 
-    fn create_in(base: &Path) -> Result<RunDir, String> {
+    fn create_in(base: &Path, runtime_base: Option<&Path>) -> Result<RunDir, String> {
         let run_id = new_run_id();
         let path = base.join(&run_id);
-        DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| format!("cannot create the run directory {}: {e}", path.display()))?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
-        let lock_path = path.join("lock");
+        make_private_dir(&path)?;
+        let runtime = match runtime_base {
+            Some(b) => {
+                let r = b.join(&run_id);
+                if let Err(e) = make_private_dir(&r) {
+                    let _ = fs::remove_dir(&path);
+                    return Err(e);
+                }
+                r
+            }
+            None => path.clone(),
+        };
+        let lock_path = runtime.join("lock");
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -88,27 +99,108 @@ impl RunDir {
             .map_err(|e| format!("cannot mark fd {LOCK_FD} close-on-exec: {e}"))?;
         let dir = RunDir {
             path,
+            runtime,
             run_id,
             _lock: lock,
         };
-        dir.write_file(
+        dir.write_runtime(
             "supervisor.pid",
             format!("{}\n", std::process::id()).as_bytes(),
         )?;
         Ok(dir)
     }
 
-    /// Writes an owner-only file in the run directory, atomically.
+    /// Writes an owner-only file in the state directory, atomically.
     pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
-        let p = self.path.join(name);
-        write_replacing(&p, bytes, false)
-            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-        Ok(p)
+        write_private(&self.path.join(name), bytes)
     }
 
-    pub fn remove_file(&self, name: &str) {
-        let _ = fs::remove_file(self.path.join(name));
+    /// Writes an owner-only file in the runtime directory, atomically.
+    pub fn write_runtime(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+        write_private(&self.runtime.join(name), bytes)
     }
+
+    /// Writes the canary, the run's own request (`request.json`): in the
+    /// runtime directory, unless that is under /dev. The box always gets a
+    /// /dev of its own, so a canary there would stay invisible even in a box
+    /// that wrongly showed the host's root; the state directory has no such
+    /// cover.
+    pub fn write_canary(&self, bytes: &[u8]) -> Result<PathBuf, String> {
+        if self.runtime.starts_with("/dev") {
+            self.write_file(CANARY, bytes)
+        } else {
+            self.write_runtime(CANARY, bytes)
+        }
+    }
+
+    /// Removes the runtime files and the canary (it holds the request,
+    /// environment included) and, when it is a directory of its own, the
+    /// runtime directory with its lock file (the lock itself is released when
+    /// the supervisor exits).
+    pub fn remove_runtime(&self) {
+        for name in RUNTIME_FILES {
+            let _ = fs::remove_file(self.runtime.join(name));
+        }
+        let _ = fs::remove_file(self.path.join(CANARY));
+        if self.runtime != self.path {
+            let _ = fs::remove_file(self.runtime.join("lock"));
+            let _ = fs::remove_dir(&self.runtime);
+        }
+    }
+}
+
+fn write_private(p: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
+    write_replacing(p, bytes, false).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    Ok(p.to_path_buf())
+}
+
+/// mkdir 0700; the mode is set again only when the umask changed it (a chmod
+/// is one more metadata write per run).
+fn make_private_dir(path: &Path) -> Result<(), String> {
+    DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| format!("cannot create the run directory {}: {e}", path.display()))?;
+    let mode = fs::symlink_metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .mode();
+    if mode & 0o7777 != 0o700 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The first usable base of `cands`, or why none is.
+fn pick_base(
+    plan: &SandboxPlan,
+    cands: Vec<(PathBuf, BaseKind)>,
+    uid: u32,
+) -> Result<PathBuf, String> {
+    let mut why_not = Vec::new();
+    for (base, kind) in cands {
+        // Judge the candidate before creating anything in it.
+        if visible_in_box(plan, &canonical_prefix(&base)) {
+            why_not.push(format!("{} is inside a grant of the plan", base.display()));
+            continue;
+        }
+        match prepare_base(&base, kind, uid).and_then(|b| {
+            if visible_in_box(plan, &b) {
+                Err(format!("{} is inside a grant of the plan", b.display()))
+            } else {
+                Ok(b)
+            }
+        }) {
+            Ok(b) => {
+                for w in &why_not {
+                    tracing::debug!("run directory candidate skipped: {w}");
+                }
+                return Ok(b);
+            }
+            Err(e) => why_not.push(e),
+        }
+    }
+    Err(why_not.join("; "))
 }
 
 fn libc_o_cloexec() -> i32 {
@@ -140,6 +232,29 @@ pub fn candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
     v
 }
 
+/// The runtime bases, in order of preference (all memory file systems on a
+/// usual Linux host).
+pub fn runtime_candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
+    let mut v = Vec::new();
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+    {
+        v.push((x.join("terra/runs"), BaseKind::RuntimeDir));
+    }
+    v.push((
+        PathBuf::from(format!("/run/user/{uid}/terra/runs")),
+        BaseKind::RuntimeDir,
+    ));
+    if Path::new("/dev/shm").is_dir() {
+        v.push((
+            PathBuf::from(format!("/dev/shm/terra-{uid}/runs")),
+            BaseKind::SharedTmp,
+        ));
+    }
+    v
+}
+
 /// Where a candidate base lives, which decides how its anchor is treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BaseKind {
@@ -147,14 +262,16 @@ pub enum BaseKind {
     UserDir,
     /// Under /run/user/UID: the anchor must exist and be owned by the user.
     RuntimeDir,
-    /// Under world-writable /tmp: nothing above terra's own directories is created.
+    /// Under world-writable /tmp or /dev/shm: nothing above terra's own
+    /// directories is created.
     SharedTmp,
 }
 
 /// Creates the base if needed and checks ownership; returns its canonical path.
 fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf, String> {
     // The directories terra owns: `terra/runs` under a user directory, or
-    // `terra-UID/runs` under /tmp (world-writable, so created and checked strictly).
+    // `terra-UID/runs` under /tmp or /dev/shm (world-writable, so created and
+    // checked strictly).
     let owned: Vec<&Path> = vec![base.parent().unwrap_or(base), base];
     let anchor = owned[0].parent().unwrap_or(Path::new("/"));
     match kind {

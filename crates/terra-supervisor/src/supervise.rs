@@ -211,9 +211,9 @@ impl Run {
             Err(e) => return self.refuse(None, &e),
         };
         self.run_id = dir.run_id.clone();
-        debug!(phase = "validate", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display());
+        debug!(phase = "validate", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display(), runtime_dir = %dir.runtime.display());
         // The canary: this run's own request, owner-only, outside every grant.
-        let canary = match dir.write_file("request.json", &self.raw) {
+        let canary = match dir.write_canary(&self.raw) {
             Ok(p) => p,
             Err(e) => return self.refuse(Some(&dir), &e),
         };
@@ -297,7 +297,7 @@ impl Run {
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
             pid = box_pid.as_raw()
         );
-        if let Err(e) = dir.write_file("host.pid", format!("{box_pid}\n").as_bytes()) {
+        if let Err(e) = dir.write_runtime("host.pid", format!("{box_pid}\n").as_bytes()) {
             warn!("{e}");
         }
 
@@ -517,10 +517,7 @@ impl Run {
             }
             // The canary holds the request, environment included (values of
             // --env may be secrets): it is not kept once the box is gone.
-            dir.remove_file("request.json");
-            dir.remove_file("host.pid");
-            dir.remove_file("broker.pid");
-            dir.remove_file("supervisor.pid");
+            dir.remove_runtime();
         }
         if let Some(path) = &self.req.receipt {
             if let Err(e) = crate::receipt::write_atomic(path, json.as_bytes()) {
@@ -686,7 +683,7 @@ impl Broker {
             return Err(fail(role, format!("unexpected confirmation {got:?}")));
         }
         drop(chan);
-        if let Err(e) = dir.write_file("broker.pid", format!("{pid}\n").as_bytes()) {
+        if let Err(e) = dir.write_runtime("broker.pid", format!("{pid}\n").as_bytes()) {
             warn!("{e}");
         }
         debug!(pid, receipt = %receipt.display(), "network broker serves");
