@@ -40,7 +40,11 @@ if ! command -v bwrap >/dev/null 2>&1; then
     { "${sudo_cmd[@]}" apt-get update -qq >/dev/null && "${sudo_cmd[@]}" apt-get install -y -qq bubblewrap >/dev/null; }
 fi
 
-work=$(mktemp -d)
+# The workspace (and the state directory) live under $HOME, like a project
+# checkout. A workspace under TMPDIR would make every box create its mount
+# points inside the run's host temp directory, which is bound at /tmp (on this
+# machine's ext4 about 0.6 ms a run more); BENCH_HOME=/tmp measures that case.
+work=$(mktemp -d -p "${BENCH_HOME:-$HOME}" terra-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/ws" "$work/state"
 cd "$work/ws"
@@ -56,13 +60,24 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR 
 "${bwrap_cmd[@]}" || { echo "bwrap failed" >&2; exit 1; }
 
 if command -v hyperfine >/dev/null 2>&1; then
-  method="hyperfine -N --warmup $WARMUP --runs $RUNS"
-  hyperfine -N --warmup "$WARMUP" --runs "$RUNS" --export-json "$work/h.json" \
-    "${terra_cmd[*]}" "${bwrap_cmd[*]}" >&2
+  # hyperfine runs one command's samples, then the other's: a drift of this
+  # machine's speed would favour one side. So: ROUNDS rounds of RUNS/ROUNDS
+  # runs each, the order swapped every round, and the medians of all samples.
+  ROUNDS=${ROUNDS:-4}
+  per=$(( (RUNS + ROUNDS - 1) / ROUNDS ))
+  method="hyperfine -N, $ROUNDS rounds of --warmup $WARMUP --runs $per, the order swapped each round; medians of all $((per * ROUNDS)) samples per command"
+  for r in $(seq "$ROUNDS"); do
+    if [ $((r % 2)) -eq 1 ]; then pair=("${terra_cmd[*]}" "${bwrap_cmd[*]}"); else pair=("${bwrap_cmd[*]}" "${terra_cmd[*]}"); fi
+    hyperfine -N --warmup "$WARMUP" --runs "$per" --export-json "$work/h$r.json" "${pair[@]}" >&2
+  done
   read -r terra_ms bwrap_ms < <(python3 -c '
-import json, sys
-r = json.load(open(sys.argv[1]))["results"]
-print(*(round(x["median"] * 1000, 3) for x in r))' "$work/h.json")
+import json, statistics, sys
+terra, files = sys.argv[1], sys.argv[2:]
+t, b = [], []
+for f in files:
+    for x in json.load(open(f))["results"]:
+        (t if x["command"] == terra else b).extend(x["times"])
+print(round(statistics.median(t) * 1000, 3), round(statistics.median(b) * 1000, 3))' "${terra_cmd[*]}" "$work"/h*.json)
 else
   method="loop of $RUNS alternating runs timed with date +%s%N ($WARMUP warm-up runs each)"
   for _ in $(seq "$WARMUP"); do "${terra_cmd[@]}"; "${bwrap_cmd[@]}"; done
