@@ -552,6 +552,7 @@ fn dry_run_text(p: &Prepared) -> String {
         temp_dir: r.temp.clone(),
         canary_path: PathBuf::from("<runtime-dir>/request.json"),
         canary_tcp: None,
+        canary_gate: None,
         mediated: if plan.network() == NetworkMode::Mediated {
             terra_netd::fdpass::broker_socketpair()
                 .ok()

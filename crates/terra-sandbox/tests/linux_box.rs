@@ -457,6 +457,61 @@ fn activation_check_passes_and_can_fail() {
 }
 
 #[test]
+fn activation_waits_for_the_canary_gate() {
+    use std::io::Write;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    // The caller creates the canary only after the box started, in a granted
+    // directory: once it exists the box can see it. The check must run after
+    // the caller's word and refuse (a check before it would pass vacuously).
+    let mut w = World::new();
+    let late = w.host.path().join("late");
+    std::fs::create_dir(&late).unwrap();
+    w.rules.push(rule(Access::Read, &late, Scope::Tree));
+    w.canary = std::fs::canonicalize(&late).unwrap().join("canary");
+    let marker = w.ws().join("ran");
+    let (gate, mut word) = UnixStream::pair().unwrap();
+    let mut spec = w.spec(&["touch", marker.to_str().unwrap()]);
+    spec.canary_gate = Some(OwnedFd::from(gate));
+    let handle = spawn_box_spec(spec).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    std::fs::write(&w.canary, "created late").unwrap();
+    word.write_all(b"x").unwrap();
+    match handle.wait().unwrap().exit {
+        BoxExit::Refused(why) => assert!(why.contains("canary"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!marker.exists(), "the workload must not have run");
+
+    // Twin: the word after an absent canary lets the workload run.
+    let w = World::new();
+    let (gate, mut word) = UnixStream::pair().unwrap();
+    let mut spec = w.spec(&["true"]);
+    spec.canary_gate = Some(OwnedFd::from(gate));
+    let handle = spawn_box_spec(spec).unwrap();
+    word.write_all(b"x").unwrap();
+    let r = handle.wait().unwrap();
+    assert_eq!(
+        (r.exit, r.activation.as_str()),
+        (BoxExit::Code(0), "passed")
+    );
+
+    // No word at all (the caller's end closed): refused, nothing runs.
+    let w = World::new();
+    let marker = w.ws().join("ran");
+    let (gate, word) = UnixStream::pair().unwrap();
+    let mut spec = w.spec(&["touch", marker.to_str().unwrap()]);
+    spec.canary_gate = Some(OwnedFd::from(gate));
+    let handle = spawn_box_spec(spec).unwrap();
+    drop(word);
+    match handle.wait().unwrap().exit {
+        BoxExit::Refused(why) => assert!(why.contains("before the canary existed"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(!marker.exists(), "the workload must not have run");
+}
+
+#[test]
 fn activation_tcp_canary() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let mut w = World::new();

@@ -55,6 +55,7 @@ fn config(d: &Dirs, plan: SandboxPlan, argv: &[&str]) -> BoxConfig {
         temp_dir: d.tmp.path().to_path_buf(),
         canary_path: canary,
         canary_tcp: None,
+        canary_gate: None,
         mediated: None,
         hostname: "plan-box".into(),
     }

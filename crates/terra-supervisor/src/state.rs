@@ -49,8 +49,9 @@ const CANARY: &str = "request.json";
 
 impl RunDir {
     /// Picks the state and runtime bases outside the plan's grants, creates
-    /// `<base>/<run-id>` (0700) in each, takes the run lock (moved to fd 3)
-    /// and writes `supervisor.pid`.
+    /// the runtime directory `<base>/<run-id>` (0700), takes the run lock
+    /// (moved to fd 3) and writes `supervisor.pid`. The state directory is
+    /// named, and made by `create_state_dir`.
     pub fn create(plan: &SandboxPlan) -> Result<RunDir, String> {
         let uid = nix::unistd::geteuid().as_raw();
         let base = pick_base(plan, candidates(uid), uid)
@@ -65,21 +66,17 @@ impl RunDir {
         RunDir::create_in(&base, runtime_base.as_deref())
     }
 
+    /// With a runtime base of its own, the state directory is only named
+    /// here; `create_state_dir` makes it (the supervisor does that while the
+    /// box builds its root).
     fn create_in(base: &Path, runtime_base: Option<&Path>) -> Result<RunDir, String> {
         let run_id = new_run_id();
         let path = base.join(&run_id);
-        make_private_dir(&path)?;
         let runtime = match runtime_base {
-            Some(b) => {
-                let r = b.join(&run_id);
-                if let Err(e) = make_private_dir(&r) {
-                    let _ = fs::remove_dir(&path);
-                    return Err(e);
-                }
-                r
-            }
+            Some(b) => b.join(&run_id),
             None => path.clone(),
         };
+        make_private_dir(&runtime)?;
         let lock_path = runtime.join("lock");
         let file = OpenOptions::new()
             .write(true)
@@ -110,6 +107,34 @@ impl RunDir {
         Ok(dir)
     }
 
+    /// Creates the state directory (0700) unless it exists already (it is the
+    /// runtime directory, or was made earlier in this run; nobody else can
+    /// create entries in the owner-only base).
+    pub fn create_state_dir(&self) -> Result<(), String> {
+        if self.path == self.runtime || fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir()) {
+            return Ok(());
+        }
+        make_private_dir(&self.path)
+    }
+
+    /// Where the canary (the run's own request, `request.json`) goes: in the
+    /// runtime directory, unless that is under /dev. The box always gets a
+    /// /dev of its own, so a canary there would stay invisible even in a box
+    /// that wrongly showed the host's root; the state directory has no such
+    /// cover.
+    pub fn canary_path(&self) -> PathBuf {
+        if self.runtime.starts_with("/dev") {
+            self.path.join(CANARY)
+        } else {
+            self.runtime.join(CANARY)
+        }
+    }
+
+    /// Writes the canary at `canary_path` (the state directory must exist).
+    pub fn write_canary(&self, bytes: &[u8]) -> Result<PathBuf, String> {
+        write_private(&self.canary_path(), bytes)
+    }
+
     /// Writes an owner-only file in the state directory, atomically.
     pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
         write_private(&self.path.join(name), bytes)
@@ -118,19 +143,6 @@ impl RunDir {
     /// Writes an owner-only file in the runtime directory, atomically.
     pub fn write_runtime(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
         write_private(&self.runtime.join(name), bytes)
-    }
-
-    /// Writes the canary, the run's own request (`request.json`): in the
-    /// runtime directory, unless that is under /dev. The box always gets a
-    /// /dev of its own, so a canary there would stay invisible even in a box
-    /// that wrongly showed the host's root; the state directory has no such
-    /// cover.
-    pub fn write_canary(&self, bytes: &[u8]) -> Result<PathBuf, String> {
-        if self.runtime.starts_with("/dev") {
-            self.write_file(CANARY, bytes)
-        } else {
-            self.write_runtime(CANARY, bytes)
-        }
     }
 
     /// Removes the runtime files and the canary (it holds the request,

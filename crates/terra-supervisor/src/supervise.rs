@@ -213,9 +213,13 @@ impl Run {
         self.run_id = dir.run_id.clone();
         debug!(phase = "validate", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display(), runtime_dir = %dir.runtime.display());
         // The canary: this run's own request, owner-only, outside every grant.
-        let canary = match dir.write_canary(&self.raw) {
+        // It (and the state directory holding it) is written while the box
+        // builds its root; the box waits for the word on `gate` before its
+        // activation check.
+        let canary = dir.canary_path();
+        let (gate_r, gate_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
             Ok(p) => p,
-            Err(e) => return self.refuse(Some(&dir), &e),
+            Err(e) => return self.refuse(Some(&dir), &format!("pipe: {e}")),
         };
         // With network none, a host loopback listener the box must not reach.
         let listener = if plan.network() == NetworkMode::None {
@@ -242,6 +246,10 @@ impl Run {
                 Ok(m) => m,
                 Err(e) => return self.refuse(Some(&dir), &e),
             };
+            // The broker appends to the state directory's network receipt.
+            if let Err(e) = dir.create_state_dir() {
+                return self.refuse(Some(&dir), &e);
+            }
             let t_broker = Instant::now();
             match Broker::start(&dir, &mir) {
                 Ok((b, box_end)) => {
@@ -278,6 +286,7 @@ impl Run {
             temp_dir: self.req.temp.clone(),
             canary_path: canary,
             canary_tcp,
+            canary_gate: Some(gate_r),
             mediated,
             hostname: "terra".into(),
         };
@@ -297,6 +306,21 @@ impl Run {
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
             pid = box_pid.as_raw()
         );
+        let made = dir
+            .create_state_dir()
+            .and_then(|_| dir.write_canary(&self.raw));
+        if let Err(e) = made {
+            drop(gate_w);
+            let _ = kill(box_pid, Signal::SIGKILL);
+            let _ = handle.wait();
+            if let Some(b) = broker.take() {
+                self.network = Some(b.stop(None));
+            }
+            return self.refuse(Some(&dir), &e);
+        }
+        // A box that already ended has no reader: the write fails, harmlessly.
+        let _ = nix::unistd::write(&gate_w, b"x");
+        drop(gate_w);
         if let Err(e) = dir.write_runtime("host.pid", format!("{box_pid}\n").as_bytes()) {
             warn!("{e}");
         }
@@ -479,10 +503,28 @@ impl Run {
     }
 
     fn cleanup_and_report(&mut self, dir: Option<&RunDir>, outcome: Outcome) -> u8 {
-        if !self.req.keep_temp {
-            remove_tree(&self.req.temp);
-        }
-        let code = outcome.exit_code.clamp(0, 255) as u8;
+        // The temp directory goes on a second thread while the receipts are
+        // written: both are file-system work, and the CLI waits for both.
+        let temp = (!self.req.keep_temp).then(|| self.req.temp.clone());
+        std::thread::scope(|s| {
+            let mut inline = None;
+            if let Some(t) = &temp {
+                let spawned = std::thread::Builder::new().spawn_scoped(s, move || remove_tree(t));
+                if spawned.is_err() {
+                    inline = Some(t);
+                }
+            }
+            self.write_receipts(dir, &outcome);
+            if let Some(t) = inline {
+                remove_tree(t);
+            }
+        });
+        outcome.exit_code.clamp(0, 255) as u8
+    }
+
+    /// Writes the receipt to the state directory and to `--receipt`, and
+    /// removes the runtime files.
+    fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) {
         let receipt = Receipt {
             receipt_version: RECEIPT_VERSION,
             terra_version: env!("CARGO_PKG_VERSION").into(),
@@ -507,12 +549,16 @@ impl Run {
             argv: self.req.argv_display(),
             cwd: self.req.cwd.clone(),
             timeout_ms: self.req.timeout_ms,
-            outcome,
+            outcome: outcome.clone(),
             network: self.network.clone(),
         };
         let json = receipt.to_json();
         if let Some(dir) = dir {
-            if let Err(e) = dir.write_file("receipt.json", json.as_bytes()) {
+            // A refusal can come before the state directory was made.
+            if let Err(e) = dir
+                .create_state_dir()
+                .and_then(|_| dir.write_file("receipt.json", json.as_bytes()).map(|_| ()))
+            {
                 eprintln!("terra: {e}");
             }
             // The canary holds the request, environment included (values of
@@ -524,7 +570,6 @@ impl Run {
                 eprintln!("terra: cannot write the receipt {}: {e}", path.display());
             }
         }
-        code
     }
 }
 

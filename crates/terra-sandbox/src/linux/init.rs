@@ -82,9 +82,7 @@ pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
         sys::exit_now(125);
     }
     let mut keep = vec![status_fd];
-    if let Some((fd, _, _)) = &prep.mediated {
-        keep.push(*fd);
-    }
+    keep.extend(box_fds(prep));
     sys::close_fds_except(&keep);
     let refuse = |why: String| -> ! {
         status::send(status_fd, &Status::Refused(why));
@@ -119,8 +117,8 @@ pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
     sys::close(life_r);
     sys::close(res_w);
     sys::close(status_fd);
-    if let Some((fd, _, _)) = &prep.mediated {
-        sys::close(*fd);
+    for fd in box_fds(prep) {
+        sys::close(fd);
     }
     supervise_child(init_pid, &sigs, Some(res_r))
 }
@@ -133,9 +131,7 @@ pub fn cloned_init(prep: &BoxPrep, status_fd: i32, res_w: i32, parent_fd: i32) -
     // First close the caller's descriptors: with the pipe fallback, this
     // copy of the pipe's write end would otherwise keep it from ever hanging up.
     let mut keep = vec![status_fd, res_w, parent_fd];
-    if let Some((fd, _, _)) = &prep.mediated {
-        keep.push(*fd);
-    }
+    keep.extend(box_fds(prep));
     sys::close_fds_except(&keep);
     arm_parent_death(parent_fd);
     if let Err(e) = set_up_namespaces(prep) {
@@ -143,6 +139,17 @@ pub fn cloned_init(prep: &BoxPrep, status_fd: i32, res_w: i32, parent_fd: i32) -
         report_and_exit(res_w, false, 125)
     }
     init(prep, status_fd, res_w)
+}
+
+/// The caller's descriptors the box keeps: the broker socket (for the
+/// service) and the canary gate (for the workload).
+fn box_fds(prep: &BoxPrep) -> Vec<i32> {
+    let mut v = Vec::new();
+    if let Some((fd, _, _)) = &prep.mediated {
+        v.push(*fd);
+    }
+    v.extend(prep.workload.canary_gate);
+    v
 }
 
 /// Arms SIGKILL on the parent's death, then exits at once if the parent is
@@ -245,6 +252,9 @@ fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
     sys::close(status_fd);
     for fd in service_fds {
         sys::close(fd);
+    }
+    if let Some(gate) = prep.workload.canary_gate {
+        sys::close(gate);
     }
     let sigs = sys::block_forwarded();
     loop {

@@ -59,6 +59,11 @@ pub struct BoxConfig {
     pub canary_path: PathBuf,
     /// A host loopback listener: with network none, connecting to it must fail.
     pub canary_tcp: Option<SocketAddr>,
+    /// Read end of a pipe on which the caller writes one byte once the canary
+    /// exists, so it can create the canary while the box builds its root. The
+    /// workload waits for that byte right before the activation check; end of
+    /// file instead refuses the run. None: the canary exists already.
+    pub canary_gate: Option<OwnedFd>,
     /// Mediated networking: the box end of the fd 7 socketpair, the loopback
     /// address the service listens on inside the box, and the service.
     pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
@@ -144,6 +149,7 @@ pub struct BoxSpec {
     pub temp_dir: PathBuf,
     pub canary_path: PathBuf,
     pub canary_tcp: Option<SocketAddr>,
+    pub canary_gate: Option<OwnedFd>,
     pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
     pub hostname: String,
 }
@@ -158,6 +164,7 @@ impl From<BoxConfig> for BoxSpec {
             temp_dir: c.temp_dir,
             canary_path: c.canary_path,
             canary_tcp: c.canary_tcp,
+            canary_gate: c.canary_gate,
             mediated: c.mediated,
             hostname: c.hostname,
         }
@@ -223,13 +230,16 @@ pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
 /// Starts a box from a [`BoxSpec`] (added).
 pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
     let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
-    let prep = prepare::prepare(&spec, mediated_fd)?;
+    let gate_fd = spec.canary_gate.as_ref().map(|fd| fd.as_raw_fd());
+    let prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
     let handle = if sys::single_threaded() {
         spawn_cloned(&prep)
     } else {
         spawn_with_launcher(&prep)
     };
+    // The box holds its own copies now.
     drop(spec.mediated);
+    drop(spec.canary_gate);
     handle
 }
 

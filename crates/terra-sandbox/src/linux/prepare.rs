@@ -134,7 +134,11 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
     CString::new(bytes).map_err(|_| SandboxError::Unsupported(format!("{what} holds a NUL byte")))
 }
 
-pub fn prepare(spec: &BoxSpec, mediated_fd: Option<i32>) -> Result<BoxPrep, SandboxError> {
+pub fn prepare(
+    spec: &BoxSpec,
+    mediated_fd: Option<i32>,
+    gate_fd: Option<i32>,
+) -> Result<BoxPrep, SandboxError> {
     if spec.argv.is_empty() {
         return Err(SandboxError::Launch("empty command".into()));
     }
@@ -201,6 +205,7 @@ pub fn prepare(spec: &BoxSpec, mediated_fd: Option<i32>) -> Result<BoxPrep, Sand
             cwd,
             canary_path: cstring(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
             canary_tcp: spec.canary_tcp,
+            canary_gate: gate_fd,
             landlock,
             seccomp: filters.clone(),
         },

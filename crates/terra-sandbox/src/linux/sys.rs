@@ -346,6 +346,22 @@ pub fn peer_gone(read_fd: i32) -> bool {
     rc > 0 && (p.revents & (libc::POLLHUP | libc::POLLIN)) != 0
 }
 
+/// Blocks until one byte arrives on `fd`; false on end of file or an error.
+pub fn read_byte(fd: i32) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: reading into a 1-byte buffer from a descriptor we own.
+        let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), 1) };
+        if n == 1 {
+            return true;
+        }
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return false;
+    }
+}
+
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit never returns and skips atexit handlers (correct after fork).
     unsafe { libc::_exit(code) }

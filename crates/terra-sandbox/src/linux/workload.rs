@@ -21,6 +21,8 @@ pub struct WorkloadPrep {
     pub cwd: String,
     pub canary_path: CString,
     pub canary_tcp: Option<SocketAddr>,
+    /// Raw fd: one byte arrives once the canary exists (see `BoxSpec`).
+    pub canary_gate: Option<i32>,
     pub landlock: LandlockPlan,
     pub seccomp: Vec<BpfProgram>,
 }
@@ -49,7 +51,9 @@ fn refuse(fd: i32, why: String) -> ! {
 
 /// Runs in the workload child; never returns.
 pub fn run(prep: &WorkloadPrep, status_fd: i32) -> ! {
-    sys::close_fds_except(&[status_fd]);
+    let mut keep = vec![status_fd];
+    keep.extend(prep.canary_gate);
+    sys::close_fds_except(&keep);
     if let Err(e) = sys::chdir(&prep.cwd) {
         refuse(
             status_fd,
@@ -88,8 +92,17 @@ pub fn run(prep: &WorkloadPrep, status_fd: i32) -> ! {
 }
 
 /// In the final context: the canary must not open; the canary listener must
-/// not accept a connection.
+/// not accept a connection. A canary that does not exist yet would make the
+/// first test pass vacuously, so it first waits for the caller's word that it
+/// does.
 fn activation(prep: &WorkloadPrep) -> Result<(), String> {
+    if let Some(gate) = prep.canary_gate {
+        let ready = sys::read_byte(gate);
+        sys::close(gate);
+        if !ready {
+            return Err("the caller ended before the canary existed".into());
+        }
+    }
     // SAFETY: valid C string; a returned descriptor is closed right away.
     let fd = unsafe { libc::open(prep.canary_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd >= 0 {

@@ -121,6 +121,7 @@ impl World {
             temp_dir: self.tmp.path().to_path_buf(),
             canary_path: self.canary.clone(),
             canary_tcp: self.canary_tcp,
+            canary_gate: None,
             mediated: None,
             hostname: "terra-box".into(),
         }
