@@ -283,6 +283,21 @@ fn receipt_records_the_run() {
     assert_eq!(e.runtime_runs(), Vec::<PathBuf>::new());
 }
 
+/// Starts `terra run` of a workload that says "ready" and then waits for its
+/// stdin to close (drop the child's stdin to end it); returns once it is ready.
+fn start_held(mut c: Command) -> std::process::Child {
+    c.args(["run", "--", "sh", "-c", "echo ready; cat >/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
 fn list(dir: &Path) -> Vec<PathBuf> {
     fs::read_dir(dir)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
@@ -297,16 +312,7 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn state_directory_during_the_run() {
     let e = Env::new("statelive");
-    let mut c = e.cmd();
-    c.args(["run", "--", "sh", "-c", "echo ready; cat >/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let mut child = start_held(e.cmd());
     let runs = e.runs();
     assert_eq!(runs.len(), 1);
     assert_eq!(mode(&runs[0]), 0o700);
@@ -375,15 +381,7 @@ fn runtime_directory_falls_back_outside_the_grants() {
     fs::create_dir_all(&inside).unwrap();
     let mut c = e.cmd();
     c.env("XDG_RUNTIME_DIR", &inside);
-    c.args(["run", "--", "sh", "-c", "echo ready; cat >/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let mut child = start_held(c);
     assert!(
         fs::read_dir(&inside).unwrap().next().is_none(),
         "runtime files written inside the workspace"

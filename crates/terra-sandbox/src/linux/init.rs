@@ -154,9 +154,9 @@ fn box_fds(prep: &BoxPrep) -> Vec<i32> {
 
 /// Arms SIGKILL on the parent's death, then exits at once if the parent is
 /// already gone (`parent_fd` readable: its only writer closed, or a pidfd of
-/// an exited process). getppid() cannot tell: init's parent is outside its
-/// PID namespace, so it reads 0.
-fn arm_parent_death(parent_fd: i32) {
+/// an exited process), and closes `parent_fd`. getppid() cannot tell: a PID
+/// namespace init's parent is outside its namespace, so it reads 0.
+pub fn arm_parent_death(parent_fd: i32) {
     // SAFETY: prctl with integer arguments.
     unsafe {
         libc::prctl(

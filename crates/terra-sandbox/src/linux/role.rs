@@ -111,20 +111,7 @@ fn outer(prep: &RolePrep, caller: libc::pid_t, main: fn() -> i32) -> ! {
 }
 
 fn inner(prep: &RolePrep, life_r: i32, main: fn() -> i32) -> ! {
-    // SAFETY: prctl with integer arguments.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    if sys::peer_gone(life_r) {
-        sys::exit_now(125);
-    }
-    sys::close(life_r);
+    init::arm_parent_death(life_r);
     sys::reset_signals();
     if let Err(e) = mounts::enter_staging()
         .and_then(|_| mounts::apply(&prep.ops))
