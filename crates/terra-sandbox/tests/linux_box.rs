@@ -302,6 +302,20 @@ fn deny_under_the_temp_dir_applies_at_slash_tmp_too() {
     w.rules.pop();
     let r = w.sh("cat /tmp/hidden.txt");
     assert!(ok(&r).contains("temp-secret"));
+    // The temp dir's host path is under /tmp: it is not bound inside itself
+    // again (no loop under /tmp, no mount point made in the host temp dir).
+    // (The workspace, also under /tmp here, does get its mount point there.)
+    let own = tmp.file_name().unwrap().to_str().unwrap().to_string();
+    let r = w.sh("ls -A /tmp");
+    let listed = ok(&r);
+    assert!(
+        listed.contains("hidden.txt") && !listed.lines().any(|l| l == own),
+        "{listed}"
+    );
+    assert!(
+        !tmp.join(&own).exists(),
+        "a mount point in the host temp dir"
+    );
 }
 
 #[test]

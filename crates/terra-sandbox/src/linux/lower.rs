@@ -174,8 +174,18 @@ pub fn lower(
             .max()
     };
 
+    // The run temp dir is bound read-write at /tmp. When its host path is
+    // itself under /tmp, binding it at that path too would put the directory
+    // inside itself (a loop for `find`, `du` or `rm -r` in /tmp, and a mount
+    // point created on the host inside the temp dir): rules under it then
+    // apply at their /tmp name only.
+    let temp = input.temp_dir;
+    let temp_inside_tmp = covers("/tmp", temp) && temp != "/tmp";
     let mut layered: Vec<(usize, MountOp)> = Vec::new();
     for (i, g) in grants.iter().enumerate() {
+        if temp_inside_tmp && covers(temp, &g.path) {
+            continue; // /tmp shows the same files, writable
+        }
         let parent = covering(&g.path, i, &grants);
         if parent.is_some_and(|w| w >= g.write) {
             continue; // an enclosing tree grant already gives as much
@@ -232,14 +242,18 @@ pub fn lower(
             .any(|g| covers(&g.path, p) && (g.tree || g.path == p))
     };
     let has_below = |p: &str| grants.iter().any(|g| covers(p, &g.path));
-    // The run temp dir is also visible at /tmp: denies under it apply there too.
-    let temp = input.temp_dir;
+    // The run temp dir is also visible at /tmp: denies under it apply there
+    // too (there only, when its host path is under /tmp, see above).
     let aliases = |p: &str| -> Vec<String> {
-        let mut v = vec![p.to_string()];
-        if covers(temp, p) {
-            v.push(format!("/tmp{}", &p[temp.len()..]));
+        if !covers(temp, p) {
+            return vec![p.to_string()];
         }
-        v
+        let at_tmp = format!("/tmp{}", &p[temp.len()..]);
+        if temp_inside_tmp {
+            vec![at_tmp]
+        } else {
+            vec![p.to_string(), at_tmp]
+        }
     };
 
     // 2. deny-write: read-only re-binds.
@@ -528,6 +542,47 @@ mod tests {
         assert!(ops.contains(&MountOp::MaskDir {
             path: "/tmp/s".into()
         }));
+    }
+
+    #[test]
+    fn temp_under_slash_tmp_is_bound_at_slash_tmp_only() {
+        let lower_with = |temp: &str| {
+            lower(
+                &LowerInput {
+                    rules: &[
+                        rule(Access::Write, temp, Scope::Tree),
+                        rule(Access::Deny, &format!("{temp}/s"), Scope::Tree),
+                        rule(Access::DenyWrite, &format!("{temp}/r"), Scope::Tree),
+                    ],
+                    root_mode: RootMode::ReadOnly,
+                    temp_dir: temp,
+                    synth: vec![],
+                    top_symlinks: vec![],
+                },
+                &kinds,
+            )
+            .unwrap()
+        };
+        let ops = lower_with("/tmp/terra-tmp-1");
+        let paths: Vec<String> = ops.iter().map(|o| format!("{o:?}")).collect();
+        assert!(
+            !paths.iter().any(|p| p.contains("path: \"/tmp/terra-tmp-1")),
+            "nothing is mounted at the temp dir's own name: {paths:?}"
+        );
+        assert!(ops.contains(&MountOp::MaskDir {
+            path: "/tmp/s".into()
+        }));
+        assert!(ops.contains(&MountOp::ReadOnly {
+            path: "/tmp/r".into()
+        }));
+        // Twin: a temp dir elsewhere keeps both names.
+        let ops = lower_with("/var/tmp/terra-tmp-1");
+        for p in ["/var/tmp/terra-tmp-1/s", "/tmp/s"] {
+            assert!(ops.contains(&MountOp::MaskDir { path: p.into() }), "{p}");
+        }
+        assert!(ops
+            .iter()
+            .any(|o| matches!(o, MountOp::Bind { path, .. } if path == "/var/tmp/terra-tmp-1")));
     }
 
     #[test]
