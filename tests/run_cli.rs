@@ -269,24 +269,29 @@ fn receipt_records_the_run() {
         );
     }
     assert!(r["landlockAbi"].as_i64().unwrap_or(0) >= 1 || r["landlockAbi"].is_null());
-    // After the run only the receipt is left, owner-only; the runtime
-    // directory (lock, pid files, canary) is gone.
+    // After the run the receipt and the request (the canary) are left,
+    // owner-only; the runtime directory (lock, pid files) is gone.
     let dir = &e.runs()[0];
-    let left: Vec<String> = fs::read_dir(dir)
+    let mut left: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(left, ["receipt.json"]);
+    left.sort();
+    assert_eq!(left, ["receipt.json", "request.json"]);
     assert_eq!(mode(dir), 0o700);
     assert_eq!(mode(&dir.join("receipt.json")), 0o600);
+    assert_eq!(mode(&dir.join("request.json")), 0o600);
     assert_eq!(e.runtime_runs(), Vec::<PathBuf>::new());
 }
 
-/// Starts `terra run` of a workload that says "ready" and then waits for its
-/// stdin to close (drop the child's stdin to end it); returns once it is ready.
-fn start_held(mut c: Command) -> std::process::Child {
-    c.args(["run", "--", "sh", "-c", "echo ready; cat >/dev/null"])
+/// Starts `terra run OPTS` of a workload that says "ready" and then waits for
+/// its stdin to close (drop the child's stdin to end it); returns once it is
+/// ready.
+fn start_held(mut c: Command, opts: &[&str]) -> std::process::Child {
+    c.arg("run")
+        .args(opts)
+        .args(["--", "sh", "-c", "echo ready; cat >/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -312,7 +317,8 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn state_directory_during_the_run() {
     let e = Env::new("statelive");
-    let mut child = start_held(e.cmd());
+    let secret = "value-of-a-secret-7391";
+    let mut child = start_held(e.cmd(), &["--env", &format!("TOKEN={secret}")]);
     let runs = e.runs();
     assert_eq!(runs.len(), 1);
     assert_eq!(mode(&runs[0]), 0o700);
@@ -344,11 +350,8 @@ fn state_directory_during_the_run() {
         "host.pid names a live process"
     );
     assert_eq!(mode(dir), 0o700);
-    assert_eq!(
-        mode(&dir.join("request.json")),
-        0o600,
-        "the canary is owner-only"
-    );
+    let canary = runs[0].join("request.json");
+    assert_eq!(mode(&canary), 0o600, "the canary is owner-only");
     assert_eq!(mode(&dir.join("lock")), 0o600);
     // The run lock is held: a second exclusive lock attempt fails.
     let lock = fs::File::open(dir.join("lock")).unwrap();
@@ -359,9 +362,17 @@ fn state_directory_during_the_run() {
     drop(child.stdin.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(!dir.exists(), "the runtime directory outlived the run");
+    // The canary stays as a record of the request, without environment values.
+    let kept = fs::read_to_string(&canary).unwrap();
+    let hex_secret: String = secret.bytes().map(|b| format!("{b:02x}")).collect();
+    let hex_name: String = "TOKEN".bytes().map(|b| format!("{b:02x}")).collect();
     assert!(
-        !runs[0].join("request.json").exists(),
-        "the canary outlived the run"
+        !kept.contains(secret) && !kept.contains(&hex_secret),
+        "an --env value was left on disk: {kept}"
+    );
+    assert!(
+        kept.contains(&hex_name),
+        "the variable's name is kept: {kept}"
     );
     assert!(
         nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok(),
@@ -372,16 +383,14 @@ fn state_directory_during_the_run() {
 #[test]
 fn runtime_directory_falls_back_outside_the_grants() {
     // XDG_RUNTIME_DIR inside the workspace is visible to the box: skipped.
-    // The next candidates are /run/user/UID, then /dev/shm/terra-UID; with
-    // /dev/shm the canary goes to the state directory instead (the box always
-    // has a /dev of its own, so a canary there would prove nothing).
+    // The next candidates are /run/user/UID, then /dev/shm/terra-UID.
     let uid = nix::unistd::geteuid().as_raw();
     let e = Env::new("runtimefallback");
     let inside = e.ws.join(".run");
     fs::create_dir_all(&inside).unwrap();
     let mut c = e.cmd();
     c.env("XDG_RUNTIME_DIR", &inside);
-    let mut child = start_held(c);
+    let mut child = start_held(c, &[]);
     assert!(
         fs::read_dir(&inside).unwrap().next().is_none(),
         "runtime files written inside the workspace"
@@ -390,23 +399,17 @@ fn runtime_directory_falls_back_outside_the_grants() {
     assert_eq!(runs.len(), 1);
     let run_id = runs[0].file_name().unwrap().to_owned();
     let user_run = PathBuf::from(format!("/run/user/{uid}"));
-    let (runtime, canary) = if user_run.is_dir() {
-        let r = user_run.join("terra/runs").join(&run_id);
-        (r.clone(), r.join("request.json"))
+    let runtime = if user_run.is_dir() {
+        user_run.join("terra/runs").join(&run_id)
     } else if Path::new("/dev/shm").is_dir() {
-        (
-            PathBuf::from(format!("/dev/shm/terra-{uid}/runs")).join(&run_id),
-            runs[0].join("request.json"),
-        )
+        PathBuf::from(format!("/dev/shm/terra-{uid}/runs")).join(&run_id)
     } else {
         // No memory file system to use: the state directory holds it all.
-        (runs[0].clone(), runs[0].join("request.json"))
+        runs[0].clone()
     };
     for f in ["lock", "supervisor.pid", "host.pid"] {
         assert!(runtime.join(f).is_file(), "{f} in {}", runtime.display());
     }
-    assert!(canary.is_file(), "canary at {}", canary.display());
-    assert_eq!(mode(&canary), 0o600);
     drop(child.stdin.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
     if runtime == runs[0] {
@@ -416,7 +419,6 @@ fn runtime_directory_falls_back_outside_the_grants() {
     } else {
         assert!(!runtime.exists(), "{} outlived the run", runtime.display());
     }
-    assert!(!canary.exists(), "the canary outlived the run");
 }
 
 #[test]

@@ -60,6 +60,16 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
+    /// The request as JSON with every environment value emptied (names kept):
+    /// what the run leaves on disk, since `--env` values may be secrets.
+    pub fn without_env_values(&self) -> Vec<u8> {
+        let mut r = self.clone();
+        for (_, value) in &mut r.env_hex {
+            value.clear();
+        }
+        serde_json::to_vec(&r).unwrap_or_default()
+    }
+
     pub fn argv(&self) -> Result<Vec<OsString>, String> {
         self.argv_hex
             .iter()

@@ -1,11 +1,11 @@
 //! The per-run directories, owner-only and outside every grant of the plan:
 //!
-//! - the state directory keeps what outlives the run: the receipt (and the
-//!   network receipt). Candidates, first usable wins:
+//! - the state directory keeps what outlives the run: the receipt, the
+//!   request without environment values (the canary), the network receipt. Candidates, first usable wins:
 //!   `$XDG_STATE_HOME/terra/runs`, `$HOME/.local/state/terra/runs`,
 //!   `/run/user/UID/terra/runs`, `/tmp/terra-UID/runs`;
 //! - the runtime directory holds what lives only as long as the run: the run
-//!   lock, the pid files and the canary; it is removed at the end. Candidates
+//!   lock and the pid files; it is removed at the end. Candidates
 //!   (memory file systems, so a run costs no disk metadata writes for them):
 //!   `$XDG_RUNTIME_DIR/terra/runs`, `/run/user/UID/terra/runs`,
 //!   `/dev/shm/terra-UID/runs`; when none is usable, the run's state directory
@@ -32,9 +32,9 @@ pub const LOCK_FD: i32 = 3;
 
 /// The run's directories, created, with the run lock held.
 pub struct RunDir {
-    /// `<state base>/<run-id>`: receipts, kept after the run.
+    /// `<state base>/<run-id>`: receipts and the canary, kept after the run.
     pub path: PathBuf,
-    /// `<runtime base>/<run-id>`: lock, pid files, canary; removed at the end.
+    /// `<runtime base>/<run-id>`: lock, pid files; removed at the end.
     /// The same as `path` when no runtime base was usable.
     pub runtime: PathBuf,
     pub run_id: String,
@@ -42,9 +42,9 @@ pub struct RunDir {
 }
 
 /// The files of the runtime directory, removed when the run ends.
-const RUNTIME_FILES: [&str; 4] = [CANARY, "host.pid", "broker.pid", "supervisor.pid"];
+const RUNTIME_FILES: [&str; 3] = ["host.pid", "broker.pid", "supervisor.pid"];
 
-/// The canary file: a copy of the run request.
+/// The canary file: the run request without environment values.
 const CANARY: &str = "request.json";
 
 impl RunDir {
@@ -117,17 +117,13 @@ impl RunDir {
         make_private_dir(&self.path)
     }
 
-    /// Where the canary (the run's own request, `request.json`) goes: in the
-    /// runtime directory, unless that is under /dev. The box always gets a
-    /// /dev of its own, so a canary there would stay invisible even in a box
-    /// that wrongly showed the host's root; the state directory has no such
-    /// cover.
+    /// Where the canary goes: `request.json` in the state directory, a record
+    /// of the run's request that is kept. Not in the runtime directory: that
+    /// may be under /dev, and the box always gets a /dev of its own, so a
+    /// canary there would stay invisible even in a box that wrongly showed
+    /// the host's root.
     pub fn canary_path(&self) -> PathBuf {
-        if self.runtime.starts_with("/dev") {
-            self.path.join(CANARY)
-        } else {
-            self.runtime.join(CANARY)
-        }
+        self.path.join(CANARY)
     }
 
     /// Writes the canary at `canary_path` (the state directory must exist).
@@ -145,15 +141,13 @@ impl RunDir {
         write_private(&self.runtime.join(name), bytes)
     }
 
-    /// Removes the runtime files and the canary (it holds the request,
-    /// environment included) and, when it is a directory of its own, the
+    /// Removes the runtime files and, when it is a directory of its own, the
     /// runtime directory with its lock file (the lock itself is released when
     /// the supervisor exits).
     pub fn remove_runtime(&self) {
         for name in RUNTIME_FILES {
             let _ = fs::remove_file(self.runtime.join(name));
         }
-        let _ = fs::remove_file(self.path.join(CANARY));
         if self.runtime != self.path {
             let _ = fs::remove_file(self.runtime.join("lock"));
             let _ = fs::remove_dir(&self.runtime);

@@ -93,14 +93,14 @@ pub fn main(args: Vec<OsString>) -> u8 {
             return EXIT_REFUSED;
         }
     };
-    let (raw, req) = match read_request(args.request_fd) {
+    let req = match read_request(args.request_fd) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("terra: invalid run request: {e}");
             return EXIT_REFUSED;
         }
     };
-    let mut run = Run::new(req, raw);
+    let mut run = Run::new(req);
     let code = run.execute(&sigfd, t0);
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
@@ -108,7 +108,7 @@ pub fn main(args: Vec<OsString>) -> u8 {
 
 /// Reads and parses the request; the pipe is reopened by path and its
 /// inherited descriptor closed, so nothing of it reaches the box.
-fn read_request(fd: i32) -> Result<(Vec<u8>, RunRequest), String> {
+fn read_request(fd: i32) -> Result<RunRequest, String> {
     let mut f =
         fs::File::open(format!("/proc/self/fd/{fd}")).map_err(|e| format!("fd {fd}: {e}"))?;
     let _ = nix::unistd::close(fd);
@@ -127,7 +127,7 @@ fn read_request(fd: i32) -> Result<(Vec<u8>, RunRequest), String> {
             req.version
         ));
     }
-    Ok((buf, req))
+    Ok(req)
 }
 
 /// Re-validates the decision: canonical bytes decode, digest matches, the plan
@@ -169,7 +169,6 @@ fn cap_names(set: CapabilitySet) -> Vec<String> {
 
 struct Run {
     req: RunRequest,
-    raw: Vec<u8>,
     started: SystemTime,
     run_id: String,
     required: Vec<String>,
@@ -185,10 +184,9 @@ enum Event {
 }
 
 impl Run {
-    fn new(req: RunRequest, raw: Vec<u8>) -> Run {
+    fn new(req: RunRequest) -> Run {
         Run {
             req,
-            raw,
             started: SystemTime::now(),
             run_id: String::new(),
             required: Vec::new(),
@@ -212,10 +210,11 @@ impl Run {
         };
         self.run_id = dir.run_id.clone();
         debug!(phase = "validate", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display(), runtime_dir = %dir.runtime.display());
-        // The canary: this run's own request, owner-only, outside every grant.
-        // It (and the state directory holding it) is written while the box
-        // builds its root; the box waits for the word on `gate` before its
-        // activation check.
+        // The canary: this run's own request, owner-only, outside every grant,
+        // without environment values (they may be secrets; the file is kept as
+        // a record). It (and the state directory holding it) is written while
+        // the box builds its root; the box waits for the word on `gate` before
+        // its activation check.
         let canary = dir.canary_path();
         let (gate_r, gate_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
             Ok(p) => p,
@@ -308,7 +307,7 @@ impl Run {
         );
         let made = dir
             .create_state_dir()
-            .and_then(|_| dir.write_canary(&self.raw));
+            .and_then(|_| dir.write_canary(&self.req.without_env_values()));
         if let Err(e) = made {
             drop(gate_w);
             let _ = kill(box_pid, Signal::SIGKILL);
