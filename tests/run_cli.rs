@@ -18,7 +18,7 @@ struct Env {
     root: PathBuf,
     ws: PathBuf,
     state: PathBuf,
-    /// XDG_RUNTIME_DIR: the runs' lock, pid files and canary.
+    /// XDG_RUNTIME_DIR: the runs' lock and pid files.
     runtime: PathBuf,
 }
 
