@@ -100,12 +100,7 @@ pub struct RunArgs {
     #[arg(long)]
     dry_run: bool,
     /// The command to run, after `--`.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "CMD"
-    )]
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -165,7 +160,13 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
     }
     let cwd =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let (mir, origin) = load_policy(args, &cwd)?;
+    let workspace = match &args.workspace {
+        Some(w) => resolve_cli_path(&absolute_lexical(w, &cwd))
+            .and_then(|p| fs::canonicalize(&p).map_err(|e| e.to_string()))
+            .map_err(|e| format!("--workspace {}: {e}", w.display()))?,
+        None => fs::canonicalize(&cwd).map_err(|e| format!("the current directory: {e}"))?,
+    };
+    let (mir, origin) = load_policy(args, &cwd, &workspace)?;
     debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
     let t1 = Instant::now();
@@ -183,11 +184,6 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
         );
     }
     let mediator = mediated.then(|| MEDIATOR.to_string());
-    let workspace = match &args.workspace {
-        Some(w) => fs::canonicalize(absolute_lexical(w, &cwd))
-            .map_err(|e| format!("--workspace {}: {e}", w.display()))?,
-        None => fs::canonicalize(&cwd).map_err(|e| format!("the current directory: {e}"))?,
-    };
     if !workspace.is_dir() {
         return Err(format!(
             "the workspace {} is not a directory",
@@ -261,7 +257,11 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
 }
 
 /// The policy (default or `--policy`) plus the command line's rules.
-fn load_policy(args: &RunArgs, cwd: &Path) -> Result<(Mir, PolicyOrigin), String> {
+fn load_policy(
+    args: &RunArgs,
+    cwd: &Path,
+    workspace: &Path,
+) -> Result<(Mir, PolicyOrigin), String> {
     let (base, source, format, digest) = match &args.policy {
         None => {
             let src = terra_policy::DEFAULT_POLICY_SOURCE.as_bytes();
@@ -305,11 +305,15 @@ fn load_policy(args: &RunArgs, cwd: &Path) -> Result<(Mir, PolicyOrigin), String
     ];
     for (paths, access) in lists {
         for p in paths {
-            let abs = host_rule_path(p, cwd)?;
-            builder
-                .add_rule(access, RootKind::Host, &abs, Scope::Tree, Missing::Error)
+            let (root, path) = cli_rule_path(p, cwd, workspace)
                 .map_err(|e| format!("--{access} {}: {e}", p.display()))?;
-            overlay.push(format!("{access} {abs}"));
+            builder
+                .add_rule(access, root, &path, Scope::Tree, Missing::Error)
+                .map_err(|e| format!("--{access} {}: {e}", p.display()))?;
+            overlay.push(match root {
+                RootKind::Workspace => format!("{access} workspace:{path}"),
+                _ => format!("{access} {path}"),
+            });
         }
     }
     for dest in &args.allow_net {
@@ -344,16 +348,104 @@ fn absolute_lexical(p: &Path, cwd: &Path) -> PathBuf {
     }
 }
 
-/// A command-line rule path: absolute against the cwd; a path with `..` is
-/// resolved with realpath (the policy format has no `..`).
-fn host_rule_path(p: &Path, cwd: &Path) -> Result<String, String> {
-    let mut abs = absolute_lexical(p, cwd);
-    if abs.components().any(|c| c == Component::ParentDir) {
-        abs = fs::canonicalize(&abs).map_err(|e| format!("{}: {e}", p.display()))?;
+/// A command-line rule: a path inside the workspace becomes a workspace rule
+/// (the resolver then refuses a symlink that leaves the workspace, exactly as
+/// for `root: workspace` in a policy file); a path outside it becomes a host
+/// rule on its resolved path, refusing any symlink the box could have planted
+/// (see [`resolve_cli_path`]). A path with `..` is resolved first.
+fn cli_rule_path(p: &Path, cwd: &Path, workspace: &Path) -> Result<(RootKind, String), String> {
+    let abs = absolute_lexical(p, cwd);
+    let lexical_inside =
+        abs.starts_with(workspace) && !abs.components().any(|c| c == Component::ParentDir);
+    let path = if lexical_inside {
+        abs
+    } else {
+        resolve_cli_path(&abs)?
+    };
+    let utf8 = |p: &Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| "paths in policies must be valid UTF-8".to_string())
+    };
+    match path.strip_prefix(workspace) {
+        Ok(rel) => Ok((RootKind::Workspace, utf8(rel)?)),
+        Err(_) => Ok((RootKind::Host, utf8(&path)?)),
     }
-    abs.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("{}: paths in policies must be valid UTF-8", p.display()))
+}
+
+/// Most symlinks followed while resolving one command-line path (as the kernel's limit).
+const MAX_SYMLINKS: usize = 40;
+
+/// realpath of an absolute path, one component at a time, refusing every
+/// symlink on the way that is owned by the uid terra runs as: every file an
+/// earlier box wrote belongs to that uid, so such a link may have been planted
+/// to redirect this run's grant (`ln -s /outside cache` in one run, `--write
+/// cache` in the next). Links owned by another uid (the system's `/lib ->
+/// usr/lib` for an unprivileged caller) are followed. Components from the
+/// first missing one on are kept as written, so the rule's `missing` mode
+/// decides.
+fn resolve_cli_path(abs: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut pending: Vec<OsString> = Vec::new();
+    let push = |pending: &mut Vec<OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => pending.push(n.to_owned()),
+                Component::ParentDir => pending.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut pending, abs);
+    let mut cur = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = pending.pop() {
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        match fs::symlink_metadata(&next) {
+            Ok(md) if md.file_type().is_symlink() => {
+                if md.uid() == uid {
+                    return Err(format!(
+                        "{} is a symlink owned by uid {uid}, the uid the box runs as, so an earlier run \
+                         could have planted it; refusing to follow it (name the real path instead)",
+                        next.display()
+                    ));
+                }
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(format!(
+                        "{}: too many levels of symbolic links",
+                        abs.display()
+                    ));
+                }
+                let target =
+                    fs::read_link(&next).map_err(|e| format!("{}: {e}", next.display()))?;
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                push(&mut pending, &target);
+            }
+            Ok(_) => cur = next,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                if pending.iter().any(|c| c == "..") {
+                    return Err(format!("{}: {e}", next.display()));
+                }
+                cur = next;
+                while let Some(rest) = pending.pop() {
+                    cur.push(rest);
+                }
+            }
+            Err(e) => return Err(format!("{}: {e}", next.display())),
+        }
+    }
+    Ok(cur)
 }
 
 /// A fresh private (0700) directory for the run's /tmp, outside the state directory.

@@ -1164,6 +1164,64 @@ probes! {
     };
 }
 
+// ------------------------------------------------------------------ grants through planted symlinks
+
+/// Run 1 (the untrusted workload) plants symlinks; run 2 names them on the
+/// command line. A grant must never follow a link the box could have written
+/// out of the workspace or into another place.
+#[test]
+fn cli_grant_through_planted_symlink() {
+    for user in users() {
+        let mut fx = Fx::new("cli-planted", user);
+        let cache = fx.root.join("cachedir");
+        fs::create_dir_all(&cache).unwrap();
+        fx.terra_args = vec!["--write".into(), cache.display().to_string()];
+        let plant = fx
+            .run(r#"need ln -s "$OUT" "$WS/cache"; need ln -s "$OUT" "$WS/../cachedir/link"; ok"#);
+        assert_ok(&fx, &plant);
+        let tries: [(&str, String); 4] = [
+            ("--write", "cache".into()),
+            ("--read", "cache".into()),
+            ("--write", fx.ws.join("cache/sub").display().to_string()),
+            ("--write", cache.join("link").display().to_string()),
+        ];
+        for (flag, path) in tries {
+            fx.terra_args = vec![flag.into(), path.clone()];
+            let out = fx.run(r#"echo x >> "$OUT/planted"; echo TERRA-PROBE-ESCAPED: ran"#);
+            assert_eq!(
+                out.status.code(),
+                Some(125),
+                "{flag} {path} through a planted link was not refused as {user:?}:\n{}",
+                show(&out)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("symlink"),
+                "the refusal names the symlink: {}",
+                show(&out)
+            );
+            assert!(
+                !fx.out.join("planted").exists(),
+                "wrote outside as {user:?}"
+            );
+        }
+    }
+}
+
+/// The twin: a link inside the workspace that stays inside it works as a
+/// command-line grant, as `root: workspace` does in a policy file.
+#[test]
+fn cli_grant_through_planted_symlink_twin() {
+    for user in users() {
+        let mut fx = Fx::new("cli-planted-twin", user);
+        let plant = fx.run(r#"need mkdir "$WS/real"; need ln -s real "$WS/good"; ok"#);
+        assert_ok(&fx, &plant);
+        fx.terra_args = vec!["--write".into(), "good".into()];
+        let out = fx.run(r#"need sh -c 'echo x >> "$WS/good/f"'; ok"#);
+        assert_ok(&fx, &out);
+        assert_eq!(fs::read_to_string(fx.ws.join("real/f")).unwrap(), "x\n");
+    }
+}
+
 #[test]
 fn at_least_forty_probes() {
     let unique: HashSet<&&str> = PROBE_NAMES.iter().collect();
