@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn spec_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/spec"))
 }
 
 fn vector(name: &str, ext: &str) -> Vec<u8> {

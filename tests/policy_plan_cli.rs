@@ -8,10 +8,7 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 
 const TERRA: &str = env!("CARGO_BIN_EXE_terra");
-const CORPUS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/spec/corpus/permissions"
-);
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/corpus/permissions");
 
 fn terra(args: &[&str]) -> Output {
     Command::new(TERRA).args(args).output().expect("run terra")

@@ -10,7 +10,7 @@ use terra_policy::{MirBuilder, NetworkMode};
 fn corpus_dir() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/spec/corpus/destinations"
+        "/../../spec/corpus/destinations"
     ))
 }
 

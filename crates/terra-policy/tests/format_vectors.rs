@@ -16,7 +16,7 @@ const VECTORS: [&str; 5] = [
 ];
 
 fn spec_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/spec"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec"))
 }
 
 fn read(name: &str, ext: &str) -> Vec<u8> {

@@ -1,4 +1,4 @@
-//! Every case of the permissions corpus (shared/spec/corpus/permissions), run
+//! Every case of the permissions corpus (spec/corpus/permissions, a copy of the published corpus), run
 //! two ways through the library:
 //! 1. directly on the resolved rules of the case, with the linear evaluator in
 //!    written and reversed order, the indexed evaluator, and the conflict check;
@@ -14,10 +14,7 @@ use terra_policy::{
     MirBuilder, Missing, Permission, Reason, ResolvedRule, RootKind, RuleSet, Scope,
 };
 
-const CORPUS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/spec/corpus/permissions"
-);
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/corpus/permissions");
 
 #[derive(Debug)]
 struct Case {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 fn vectors_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/spec/vectors")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../spec/vectors")
 }
 
 fn unhex(s: &str) -> Vec<u8> {
