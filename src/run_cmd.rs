@@ -38,11 +38,7 @@ pub const MEDIATOR: &str = "terra-netd/1";
 /// in, and the host can create the namespaces its confined role needs (the
 /// launcher's `user-namespaces` check, the same the box needs).
 fn broker_available(support: &terra_sandbox::linux::HostSupport) -> bool {
-    BROKER_BUILT_IN
-        && support
-            .checks
-            .iter()
-            .any(|(name, ok, _)| name == "user-namespaces" && *ok)
+    BROKER_BUILT_IN && support.passed(terra_sandbox::linux::CheckId::UserNamespaces)
 }
 
 /// Environment variables copied from the caller into the box (plus every `LC_*`).
@@ -888,8 +884,9 @@ impl ForegroundTty {
 
 // ---------------------------------------------------------------- doctor
 
+/// One line of `terra doctor`.
 struct Check {
-    name: String,
+    name: &'static str,
     ok: bool,
     /// Informational checks never fail the doctor.
     required: bool,
@@ -897,104 +894,27 @@ struct Check {
     fix: Option<String>,
 }
 
-fn read_trim(path: &str) -> Option<String> {
-    fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
-
-/// Why this looks like a container, if it does.
-fn container_hint() -> Option<String> {
-    if Path::new("/.dockerenv").exists() {
-        return Some("docker (/.dockerenv)".into());
-    }
-    if Path::new("/run/.containerenv").exists() {
-        return Some("podman (/run/.containerenv)".into());
-    }
-    if let Ok(c) = std::env::var("container") {
-        return Some(format!("container={c}"));
-    }
-    let cg = fs::read_to_string("/proc/1/cgroup").unwrap_or_default();
-    for k in ["docker", "kubepods", "lxc", "containerd"] {
-        if cg.contains(k) {
-            return Some(format!("/proc/1/cgroup mentions {k}"));
-        }
-    }
-    None
-}
-
-/// Launcher checks that describe the host but do not stop boxes from running
-/// (the functional `user-namespaces` check decides whether a box can start).
-const INFORMATIONAL_BACKEND_CHECKS: &[&str] = &["not-in-container", "cgroup-v2"];
-
+/// The launcher's host checks (the one implementation, in terra-sandbox),
+/// then whether the built-in broker can start.
 fn doctor_checks() -> (Vec<Check>, Option<i32>) {
     let support = terra_sandbox::linux::host_support();
-    let mut checks = Vec::new();
-    // The launcher's own checks first: it probes the kernel the way a box does.
-    for (name, ok, detail) in &support.checks {
-        let required = !INFORMATIONAL_BACKEND_CHECKS.contains(&name.as_str());
-        checks.push(Check {
-            name: name.clone(),
-            ok: *ok,
-            required,
-            detail: detail.clone(),
-            fix: (!ok).then(|| detail.clone()),
-        });
-    }
-    let mut check = |name: &str, ok: bool, required: bool, detail: String, fix: &str| {
-        checks.push(Check {
-            name: name.into(),
-            ok,
-            required,
-            detail,
-            fix: (!ok).then(|| fix.to_string()),
-        });
-    };
-    // Distribution switches that make unprivileged user namespaces fail.
-    if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
-        check(
-            "user-namespaces.unprivileged-clone",
-            v == "1",
-            true,
-            format!("kernel.unprivileged_userns_clone = {v}"),
-            "sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)",
-        );
-    }
-    match read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
-        Some(v) => check(
-            "user-namespaces.apparmor",
-            v == "0",
-            true,
-            format!("kernel.apparmor_restrict_unprivileged_userns = {v}"),
-            "AppArmor restricts unprivileged user namespaces: install a profile for the terra binary that \
-             grants `userns,` (e.g. /etc/apparmor.d/terra: `abi <abi/4.0>, profile terra /usr/local/bin/terra \
-             flags=(unconfined) { userns, }`, then apparmor_parser -r /etc/apparmor.d/terra), or \
-             sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
-        ),
-        None => check(
-            "user-namespaces.apparmor",
-            true,
-            false,
-            "no AppArmor restriction on unprivileged user namespaces".into(),
-            "",
-        ),
-    }
-    let container = container_hint();
-    check(
-        "container",
-        container.is_none(),
-        false,
-        container
-            .as_ref()
-            .map_or("not inside a container".into(), |c| format!("inside a container: {c}")),
-        "inside a container, unshare(CLONE_NEWUSER) and mounting procfs are often blocked by the runtime: \
-         if `user-namespaces` fails, run the container with --security-opt seccomp=unconfined \
-         --security-opt apparmor=unconfined (docker/podman), or run terra on the host",
-    );
+    let mut checks: Vec<Check> = support
+        .checks
+        .iter()
+        .map(|c| Check {
+            name: c.id.name(),
+            ok: c.ok,
+            required: c.id.required(),
+            detail: c.detail.clone(),
+            fix: c.fix.clone(),
+        })
+        .collect();
     let broker = broker_available(&support);
-    check(
-        "network-broker",
-        broker,
-        false,
-        if broker {
+    checks.push(Check {
+        name: "network-broker",
+        ok: broker,
+        required: false,
+        detail: if broker {
             format!(
                 "the network broker (terra __network, mediator {MEDIATOR}) is built in and its confined role can \
                  start here: network-mediated, network-require-tls-sni and network-private-addresses are declared"
@@ -1006,34 +926,10 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
              policies are refused"
                 .into()
         },
-        "fix user-namespaces first; mediated networking needs the same namespaces as the box",
-    );
-    let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    let own = read_trim("/proc/self/cgroup").unwrap_or_default();
-    check(
-        "cgroup-layout",
-        true,
-        false,
-        format!(
-            "{}; this process is in {}",
-            if unified {
-                "cgroup v2 (unified)"
-            } else {
-                "cgroup v1 or hybrid"
-            },
-            own.lines().collect::<Vec<_>>().join(", ")
-        ),
-        "",
-    );
-    if let Some(v) = read_trim("/proc/sys/dev/tty/legacy_tiocsti") {
-        check(
-            "tty.legacy-tiocsti",
-            true,
-            false,
-            format!("dev.tty.legacy_tiocsti = {v} (boxes block TIOCSTI with seccomp either way)"),
-            "",
-        );
-    }
+        fix: (!broker).then(|| {
+            "fix user-namespaces first; mediated networking needs the same namespaces as the box".into()
+        }),
+    });
     (checks, support.landlock_abi)
 }
 
@@ -1078,16 +974,14 @@ pub fn doctor(args: DoctorArgs) -> ExitCode {
 
 pub fn backends(args: BackendsArgs) -> ExitCode {
     let support = terra_sandbox::linux::host_support();
-    let required = |name: &str| !INFORMATIONAL_BACKEND_CHECKS.contains(&name);
-    let linux_ok =
-        !support.checks.is_empty() && support.checks.iter().all(|(n, ok, _)| *ok || !required(n));
+    let linux_ok = support.usable();
     let declared = terra_sandbox::linux::declared_capabilities(broker_available(&support));
     let caps: Vec<&str> = declared.iter().map(Capability::name).collect();
     let failing: Vec<String> = support
         .checks
         .iter()
-        .filter(|(n, ok, _)| !ok && required(n))
-        .map(|(n, _, d)| format!("{n}: {d}"))
+        .filter(|c| !c.ok && c.id.required())
+        .map(|c| format!("{}: {}", c.id.name(), c.detail))
         .collect();
     let linux_note = if linux_ok {
         "supported on this host".to_string()
@@ -1105,13 +999,13 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             "macos",
             false,
             Vec::new(),
-            "not supported on this host (Seatbelt; builds for macOS targets)".to_string(),
+            "not supported on this host and not built for macOS yet (Seatbelt backend planned)".to_string(),
         ),
         (
             "windows",
             false,
             Vec::new(),
-            "not supported on this host (AppContainer; builds for Windows targets)".to_string(),
+            "not supported on this host and not built for Windows yet (AppContainer backend planned)".to_string(),
         ),
     ];
     if args.json {

@@ -779,6 +779,8 @@ fn backends_lists_linux_macos_windows() {
     assert_eq!(v[2]["supported"], false);
     let o = e.run(&["backends"]);
     assert!(stdout(&o).contains("not supported on this host"));
+    // This binary does not build for those targets yet: it must not say so.
+    assert!(!stdout(&o).contains("builds for"), "{}", stdout(&o));
 }
 
 #[test]
@@ -795,14 +797,43 @@ fn doctor_reports_each_check() {
         .collect();
     for want in [
         "user-namespaces",
-        "user-namespaces.apparmor",
+        "apparmor-userns",
         "container",
         "landlock",
         "seccomp",
         "cgroup-v2",
     ] {
-        assert!(names.contains(&want), "missing check {want}: {names:?}");
+        assert_eq!(
+            names.iter().filter(|n| **n == want).count(),
+            1,
+            "check {want} once: {names:?}"
+        );
     }
+    // One container check, not two under different names.
+    assert_eq!(
+        names.iter().filter(|n| n.contains("container")).count(),
+        1,
+        "{names:?}"
+    );
+    let unique: std::collections::HashSet<&&str> = names.iter().collect();
+    assert_eq!(unique.len(), names.len(), "no check twice: {names:?}");
+    // What the doctor requires is what the launcher needs: a box runs without
+    // Landlock (namespaces and seccomp), not without user namespaces.
+    let required = |name: &str| {
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["required"].clone())
+    };
+    assert_eq!(required("landlock"), Some(Value::Bool(false)));
+    assert_eq!(required("container"), Some(Value::Bool(false)));
+    assert_eq!(required("user-namespaces"), Some(Value::Bool(true)));
+    assert_eq!(required("seccomp"), Some(Value::Bool(true)));
+    // `terra backends` agrees with the doctor.
+    let b: Value = serde_json::from_slice(&e.run(&["backends", "--json"]).stdout).unwrap();
+    assert_eq!(b[0]["supported"], v["ok"], "backends {b} vs doctor {v}");
     for c in v["checks"].as_array().unwrap() {
         if c["ok"] == false {
             assert!(

@@ -724,14 +724,20 @@ fn declared_capabilities_follow_the_broker() {
 
 #[test]
 fn host_support_reports_user_namespaces() {
+    use terra_sandbox::linux::CheckId;
     let s = terra_sandbox::linux::host_support();
-    let userns = s
-        .checks
-        .iter()
-        .find(|(n, _, _)| n == "user-namespaces")
-        .unwrap();
-    assert!(userns.1, "{userns:?} (these tests need user namespaces)");
-    assert!(s.checks.iter().any(|(n, _, _)| n == "seccomp"));
+    assert!(
+        s.passed(CheckId::UserNamespaces),
+        "{:?} (these tests need user namespaces)",
+        s.checks
+    );
+    assert!(s.usable(), "{:?}", s.checks);
+    assert!(s.checks.iter().any(|c| c.id == CheckId::Seccomp));
+    // Each check once.
+    let mut ids: Vec<_> = s.checks.iter().map(|c| c.id.name()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), s.checks.len(), "{:?}", s.checks);
 }
 
 /// As root: the whole suite again as an unprivileged user (uid/gid 65534).

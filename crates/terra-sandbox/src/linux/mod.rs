@@ -401,12 +401,26 @@ pub fn spawn_confined_role(
     role::spawn(config, main).map(|pid| RoleHandle { pid })
 }
 
+pub use support::{CheckId, HostCheck};
+
 /// What this host offers the Linux backend, for `terra doctor` and `terra backends`.
 #[derive(Debug, Clone, Default)]
 pub struct HostSupport {
-    /// Each check: name, ok, detail (what to change when not ok).
-    pub checks: Vec<(String, bool, String)>,
+    /// Each check once, in a fixed order.
+    pub checks: Vec<HostCheck>,
     pub landlock_abi: Option<i32>,
+}
+
+impl HostSupport {
+    /// Whether the check ran and passed.
+    pub fn passed(&self, id: CheckId) -> bool {
+        self.checks.iter().any(|c| c.id == id && c.ok)
+    }
+
+    /// Whether boxes can start here: every required check passed.
+    pub fn usable(&self) -> bool {
+        !self.checks.is_empty() && self.checks.iter().all(|c| c.ok || !c.id.required())
+    }
 }
 
 pub fn host_support() -> HostSupport {

@@ -1,4 +1,6 @@
 //! What this host offers the Linux backend, each check with the exact fix.
+//! The one implementation of host checks: `terra doctor` and `terra backends`
+//! print these, never probe on their own.
 
 use super::{landlock, sys, HostSupport};
 
@@ -73,116 +75,205 @@ fn probe_child() -> i32 {
     }
 }
 
+/// A host check, by what it looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CheckId {
+    /// Functional: user, mount and PID namespaces plus a new procfs, tried in a child.
+    UserNamespaces,
+    /// The kernel has user namespaces at all (`user.max_user_namespaces` > 0).
+    MaxUserNamespaces,
+    /// Debian's `kernel.unprivileged_userns_clone` switch.
+    UnprivilegedUsernsClone,
+    /// Ubuntu's `kernel.apparmor_restrict_unprivileged_userns` switch.
+    ApparmorUserns,
+    /// Inside a container runtime (docker, podman, kubernetes, lxc).
+    Container,
+    /// Seccomp filters.
+    Seccomp,
+    /// Landlock, the box's second file-system layer.
+    Landlock,
+    /// The unified cgroup v2 hierarchy.
+    CgroupV2,
+    /// `dev.tty.legacy_tiocsti`.
+    LegacyTiocsti,
+}
+
+impl CheckId {
+    /// The name `terra doctor` prints and `--json` carries.
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckId::UserNamespaces => "user-namespaces",
+            CheckId::MaxUserNamespaces => "max-user-namespaces",
+            CheckId::UnprivilegedUsernsClone => "unprivileged-userns-clone",
+            CheckId::ApparmorUserns => "apparmor-userns",
+            CheckId::Container => "container",
+            CheckId::Seccomp => "seccomp",
+            CheckId::Landlock => "landlock",
+            CheckId::CgroupV2 => "cgroup-v2",
+            CheckId::LegacyTiocsti => "tty.legacy-tiocsti",
+        }
+    }
+
+    /// Whether a failure stops boxes from starting. The switches that can
+    /// break user namespaces are reported, but the functional
+    /// `user-namespaces` check decides (root passes them all). Without
+    /// Landlock a box still runs on namespaces and seccomp, and its receipt
+    /// says so (`landlockAbi` null).
+    pub fn required(self) -> bool {
+        matches!(self, CheckId::UserNamespaces | CheckId::Seccomp)
+    }
+}
+
+/// One check's result.
+#[derive(Clone, Debug)]
+pub struct HostCheck {
+    pub id: CheckId,
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+    /// What to change, when not ok.
+    pub fix: Option<String>,
+}
+
+/// Why this looks like a container, if it does.
+fn container_hint() -> Option<String> {
+    if std::path::Path::new("/.dockerenv").exists() {
+        return Some("docker (/.dockerenv)".into());
+    }
+    if std::path::Path::new("/run/.containerenv").exists() {
+        return Some("podman (/run/.containerenv)".into());
+    }
+    if let Ok(c) = std::env::var("container") {
+        return Some(format!("container={c}"));
+    }
+    let cg = read_trim("/proc/1/cgroup").unwrap_or_default();
+    ["docker", "kubepods", "lxc", "containerd"]
+        .into_iter()
+        .find(|k| cg.contains(k))
+        .map(|k| format!("/proc/1/cgroup mentions {k}"))
+}
+
 pub fn check() -> HostSupport {
     let mut checks = Vec::new();
-    let mut add =
-        |name: &str, ok: bool, detail: String| checks.push((name.to_string(), ok, detail));
+    let mut add = |id: CheckId, ok: bool, detail: String, fix: &str| {
+        checks.push(HostCheck {
+            id,
+            ok,
+            detail,
+            fix: (!ok).then(|| fix.to_string()),
+        })
+    };
 
-    match userns_works() {
-        Ok(()) => add(
-            "user-namespaces",
-            true,
-            "unprivileged user, mount and PID namespaces can be created".into(),
+    let userns = userns_works();
+    add(
+        CheckId::UserNamespaces,
+        userns.is_ok(),
+        match &userns {
+            Ok(()) => "unprivileged user, mount and PID namespaces can be created".into(),
+            Err(e) => format!("creating a user namespace failed: {e}"),
+        },
+        "see the max-user-namespaces, unprivileged-userns-clone, apparmor-userns and container lines",
+    );
+    match read_trim("/proc/sys/user/max_user_namespaces").and_then(|v| v.parse::<u64>().ok()) {
+        Some(n) => add(
+            CheckId::MaxUserNamespaces,
+            n > 0,
+            format!("user.max_user_namespaces = {n}"),
+            "sudo sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/)",
         ),
-        Err(e) => add(
-            "user-namespaces",
+        None => add(
+            CheckId::MaxUserNamespaces,
             false,
-            format!("creating a user namespace failed: {e}; see the checks below"),
+            "/proc/sys/user/max_user_namespaces is missing: the kernel lacks CONFIG_USER_NS".into(),
+            "use a kernel built with user namespaces",
         ),
-    }
-    if let Some(v) = read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
-        add(
-            "apparmor-userns",
-            v == "0",
-            if v == "0" {
-                "AppArmor does not restrict unprivileged user namespaces".into()
-            } else {
-                "AppArmor restricts unprivileged user namespaces: run `sudo sysctl -w \
-                 kernel.apparmor_restrict_unprivileged_userns=0` (persist it in /etc/sysctl.d/), or install an \
-                 AppArmor profile for terra granting `userns,`"
-                    .into()
-            },
-        );
     }
     if let Some(v) = read_trim("/proc/sys/kernel/unprivileged_userns_clone") {
         add(
-            "unprivileged-userns-clone",
+            CheckId::UnprivilegedUsernsClone,
             v == "1",
-            if v == "1" {
-                "kernel.unprivileged_userns_clone=1".into()
-            } else {
-                "run `sudo sysctl -w kernel.unprivileged_userns_clone=1` (persist it in /etc/sysctl.d/)".into()
-            },
+            format!("kernel.unprivileged_userns_clone = {v}"),
+            "sudo sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/)",
         );
     }
-    match read_trim("/proc/sys/user/max_user_namespaces").and_then(|v| v.parse::<u64>().ok()) {
-        Some(n) => add(
-            "max-user-namespaces",
-            n > 0,
-            if n > 0 {
-                format!("user.max_user_namespaces={n}")
-            } else {
-                "run `sudo sysctl -w user.max_user_namespaces=15000` (persist it in /etc/sysctl.d/)"
-                    .into()
-            },
+    match read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        Some(v) => add(
+            CheckId::ApparmorUserns,
+            v == "0",
+            format!("kernel.apparmor_restrict_unprivileged_userns = {v}"),
+            "AppArmor restricts unprivileged user namespaces: install a profile for the terra binary that \
+             grants `userns,` (e.g. /etc/apparmor.d/terra: `abi <abi/4.0>, profile terra /usr/local/bin/terra \
+             flags=(unconfined) { userns, }`, then `apparmor_parser -r /etc/apparmor.d/terra`), or \
+             `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`",
         ),
         None => add(
-            "max-user-namespaces",
-            false,
-            "/proc/sys/user/max_user_namespaces is missing: the kernel \
-             lacks CONFIG_USER_NS; use a kernel built with user namespaces"
-                .into(),
+            CheckId::ApparmorUserns,
+            true,
+            "no AppArmor restriction on unprivileged user namespaces".into(),
+            "",
         ),
     }
-    let container = std::path::Path::new("/.dockerenv").exists()
-        || std::path::Path::new("/run/.containerenv").exists()
-        || read_trim("/proc/1/cgroup")
-            .is_some_and(|c| c.contains("docker") || c.contains("kubepods") || c.contains("lxc"));
+    let container = container_hint();
     add(
-        "not-in-container",
-        !container,
-        if container {
-            "running inside a container: its runtime may forbid user namespaces or mounting procfs; run with \
-             `--security-opt seccomp=unconfined --security-opt apparmor=unconfined` (docker) or on the host"
-                .into()
-        } else {
-            "no container runtime detected".into()
-        },
-    );
-    let abi = landlock::kernel_abi();
-    add(
-        "landlock",
-        abi.is_some(),
-        match abi {
-            Some(v) => format!("Landlock ABI {v}"),
-            None => "no Landlock: boot with `lsm=landlock,...` in the kernel command line (Linux >= 5.13); \
-                     terra still confines with namespaces and seccomp"
-                .into(),
-        },
+        CheckId::Container,
+        container.is_none(),
+        container
+            .as_ref()
+            .map_or("no container runtime detected".into(), |c| {
+                format!("inside a container: {c}")
+            }),
+        "container runtimes often block unshare(CLONE_NEWUSER) or mounting procfs: if user-namespaces \
+         fails, run the container with `--security-opt seccomp=unconfined --security-opt \
+         apparmor=unconfined` (docker, podman), or run terra on the host",
     );
     let seccomp = read_trim("/proc/self/status")
         .is_some_and(|s| s.lines().any(|l| l.starts_with("Seccomp:")));
     add(
-        "seccomp",
+        CheckId::Seccomp,
         seccomp,
         if seccomp {
             "seccomp filters available".into()
         } else {
-            "the kernel lacks CONFIG_SECCOMP_FILTER: use a kernel built with seccomp".into()
+            "the kernel lacks CONFIG_SECCOMP_FILTER".into()
         },
+        "use a kernel built with seccomp filters",
+    );
+    let abi = landlock::kernel_abi();
+    add(
+        CheckId::Landlock,
+        abi.is_some(),
+        match abi {
+            Some(v) => format!("Landlock ABI {v}"),
+            None => "no Landlock: boxes run on namespaces and seccomp only (receipts say landlockAbi null)"
+                .into(),
+        },
+        "boot Linux >= 5.13 with landlock in `lsm=` on the kernel command line",
     );
     let cg2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let own = read_trim("/proc/self/cgroup").unwrap_or_default();
     add(
-        "cgroup-v2",
+        CheckId::CgroupV2,
         cg2,
-        if cg2 {
-            "unified cgroup v2 hierarchy at /sys/fs/cgroup".into()
-        } else {
-            "no unified cgroup v2 hierarchy: boot with `systemd.unified_cgroup_hierarchy=1` (only needed for \
-             resource limits; the box itself does not use cgroups)"
-                .into()
-        },
+        format!(
+            "{}; this process is in {}",
+            if cg2 {
+                "unified cgroup v2 hierarchy at /sys/fs/cgroup"
+            } else {
+                "cgroup v1 or hybrid"
+            },
+            own.lines().collect::<Vec<_>>().join(", ")
+        ),
+        "boot with `systemd.unified_cgroup_hierarchy=1` (only needed for resource limits; the box itself \
+         does not use cgroups)",
     );
+    if let Some(v) = read_trim("/proc/sys/dev/tty/legacy_tiocsti") {
+        add(
+            CheckId::LegacyTiocsti,
+            true,
+            format!("dev.tty.legacy_tiocsti = {v} (boxes block TIOCSTI with seccomp either way)"),
+            "",
+        );
+    }
     HostSupport {
         checks,
         landlock_abi: abi,
