@@ -683,3 +683,45 @@ fn inspect_validate_and_hash_a_minimal_runtime_relative_vector() {
     let digest = String::from_utf8(read("sha256")).unwrap();
     assert_eq!(stdout(&o), format!("sha256:{}\n", digest.trim()));
 }
+
+/// `compile` reports the first refusal in document order, whichever it is.
+#[test]
+fn compile_reports_the_first_of_two_refusals() {
+    let bad_fs = r#""filesystem":{"default":"deny","rules":[{"access":"read","path":{"root":"workspace","relative":"a/../b"}}]}"#;
+    let bad_root = r#""root":{"mode":"rw"}"#;
+    let rest =
+        r#""formatVersion":3,"network":{"mode":"none"},"process":{"treeConfinement":"required"}"#;
+    let dir = tempfile::tempdir().unwrap();
+    for (first, second, named, marker) in [
+        (
+            bad_fs,
+            bad_root,
+            "filesystem.rules[0].path.relative",
+            r#""a/../b""#,
+        ),
+        (bad_root, bad_fs, "root.mode", r#""rw""#),
+    ] {
+        let source = format!("{{{first},{rest},{second}}}");
+        let offset = source.find(marker).unwrap();
+        let src = dir.path().join("p.json");
+        std::fs::write(&src, &source).unwrap();
+        let out = dir.path().join("p.mir");
+        let o = terra_p(
+            &["policy", "compile", "--json"],
+            &[&src, Path::new("--output"), &out],
+        );
+        assert_eq!(code(&o), 1, "{}", stderr(&o));
+        let want = format!("terra: format: {named} (byte offset {offset}): ");
+        assert!(stderr(&o).starts_with(&want), "{want} vs {}", stderr(&o));
+        let v = json(&o);
+        assert_eq!(v["class"], "format");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&want["terra: format: ".len()..]),
+            "{v}"
+        );
+        assert!(!out.exists());
+    }
+}

@@ -229,6 +229,22 @@ impl MirBuilder {
         }
     }
 
+    /// How many filesystem records the rules added so far make, after
+    /// de-duplication and merging (what [`MirBuilder::build`] checks).
+    pub fn rule_count(&self) -> usize {
+        self.targets
+            .values()
+            .map(|s| {
+                usize::from(s.grant.is_some()) + usize::from(s.deny_write) + usize::from(s.deny)
+            })
+            .sum()
+    }
+
+    /// How many destinations the ones added so far make, after merging.
+    pub fn destination_count(&self) -> usize {
+        self.destinations.len()
+    }
+
     pub fn set_network(&mut self, mode: NetworkMode) -> &mut Self {
         self.network = mode;
         self
