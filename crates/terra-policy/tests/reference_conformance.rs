@@ -360,6 +360,34 @@ fn the_rule_cap_counts_after_de_duplication_in_any_order() {
             assert_eq!(m.rules().len(), 4096, "{extra} first={extra_first}");
         }
     }
+    // The case where the reference's answer depends on the order: at the cap,
+    // a deny-write beside a grant would be the 4,097th record, but a later
+    // deny on the same target takes the place of both. Counted after
+    // de-duplication that is 4,096 records, in every order.
+    let (deny_write, deny) = (rule("deny-write", "r17"), rule("deny", "r17"));
+    let orders: [Vec<String>; 3] = [
+        [distinct.clone(), vec![deny_write.clone(), deny.clone()]].concat(),
+        [
+            vec![deny.clone()],
+            distinct.clone(),
+            vec![deny_write.clone()],
+        ]
+        .concat(),
+        [
+            vec![deny_write.clone()],
+            distinct.clone(),
+            vec![deny.clone()],
+        ]
+        .concat(),
+    ];
+    for rules in orders {
+        let m = compile_source(many_rules(&rules).as_bytes()).unwrap();
+        assert_eq!(m.rules().len(), 4096);
+        assert!(m
+            .rules()
+            .iter()
+            .any(|r| r.target.path == "r17" && r.access == Access::Deny));
+    }
     // 4,096 targets with a deny-write beside one grant are 4,097 records.
     for extra_first in [false, true] {
         let mut rules = distinct.clone();
