@@ -205,10 +205,9 @@ fn a_minimal_runtime_path_resolves_below_every_root() {
         assert_eq!(r.evaluate(&path).unwrap().permission, want, "{path}");
     }
     // None bound: unsupported, as for a minimal-runtime rule without a path.
-    assert_eq!(
-        resolve(&mir, &HostBindings::default()).unwrap_err().class(),
-        ErrorClass::Unsupported
-    );
+    let e = resolve(&mir, &HostBindings::default()).unwrap_err();
+    assert_eq!(e.class(), ErrorClass::Unsupported);
+    assert!(e.detail().contains("minimal-runtime \"lib\""), "{e}");
 }
 
 #[test]
