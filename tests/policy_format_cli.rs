@@ -527,15 +527,27 @@ fn check_inspection_reads_back(mir: &terra_policy::Mir) {
         assert_eq!(j["access"].as_str(), Some(r.access.name()));
         assert_eq!(j["root"].as_str(), Some(r.target.root.name()));
     }
-    // Each path is escaped exactly as serde_json escapes it (short escapes for
-    // \b \f \n \r \t, \u00XX for other control characters, nothing else).
+    // Each path is escaped exactly as the reference escapes it: `"` and `\`
+    // with a backslash, every byte below 0x20 and DEL as \u00xx (lowercase
+    // hex, no short escapes), every other byte verbatim.
     for r in mir.rules() {
-        let line = format!(
-            "\"path\": {},",
-            serde_json::to_string(&r.target.path).unwrap()
-        );
+        let line = format!("\"path\": {},", reference_escape(&r.target.path));
         assert!(text.contains(&line), "{line} not in:\n{text}");
     }
+}
+
+/// The reference's JSON string escaping, byte by byte.
+fn reference_escape(s: &str) -> String {
+    let mut out = Vec::from(&b"\""[..]);
+    for &b in s.as_bytes() {
+        match b {
+            b'"' | b'\\' => out.extend_from_slice(&[b'\\', b]),
+            0..=0x1f | 0x7f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+    String::from_utf8(out).unwrap()
 }
 
 #[test]
@@ -620,7 +632,7 @@ fn compile_and_inspect_a_path_with_escapes_end_to_end() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = terra_p(&["policy", "inspect"], &[&out]);
     assert!(
-        stdout(&o).contains(r#""path": "q\"b\\c\u0001\t😀/x","#),
+        stdout(&o).contains(r#""path": "q\"b\\c\u0001\u0009😀/x","#),
         "{}",
         stdout(&o)
     );
@@ -629,4 +641,87 @@ fn compile_and_inspect_a_path_with_escapes_end_to_end() {
         v["filesystem"]["rules"][0]["path"],
         "q\"b\\c\u{1}\t\u{1f600}/x"
     );
+}
+
+#[test]
+fn inspect_prints_control_bytes_and_del_as_the_reference_does() {
+    // A workspace rule with the path a<DEL>b<TAB>c<LF>d, as MIR bytes.
+    let path = b"a\x7fb\tc\nd";
+    let mut mir = b"MMIR\x00\x03\x00\x00\x00\x00\x00\x01\x01\x01\x01\x00\x00\x00\x00\x00".to_vec();
+    mir.extend_from_slice(&[1, 1, 2, 2, 1, 0, 0, 0, 0, 0, 0, path.len() as u8]);
+    mir.extend_from_slice(path);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.mir");
+    std::fs::write(&file, &mir).unwrap();
+    let o = terra_p(&["policy", "inspect"], &[&file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("\n        \"path\": \"a\\u007fb\\u0009c\\u000ad\",\n"),
+        "{text}"
+    );
+    assert!(!text.contains('\u{7f}') && !text.contains('\t'), "{text}");
+}
+
+#[test]
+fn inspect_validate_and_hash_a_minimal_runtime_relative_vector() {
+    let vectors =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/terra-policy/tests/vectors");
+    let read = |ext: &str| {
+        let p = vectors.join(format!("minimal-runtime-relative.{ext}"));
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.mir");
+    std::fs::write(&file, unhex(&read("mir.hex"))).unwrap();
+    let o = terra_p(&["policy", "validate"], &[&file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = terra_p(&["policy", "inspect"], &[&file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(o.stdout, read("inspect.json"));
+    let o = terra_p(&["policy", "hash"], &[&file]);
+    let digest = String::from_utf8(read("sha256")).unwrap();
+    assert_eq!(stdout(&o), format!("sha256:{}\n", digest.trim()));
+}
+
+/// `compile` reports the first refusal in document order, whichever it is.
+#[test]
+fn compile_reports_the_first_of_two_refusals() {
+    let bad_fs = r#""filesystem":{"default":"deny","rules":[{"access":"read","path":{"root":"workspace","relative":"a/../b"}}]}"#;
+    let bad_root = r#""root":{"mode":"rw"}"#;
+    let rest =
+        r#""formatVersion":3,"network":{"mode":"none"},"process":{"treeConfinement":"required"}"#;
+    let dir = tempfile::tempdir().unwrap();
+    for (first, second, named, marker) in [
+        (
+            bad_fs,
+            bad_root,
+            "filesystem.rules[0].path.relative",
+            r#""a/../b""#,
+        ),
+        (bad_root, bad_fs, "root.mode", r#""rw""#),
+    ] {
+        let source = format!("{{{first},{rest},{second}}}");
+        let offset = source.find(marker).unwrap();
+        let src = dir.path().join("p.json");
+        std::fs::write(&src, &source).unwrap();
+        let out = dir.path().join("p.mir");
+        let o = terra_p(
+            &["policy", "compile", "--json"],
+            &[&src, Path::new("--output"), &out],
+        );
+        assert_eq!(code(&o), 1, "{}", stderr(&o));
+        let want = format!("terra: format: {named} (byte offset {offset}): ");
+        assert!(stderr(&o).starts_with(&want), "{want} vs {}", stderr(&o));
+        let v = json(&o);
+        assert_eq!(v["class"], "format");
+        assert!(
+            v["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(&want["terra: format: ".len()..]),
+            "{v}"
+        );
+        assert!(!out.exists());
+    }
 }

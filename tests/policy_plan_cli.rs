@@ -872,3 +872,96 @@ fn comparison_commands() {
     let out = terra(&["policy", "contains", &wide, &narrow, "--json"]);
     assert_refused(&out, "unsupported");
 }
+
+/// A minimal-runtime rule with a relative path (valid MIR the JSON source
+/// cannot write): resolved below every `--minimal-root`, evaluated there.
+#[test]
+fn minimal_runtime_relative_rule_resolves_and_evaluates_end_to_end() {
+    let vectors =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/terra-policy/tests/vectors");
+    let hex = std::fs::read_to_string(vectors.join("minimal-runtime-relative.mir.hex")).unwrap();
+    let hex = hex.trim();
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    let t = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(t.path()).unwrap();
+    let d = d.to_str().unwrap();
+    for sub in ["a/lib/x", "b/lib", "c"] {
+        std::fs::create_dir_all(format!("{d}/{sub}")).unwrap();
+    }
+    let policy = format!("{d}/p.mir");
+    std::fs::write(&policy, &bytes).unwrap();
+    let (a, b, c) = (format!("{d}/a"), format!("{d}/b"), format!("{d}/c"));
+    let out = terra(&[
+        "policy",
+        "resolve",
+        &policy,
+        "--minimal-root",
+        &a,
+        "--minimal-root",
+        &b,
+        "--json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v = stdout_json(&out);
+    let rules: Vec<(String, String)> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["sourceRoot"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            (format!("{a}/lib"), "minimal-runtime".to_string()),
+            (format!("{b}/lib"), "minimal-runtime".to_string())
+        ]
+    );
+    for (path, want) in [
+        (format!("{a}/lib/x"), "read"),
+        (format!("{b}/lib"), "read"),
+        (a.clone(), "none"),
+        (format!("{a}/libx"), "none"),
+    ] {
+        let out = terra(&[
+            "policy",
+            "evaluate",
+            &policy,
+            "--path",
+            &path,
+            "--minimal-root",
+            &a,
+            "--minimal-root",
+            &b,
+            "--json",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(stdout_json(&out)["permission"], json!(want), "{path}");
+    }
+    // A root without lib: the rule says missing: error.
+    let out = terra(&[
+        "policy",
+        "resolve",
+        &policy,
+        "--minimal-root",
+        &a,
+        "--minimal-root",
+        &c,
+        "--json",
+    ]);
+    let v = assert_refused(&out, "missing");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{c}/lib")),
+        "{v}"
+    );
+}

@@ -1,9 +1,9 @@
 //! Plan benchmarks (issue 3). `cargo bench -p terra-policy --bench plan`.
 //!
 //! What is measured (wall clock, std::time, median of several runs):
-//! - largest plan: 262,144 resolved rules on absent targets. MIR v3 cannot
-//!   name 4,096 distinct minimal-runtime rules (a minimal-runtime rule has no
-//!   path), so the 4,096 x 64 product is built the only way the format allows:
+//! - largest plan: 262,144 resolved rules on absent targets. The JSON source
+//!   cannot name 4,096 distinct minimal-runtime rules (its minimal-runtime
+//!   path has no relative part), so the 4,096 x 64 product is built this way:
 //!   one decision of 4,096 workspace rules (`write ""` plus 4,095
 //!   `deny "absent-N"` with `missing: skip`) resolved against 64 different
 //!   workspace directories (64 `resolve` calls: realpath of every candidate,

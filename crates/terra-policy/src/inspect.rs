@@ -92,20 +92,17 @@ pub fn inspection_json(mir: &Mir) -> String {
     o
 }
 
-/// Appends `s` as a JSON string: `"` and `\` escaped, control characters as
-/// short escapes or `\u00XX`, everything else (all other UTF-8) verbatim.
+/// Appends `s` as a JSON string exactly as the reference renders it: `"` and
+/// `\` as `\"` and `\\`, every byte below 0x20 and DEL (0x7F) as `\u00xx`
+/// with lowercase hex (no short escapes such as `\n` or `\t`), every other
+/// byte (all other UTF-8) verbatim.
 pub(crate) fn push_json_string(o: &mut String, s: &str) {
     o.push('"');
     for c in s.chars() {
         match c {
             '"' => o.push_str("\\\""),
             '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            '\t' => o.push_str("\\t"),
-            '\u{8}' => o.push_str("\\b"),
-            '\u{c}' => o.push_str("\\f"),
-            c if u32::from(c) < 0x20 => {
+            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
                 let _ = write!(o, "\\u{:04x}", u32::from(c));
             }
             c => o.push(c),
@@ -132,8 +129,22 @@ mod tests {
         assert_eq!(rendered("q\"b\\"), "\"q\\\"b\\\\\"");
         assert_eq!(
             rendered("\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}"),
-            "\"\\n\\r\\t\\b\\f\\u0001\\u001f\u{7f}\""
+            "\"\\u000a\\u000d\\u0009\\u0008\\u000c\\u0001\\u001f\\u007f\""
         );
+        // The example of issue 10: DEL, TAB and LF, never raw, never short.
+        assert_eq!(rendered("a\u{7f}b\tc\nd"), "\"a\\u007fb\\u0009c\\u000ad\"");
+        // Every byte below 0x20, and DEL, as \u00xx in lowercase hex.
+        for b in (0u8..0x20).chain([0x7f]) {
+            let s = char::from(b).to_string();
+            assert_eq!(rendered(&s), format!("\"\\u{:04x}\"", b), "{b:#x}");
+        }
+        // Printable ASCII other than '"' and '\\' is verbatim.
+        for b in 0x20u8..0x7f {
+            if b != b'"' && b != b'\\' {
+                let s = char::from(b).to_string();
+                assert_eq!(rendered(&s), format!("\"{s}\""), "{b:#x}");
+            }
+        }
         assert_eq!(rendered("dé/文/😀\u{2028}"), "\"dé/文/😀\u{2028}\"");
     }
 
@@ -161,6 +172,6 @@ mod tests {
             .unwrap()
             .strip_suffix(',')
             .unwrap();
-        assert_eq!(value, "\"a\\\"b\\\\c\\u0001d\u{7f}é\u{2028}😀\\te\"");
+        assert_eq!(value, "\"a\\\"b\\\\c\\u0001d\\u007fé\u{2028}😀\\u0009e\"");
     }
 }

@@ -185,8 +185,11 @@ impl MirBuilder {
         }
     }
 
-    /// Adds a rule. `path` is normalized; for `MinimalRuntime` it must be empty,
-    /// for `Host` absolute, otherwise relative.
+    /// Adds a rule. `path` is normalized; for `Host` it must be absolute, for
+    /// the symbolic roots (`MinimalRuntime`, `Workspace`, `Temp`) relative,
+    /// where "" is the root itself. A minimal-runtime rule with a relative path
+    /// is valid MIR (the JSON source cannot write one, the reference's builder
+    /// and decoder can); it resolves below every minimal-runtime root.
     pub fn add_rule(
         &mut self,
         access: Access,
@@ -224,6 +227,22 @@ impl MirBuilder {
             Access::DenyWrite => state.deny_write = true,
             Access::Read | Access::Write => state.grant = state.grant.max(Some(access)),
         }
+    }
+
+    /// How many filesystem records the rules added so far make, after
+    /// de-duplication and merging (what [`MirBuilder::build`] checks).
+    pub fn rule_count(&self) -> usize {
+        self.targets
+            .values()
+            .map(|s| {
+                usize::from(s.grant.is_some()) + usize::from(s.deny_write) + usize::from(s.deny)
+            })
+            .sum()
+    }
+
+    /// How many destinations the ones added so far make, after merging.
+    pub fn destination_count(&self) -> usize {
+        self.destinations.len()
     }
 
     pub fn set_network(&mut self, mode: NetworkMode) -> &mut Self {
@@ -362,17 +381,14 @@ pub fn normalize_path(root: RootKind, path: &str) -> Result<String> {
         )));
     }
     match root {
-        RootKind::MinimalRuntime if !path.is_empty() => {
-            return Err(PolicyError::Format(format!(
-                "minimal-runtime rules take no path (got {path:?})"
-            )))
-        }
         RootKind::Host if !path.starts_with('/') => {
             return Err(PolicyError::Format(format!(
                 "absolute path {path:?} must start with '/'"
             )))
         }
-        RootKind::Workspace | RootKind::Temp if path.starts_with('/') => {
+        RootKind::MinimalRuntime | RootKind::Workspace | RootKind::Temp
+            if path.starts_with('/') =>
+        {
             return Err(PolicyError::Format(format!(
                 "relative path {path:?} must not start with '/'"
             )))
@@ -416,7 +432,14 @@ mod tests {
         assert!(normalize_path(RootKind::Host, "a").is_err());
         assert!(normalize_path(RootKind::Temp, "/a").is_err());
         assert!(normalize_path(RootKind::Temp, "a/../b").is_err());
-        assert!(normalize_path(RootKind::MinimalRuntime, "x").is_err());
+        // Minimal-runtime paths are relative like workspace and temp ones.
+        assert_eq!(
+            normalize_path(RootKind::MinimalRuntime, "lib//./x86_64/").unwrap(),
+            "lib/x86_64"
+        );
+        assert_eq!(normalize_path(RootKind::MinimalRuntime, "").unwrap(), "");
+        assert!(normalize_path(RootKind::MinimalRuntime, "/lib").is_err());
+        assert!(normalize_path(RootKind::MinimalRuntime, "a/../b").is_err());
     }
 
     #[test]

@@ -388,8 +388,8 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
             RootKind::MinimalRuntime => {
                 if b.minimal_roots.is_empty() {
                     return Err(PolicyError::Unsupported(format!(
-                        "rule {index} ({} minimal-runtime) needs minimal-runtime roots, and none are bound",
-                        rule.access
+                        "rule {index} ({} minimal-runtime {:?}) needs minimal-runtime roots, and none are bound",
+                        rule.access, t.path
                     )));
                 }
                 b.minimal_roots.iter().map(String::as_str).collect()

@@ -12,6 +12,11 @@
 //! IPv4 literal -> argument. Syntax errors name the byte offset; schema errors
 //! name the key path (for example `filesystem.rules[3].path.relative`) and the
 //! byte offset of the offending value.
+//!
+//! The first refusal in document order is the one reported: the reader stops
+//! at the first syntax error and leaves it as the last value of every open
+//! container, and the schema walk visits members in the order written, judging
+//! each where it stands (see [`compile_source`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -19,6 +24,7 @@ use std::fmt;
 use crate::error::{PolicyError, Result};
 use crate::model::{
     Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope,
+    MAX_DESTINATIONS, MAX_RULES,
 };
 
 /// Largest source document, in bytes.
@@ -29,9 +35,20 @@ pub const MAX_DEPTH: usize = 32;
 pub const SCHEMA_URL: &str = "https://schemas.maelys.dev/mir-source/v3/schema.json";
 
 /// Compiles a JSON source v3 document into a canonical [`Mir`].
+///
+/// The first refusal in document order is the one reported: the document is
+/// read up to its first syntax error (a malformed value, a duplicate key,
+/// invalid UTF-8, nesting too deep...) and the schema is walked over what was
+/// read, so a schema refusal that stands before the syntax error wins over it.
 pub fn compile_source(bytes: &[u8]) -> Result<Mir> {
-    let root = parse_document(bytes)?;
-    lower(&root)
+    let (root, failure) = parse_document(bytes)?;
+    let mir = lower(&root)?;
+    // The walk meets the unreadable part wherever it is; a document that was
+    // read whole but has more than whitespace after it fails here.
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(mir),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -54,6 +71,10 @@ enum Value<'a> {
     /// The number exactly as written; it matched the JSON number grammar.
     Number(&'a str),
     Bool(bool),
+    /// Where reading stopped: the first syntax error. It is the last value of
+    /// every container that was being read, so the schema walk meets it after
+    /// everything that stands before it.
+    Broken(PolicyError),
 }
 
 impl Value<'_> {
@@ -64,6 +85,7 @@ impl Value<'_> {
             Value::String(_) => "a string",
             Value::Number(_) => "a number",
             Value::Bool(_) => "a boolean",
+            Value::Broken(_) => "a malformed value",
         }
     }
 }
@@ -99,14 +121,20 @@ fn render_path(segments: &[Segment<'_>]) -> String {
 
 struct Parser<'a> {
     bytes: &'a [u8],
-    /// The same input, validated as UTF-8 once; strings are sliced from it.
+    /// The longest valid UTF-8 prefix of the input; strings are sliced from it.
     text: &'a str,
+    /// Where the input stops being valid UTF-8, if it does.
+    bad_utf8: Option<usize>,
     pos: usize,
     depth: usize,
     path: Vec<Segment<'a>>,
+    /// The first syntax error; reading stops there.
+    failure: Option<PolicyError>,
 }
 
-fn parse_document(bytes: &[u8]) -> Result<Node<'_>> {
+/// Reads the document up to its first syntax error, which is returned beside
+/// the partial tree (and is its last value). Size and BOM refusals come first.
+fn parse_document(bytes: &[u8]) -> Result<(Node<'_>, Option<PolicyError>)> {
     if bytes.is_empty() {
         return Err(PolicyError::Limit(
             "the source is empty; it must hold 1 byte to 1 MiB".into(),
@@ -123,33 +151,45 @@ fn parse_document(bytes: &[u8]) -> Result<Node<'_>> {
             "syntax error at byte offset 0: a byte order mark is not allowed".into(),
         ));
     }
-    // Validate the whole input once: outside strings only ASCII is valid JSON
-    // anyway, and strings can then be sliced without checking each one again.
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let offset = e.valid_up_to();
-        PolicyError::Format(format!(
-            "invalid UTF-8 at byte offset {offset} (byte 0x{:02x}): the source, strings included, \
-             must be valid shortest-form UTF-8",
-            bytes[offset]
-        ))
-    })?;
+    // Validate the input once: outside strings only ASCII is valid JSON
+    // anyway, and strings are sliced from the valid prefix without checking
+    // each one again. Reading fails where the prefix ends (in document order).
+    let (text, bad_utf8) = match std::str::from_utf8(bytes) {
+        Ok(text) => (text, None),
+        Err(e) => {
+            let valid = e.valid_up_to();
+            let text = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+            (text, Some(valid))
+        }
+    };
     let mut p = Parser {
         bytes,
         text,
+        bad_utf8,
         pos: 0,
         depth: 0,
         path: Vec::new(),
+        failure: None,
     };
     p.skip_ws();
-    if p.peek() != Some(b'{') {
-        return Err(p.syntax("the document must be a JSON object"));
+    let root = if p.peek() == Some(b'{') {
+        p.value()
+    } else {
+        let e = p.syntax("the document must be a JSON object");
+        p.broken(e)
+    };
+    if p.failure.is_none() {
+        p.skip_ws();
+        if p.pos != bytes.len() {
+            let e = p.syntax("only whitespace may follow the top-level object");
+            p.failure = Some(e);
+        } else if let Some(offset) = p.bad_utf8 {
+            // Unreachable (an invalid byte always stops the reading), kept so
+            // that invalid UTF-8 can never pass.
+            p.failure = Some(p.syntax_at(offset, "invalid UTF-8"));
+        }
     }
-    let root = p.value()?;
-    p.skip_ws();
-    if p.pos != bytes.len() {
-        return Err(p.syntax("only whitespace may follow the top-level object"));
-    }
-    Ok(root)
+    Ok((root, p.failure))
 }
 
 impl<'a> Parser<'a> {
@@ -162,6 +202,13 @@ impl<'a> Parser<'a> {
     }
 
     fn syntax_at(&self, offset: usize, why: &str) -> PolicyError {
+        if self.bad_utf8 == Some(offset) {
+            return PolicyError::Format(format!(
+                "invalid UTF-8 at byte offset {offset} (byte 0x{:02x}): the source, strings included, \
+                 must be valid shortest-form UTF-8",
+                self.bytes[offset]
+            ));
+        }
         let found = match self.bytes.get(offset) {
             None => "end of input".to_string(),
             Some(&b) if (0x21..0x7f).contains(&b) => format!("'{}'", char::from(b)),
@@ -190,7 +237,27 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self) -> Result<Node<'a>> {
+    /// Records the first syntax error and makes the value that stands for it.
+    fn broken(&mut self, e: PolicyError) -> Node<'a> {
+        let offset = self.pos;
+        self.failure.get_or_insert_with(|| e.clone());
+        Node {
+            offset,
+            value: Value::Broken(e),
+        }
+    }
+
+    /// One value; after a syntax error inside it, the partial value (its last
+    /// value broken) with `failure` set.
+    fn value(&mut self) -> Node<'a> {
+        let offset = self.pos;
+        match self.value_inner() {
+            Ok(value) => Node { offset, value },
+            Err(e) => self.broken(e),
+        }
+    }
+
+    fn value_inner(&mut self) -> Result<Value<'a>> {
         let offset = self.pos;
         let value = match self.peek() {
             Some(b'{') => self.object()?,
@@ -213,7 +280,7 @@ impl<'a> Parser<'a> {
             Some(b'-' | b'0'..=b'9') => Value::Number(self.number()?),
             _ => return Err(self.syntax("expected a JSON value")),
         };
-        Ok(Node { offset, value })
+        Ok(value)
     }
 
     fn enter(&mut self) -> Result<()> {
@@ -228,17 +295,31 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    /// An object; after a syntax error, the members read so far and a broken
+    /// last member (under an empty key) that carries the error.
     fn object(&mut self) -> Result<Value<'a>> {
         self.enter()?;
         self.pos += 1; // '{'
         let mut members: Vec<(Cow<'a, str>, Node<'a>)> = Vec::new();
+        match self.members(&mut members) {
+            Ok(()) => self.depth -= 1,
+            Err(e) => {
+                let node = self.broken(e);
+                members.push((Cow::Borrowed(""), node));
+            }
+        }
+        Ok(Value::Object(members))
+    }
+
+    /// Reads members up to the closing brace. A syntax error inside a member's
+    /// value leaves that (partial) value as the last member and stops.
+    fn members(&mut self, members: &mut Vec<(Cow<'a, str>, Node<'a>)>) -> Result<()> {
         // Large objects switch from a linear scan to a set for duplicate keys.
         let mut seen: Option<std::collections::HashSet<Cow<'a, str>>> = None;
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
-            self.depth -= 1;
-            return Ok(Value::Object(members));
+            return Ok(());
         }
         loop {
             self.skip_ws();
@@ -265,12 +346,15 @@ impl<'a> Parser<'a> {
             self.pos += 1;
             self.skip_ws();
             self.path.push(Segment::Key(key));
-            let node = self.value()?;
+            let node = self.value();
             let key = match self.path.pop() {
                 Some(Segment::Key(key)) => key,
                 _ => unreachable!("the key pushed above"),
             };
             members.push((key, node));
+            if self.failure.is_some() {
+                return Ok(());
+            }
             if members.len() == 16 {
                 seen = Some(members.iter().map(|(k, _)| k.clone()).collect());
             }
@@ -279,37 +363,50 @@ impl<'a> Parser<'a> {
                 Some(b',') => self.pos += 1,
                 Some(b'}') => {
                     self.pos += 1;
-                    self.depth -= 1;
-                    return Ok(Value::Object(members));
+                    return Ok(());
                 }
                 _ => return Err(self.syntax("expected ',' or '}' in an object")),
             }
         }
     }
 
+    /// An array; after a syntax error, the items read so far and a broken
+    /// last item that carries the error.
     fn array(&mut self) -> Result<Value<'a>> {
         self.enter()?;
         self.pos += 1; // '['
         let mut items = Vec::new();
+        match self.items(&mut items) {
+            Ok(()) => self.depth -= 1,
+            Err(e) => {
+                let node = self.broken(e);
+                items.push(node);
+            }
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn items(&mut self, items: &mut Vec<Node<'a>>) -> Result<()> {
         self.skip_ws();
         if self.peek() == Some(b']') {
             self.pos += 1;
-            self.depth -= 1;
-            return Ok(Value::Array(items));
+            return Ok(());
         }
         loop {
             self.skip_ws();
             self.path.push(Segment::Index(items.len()));
-            let node = self.value()?;
+            let node = self.value();
             self.path.pop();
             items.push(node);
+            if self.failure.is_some() {
+                return Ok(());
+            }
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
                 Some(b']') => {
                     self.pos += 1;
-                    self.depth -= 1;
-                    return Ok(Value::Array(items));
+                    return Ok(());
                 }
                 _ => return Err(self.syntax("expected ',' or ']' in an array")),
             }
@@ -366,8 +463,11 @@ impl<'a> Parser<'a> {
     /// number of characters of the already validated text.
     fn utf8(&self, start: usize, end: usize) -> Result<&'a str> {
         let text: &'a str = self.text;
-        text.get(start..end)
-            .ok_or_else(|| self.syntax_at(start, "strings must be valid UTF-8"))
+        text.get(start..end).ok_or_else(|| match self.bad_utf8 {
+            // The run reaches past the valid prefix: name the first bad byte.
+            Some(bad) if bad < end => self.syntax_at(bad, "invalid UTF-8"),
+            _ => self.syntax_at(start, "strings must be valid UTF-8"),
+        })
     }
 
     /// A JSON string: raw bytes must be valid UTF-8 and not control characters;
@@ -507,6 +607,10 @@ fn at(place: &Place<'_>, node: &Node<'_>, why: impl fmt::Display) -> PolicyError
     PolicyError::Format(format!("{place} (byte offset {}): {why}", node.offset))
 }
 
+fn limit_at(place: &Place<'_>, node: &Node<'_>, why: impl fmt::Display) -> PolicyError {
+    PolicyError::Limit(format!("{place} (byte offset {}): {why}", node.offset))
+}
+
 /// Re-labels a builder refusal with the key path, keeping its class.
 fn in_context(place: &Place<'_>, node: &Node<'_>, e: PolicyError) -> PolicyError {
     let m = format!("{place} (byte offset {}): {}", node.offset, e.detail());
@@ -522,15 +626,28 @@ fn in_context(place: &Place<'_>, node: &Node<'_>, e: PolicyError) -> PolicyError
     }
 }
 
-/// The members of an object whose keys are all in `allowed`.
+/// The members of an object, walked in document order. Every member is judged
+/// where it stands, so the first refusal in document order is the one made:
+/// an unknown key or a bad value at its own offset, a missing required key or
+/// a rule that needs the whole object (a path with no form key) after the
+/// object's last member.
 struct Object<'p, 'a> {
     place: Place<'p>,
     node: &'p Node<'a>,
     members: &'p [(Cow<'a, str>, Node<'a>)],
 }
 
+/// Refuses the value where reading stopped with the syntax error found there.
+fn readable(node: &Node<'_>) -> Result<()> {
+    match &node.value {
+        Value::Broken(e) => Err(e.clone()),
+        _ => Ok(()),
+    }
+}
+
 impl<'p, 'a> Object<'p, 'a> {
-    fn new(place: Place<'p>, node: &'p Node<'a>, allowed: &[&str]) -> Result<Self> {
+    fn new(place: Place<'p>, node: &'p Node<'a>) -> Result<Self> {
+        readable(node)?;
         let Value::Object(members) = &node.value else {
             return Err(at(
                 &place,
@@ -538,16 +655,6 @@ impl<'p, 'a> Object<'p, 'a> {
                 format!("expected an object, found {}", node.value.type_name()),
             ));
         };
-        for (key, value) in members {
-            if !allowed.contains(&key.as_ref()) {
-                return Err(PolicyError::Format(format!(
-                    "unknown key \"{}\" in {place} (byte offset {}); allowed keys: {}",
-                    shown(key),
-                    value.offset,
-                    allowed.join(", ")
-                )));
-            }
-        }
         Ok(Object {
             place,
             node,
@@ -555,12 +662,25 @@ impl<'p, 'a> Object<'p, 'a> {
         })
     }
 
+    /// The refusal of a member whose key is not in `allowed`.
+    fn unknown(&self, key: &str, value: &Node<'_>, allowed: &[&str]) -> PolicyError {
+        PolicyError::Format(format!(
+            "unknown key \"{}\" in {} (byte offset {}); allowed keys: {}",
+            shown(key),
+            self.place,
+            value.offset,
+            allowed.join(", ")
+        ))
+    }
+
+    /// A member looked up ahead of the walk, for a rule that ties two members.
     fn get(&self, key: &str) -> Option<&'p Node<'a>> {
         self.members.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    fn required(&self, key: &str) -> Result<&'p Node<'a>> {
-        self.get(key).ok_or_else(|| {
+    /// A required member, after the walk: `found` is what the walk saw.
+    fn required<T>(&self, key: &str, found: Option<T>) -> Result<T> {
+        found.ok_or_else(|| {
             PolicyError::Format(format!(
                 "{} (byte offset {}): the required key \"{key}\" is missing",
                 self.place, self.node.offset
@@ -611,28 +731,6 @@ impl<'p, 'a> Object<'p, 'a> {
             )
         })
     }
-
-    /// An optional enum member with its default.
-    fn choice_or<T>(
-        &self,
-        key: &'static str,
-        parse: fn(&str) -> Option<T>,
-        names: &[&str],
-        default: T,
-    ) -> Result<T> {
-        match self.get(key) {
-            Some(n) => self.choice(key, n, parse, names),
-            None => Ok(default),
-        }
-    }
-
-    /// An optional boolean member (default false).
-    fn flag(&self, key: &'static str) -> Result<bool> {
-        match self.get(key) {
-            Some(n) => self.boolean(key, n),
-            None => Ok(false),
-        }
-    }
 }
 
 /// An input string as shown in a message: escaped, and cut after 64 characters
@@ -654,286 +752,398 @@ fn quoted(names: &[&str]) -> String {
 }
 
 fn lower(root: &Node<'_>) -> Result<Mir> {
-    let top = Object::new(
-        Place::Top,
-        root,
-        &[
-            "$schema",
-            "formatVersion",
-            "filesystem",
-            "network",
-            "process",
-            "root",
-        ],
-    )?;
-    if let Some(node) = top.get("$schema") {
-        let s = top.string("$schema", node)?;
-        if s != SCHEMA_URL {
-            return Err(at(
-                &top.child("$schema"),
-                node,
-                format!("must be exactly \"{SCHEMA_URL}\" when present"),
-            ));
+    const KEYS: [&str; 6] = [
+        "$schema",
+        "formatVersion",
+        "filesystem",
+        "network",
+        "process",
+        "root",
+    ];
+    let top = Object::new(Place::Top, root)?;
+    let mut builder = MirBuilder::new();
+    let mut seen = [false; KEYS.len()];
+    for (key, node) in top.members {
+        readable(node)?;
+        let Some(i) = KEYS.iter().position(|k| k == key) else {
+            return Err(top.unknown(key, node, &KEYS));
+        };
+        seen[i] = true;
+        match KEYS[i] {
+            "$schema" => {
+                if top.string("$schema", node)? != SCHEMA_URL {
+                    return Err(at(
+                        &top.child("$schema"),
+                        node,
+                        format!("must be exactly \"{SCHEMA_URL}\" when present"),
+                    ));
+                }
+            }
+            "formatVersion" => {
+                let found = match &node.value {
+                    Value::Number("3") => None,
+                    Value::Number(n) => Some(n.to_string()),
+                    other => Some(other.type_name().to_string()),
+                };
+                if let Some(found) = found {
+                    return Err(at(
+                        &top.child("formatVersion"),
+                        node,
+                        format!("must be the bare integer 3, found {found}"),
+                    ));
+                }
+            }
+            "filesystem" => filesystem(&mut builder, top.child("filesystem"), node)?,
+            "network" => network(&mut builder, top.child("network"), node)?,
+            "process" => {
+                let process = Object::new(top.child("process"), node)?;
+                let mut tree = None;
+                for (key, n) in process.members {
+                    readable(n)?;
+                    match key.as_ref() {
+                        "treeConfinement" => {
+                            let names = ["required", "disabled"];
+                            tree = Some(process.choice(
+                                "treeConfinement",
+                                n,
+                                ProcessTree::from_name,
+                                &names,
+                            )?);
+                        }
+                        _ => return Err(process.unknown(key, n, &["treeConfinement"])),
+                    }
+                }
+                builder.set_process_tree(process.required("treeConfinement", tree)?);
+            }
+            _ => {
+                let root_mode = Object::new(top.child("root"), node)?;
+                let mut mode = None;
+                for (key, n) in root_mode.members {
+                    readable(n)?;
+                    match key.as_ref() {
+                        "mode" => {
+                            let names = ["read-only", "ephemeral-write"];
+                            mode =
+                                Some(root_mode.choice("mode", n, RootMode::from_name, &names)?);
+                        }
+                        _ => return Err(root_mode.unknown(key, n, &["mode"])),
+                    }
+                }
+                builder.set_root_mode(root_mode.required("mode", mode)?);
+            }
         }
     }
-    let version = top.required("formatVersion")?;
-    let found = match &version.value {
-        Value::Number("3") => None,
-        Value::Number(n) => Some(n.to_string()),
-        other => Some(other.type_name().to_string()),
-    };
-    if let Some(found) = found {
-        return Err(at(
-            &top.child("formatVersion"),
-            version,
-            format!("must be the bare integer 3, found {found}"),
-        ));
+    for (i, key) in KEYS.iter().enumerate().skip(1) {
+        top.required(key, seen[i].then_some(()))?;
     }
-
-    let mut builder = MirBuilder::new();
-    filesystem(
-        &mut builder,
-        top.child("filesystem"),
-        top.required("filesystem")?,
-    )?;
-    network(&mut builder, top.child("network"), top.required("network")?)?;
-
-    let process = Object::new(
-        top.child("process"),
-        top.required("process")?,
-        &["treeConfinement"],
-    )?;
-    let node = process.required("treeConfinement")?;
-    let names = ["required", "disabled"];
-    builder.set_process_tree(process.choice(
-        "treeConfinement",
-        node,
-        ProcessTree::from_name,
-        &names,
-    )?);
-
-    let root_mode = Object::new(top.child("root"), top.required("root")?, &["mode"])?;
-    let node = root_mode.required("mode")?;
-    let names = ["read-only", "ephemeral-write"];
-    builder.set_root_mode(root_mode.choice("mode", node, RootMode::from_name, &names)?);
-
     builder.build()
 }
 
 fn filesystem(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
-    let fs = Object::new(place, node, &["default", "rules"])?;
-    let default = fs.required("default")?;
-    if fs.string("default", default)? != "deny" {
-        return Err(at(&fs.child("default"), default, "must be \"deny\""));
+    let fs = Object::new(place, node)?;
+    let (mut default, mut rules) = (None, None);
+    for (key, n) in fs.members {
+        readable(n)?;
+        match key.as_ref() {
+            "default" => {
+                if fs.string("default", n)? != "deny" {
+                    return Err(at(&fs.child("default"), n, "must be \"deny\""));
+                }
+                default = Some(());
+            }
+            "rules" => {
+                let Value::Array(items) = &n.value else {
+                    return Err(at(
+                        &fs.child("rules"),
+                        n,
+                        format!("expected an array, found {}", n.value.type_name()),
+                    ));
+                };
+                for (i, item) in items.iter().enumerate() {
+                    rule(builder, Place::Index(&fs.place, "rules", i), item)?;
+                }
+                // The limit counts after de-duplication, so it is known once
+                // the whole array is read, whatever the order of its rules.
+                let count = builder.rule_count();
+                if count > MAX_RULES {
+                    return Err(limit_at(
+                        &fs.child("rules"),
+                        n,
+                        format!(
+                            "{count} filesystem rules after de-duplication; at most {MAX_RULES} are allowed"
+                        ),
+                    ));
+                }
+                rules = Some(());
+            }
+            _ => return Err(fs.unknown(key, n, &["default", "rules"])),
+        }
     }
-    let rules = fs.required("rules")?;
-    let Value::Array(items) = &rules.value else {
-        return Err(at(
-            &fs.child("rules"),
-            rules,
-            format!("expected an array, found {}", rules.value.type_name()),
-        ));
-    };
-    for (i, item) in items.iter().enumerate() {
-        rule(builder, Place::Index(&fs.place, "rules", i), item)?;
-    }
-    Ok(())
+    fs.required("default", default)?;
+    fs.required("rules", rules)
 }
 
 fn rule(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
-    let r = Object::new(place, node, &["access", "path", "scope", "missing"])?;
-    let n = r.required("access")?;
-    let names = ["read", "write", "deny", "deny-write"];
-    let access = r.choice("access", n, Access::from_name, &names)?;
-    let scope = r.choice_or("scope", Scope::from_name, &["exact", "tree"], Scope::Tree)?;
-    let names = ["error", "skip"];
-    let missing = r.choice_or("missing", Missing::from_name, &names, Missing::Error)?;
-    let p = r.required("path")?;
-    let Value::Object(members) = &p.value else {
-        return Err(at(
-            &r.child("path"),
-            p,
-            format!("expected an object, found {}", p.value.type_name()),
-        ));
-    };
-    let has = |key: &str| members.iter().any(|(k, _)| k == key);
-    let (allowed, text_key): (&[&str], &'static str) = if has("special") {
-        (&["special"], "special")
-    } else if has("absolute") {
-        (&["absolute"], "absolute")
-    } else if has("root") {
-        (&["root", "relative"], "relative")
-    } else {
-        return Err(at(
-            &r.child("path"),
-            p,
-            "a path is {\"special\": \"minimal-runtime\"}, \
-             {\"root\": \"workspace\"|\"temp\", \"relative\"?: ...} or {\"absolute\": \"/...\"}",
-        ));
-    };
-    let po = Object::new(r.child("path"), p, allowed)?;
-    let (root, text, text_node) = match text_key {
-        "special" => {
-            let n = po.required("special")?;
-            if po.string("special", n)? != "minimal-runtime" {
-                return Err(at(&po.child("special"), n, "must be \"minimal-runtime\""));
+    const KEYS: [&str; 4] = ["access", "path", "scope", "missing"];
+    let r = Object::new(place, node)?;
+    let (mut access, mut path) = (None, None);
+    let (mut scope, mut missing) = (Scope::Tree, Missing::Error);
+    for (key, n) in r.members {
+        readable(n)?;
+        match key.as_ref() {
+            "access" => {
+                let names = ["read", "write", "deny", "deny-write"];
+                access = Some(r.choice("access", n, Access::from_name, &names)?);
             }
-            (RootKind::MinimalRuntime, "", n)
-        }
-        "absolute" => {
-            let n = po.required("absolute")?;
-            let s = po.string("absolute", n)?;
-            if !s.starts_with('/') {
-                return Err(at(
-                    &po.child("absolute"),
-                    n,
-                    "an absolute path must start with '/'",
-                ));
+            "scope" => scope = r.choice("scope", n, Scope::from_name, &["exact", "tree"])?,
+            "missing" => {
+                missing = r.choice("missing", n, Missing::from_name, &["error", "skip"])?
             }
-            (RootKind::Host, s, n)
+            "path" => path = Some(rule_path(r.child("path"), n)?),
+            _ => return Err(r.unknown(key, n, &KEYS)),
         }
-        _ => {
-            let n = po.required("root")?;
-            let root = match po.string("root", n)? {
-                "workspace" => RootKind::Workspace,
-                "temp" => RootKind::Temp,
-                other => {
-                    return Err(at(
-                        &po.child("root"),
-                        n,
-                        format!("\"{}\" is not one of \"workspace\", \"temp\"", shown(other)),
-                    ))
-                }
-            };
-            match po.get("relative") {
-                Some(rn) => {
-                    let s = po.string("relative", rn)?;
-                    if s.starts_with('/') {
-                        return Err(at(
-                            &po.child("relative"),
-                            rn,
-                            "a relative path must not start with '/'",
-                        ));
-                    }
-                    (root, s, rn)
-                }
-                None => (root, "", n),
-            }
-        }
-    };
-    builder
-        .add_rule(access, root, text, scope, missing)
-        .map_err(|e| {
-            let key = if po.get(text_key).is_some() {
-                text_key
-            } else {
-                "root"
-            };
-            in_context(&po.child(key), text_node, e)
-        })?;
+    }
+    let access = r.required("access", access)?;
+    let (root, text) = r.required("path", path)?;
+    // The path was checked where it stands; the builder cannot refuse it now.
+    builder.add_rule(access, root, &text, scope, missing)?;
     Ok(())
 }
 
-fn network(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
-    let net = Object::new(place, node, &["mode", "allow"])?;
-    let n = net.required("mode")?;
-    let names = ["none", "direct", "mediated"];
-    let mode = net.choice("mode", n, NetworkMode::from_name, &names)?;
-    builder.set_network(mode);
-    match (mode, net.get("allow")) {
-        (NetworkMode::Mediated, None) => Err(at(
-            &net.place,
-            node,
-            "mode \"mediated\" requires \"allow\" with 1 to 1024 destinations",
-        )),
-        (NetworkMode::None | NetworkMode::Direct, Some(a)) => Err(at(
-            &net.child("allow"),
-            a,
-            format!("\"allow\" is only allowed when mode is \"mediated\", not \"{mode}\""),
-        )),
-        (_, None) => Ok(()),
-        (_, Some(a)) => {
-            let Value::Array(items) = &a.value else {
-                return Err(at(
-                    &net.child("allow"),
-                    a,
-                    format!("expected an array, found {}", a.value.type_name()),
-                ));
-            };
-            if items.is_empty() {
-                return Err(at(
-                    &net.child("allow"),
-                    a,
-                    "must hold at least one destination",
-                ));
-            }
-            for (i, item) in items.iter().enumerate() {
-                destination(builder, Place::Index(&net.place, "allow", i), item)?;
-            }
-            Ok(())
+/// A rule's path object: its form comes from the key it holds (`special`,
+/// else `absolute`, else `root`); any other key is unknown where it stands.
+/// The text is normalized here, so a bad path is refused at its own offset.
+fn rule_path(place: Place<'_>, node: &Node<'_>) -> Result<(RootKind, String)> {
+    let po = Object::new(place, node)?;
+    let allowed: &[&str] = if po.get("special").is_some() {
+        &["special"]
+    } else if po.get("absolute").is_some() {
+        &["absolute"]
+    } else if po.get("root").is_some() {
+        &["root", "relative"]
+    } else {
+        &["special", "root", "relative", "absolute"]
+    };
+    let (mut root, mut text) = (None, "");
+    let checked = |key: &'static str, n: &Node<'_>, root: RootKind, s: &str| {
+        crate::model::normalize_path(root, s)
+            .map(drop)
+            .map_err(|e| in_context(&po.child(key), n, e))
+    };
+    for (key, n) in po.members {
+        readable(n)?;
+        if !allowed.contains(&key.as_ref()) {
+            return Err(po.unknown(key, n, allowed));
         }
+        match key.as_ref() {
+            "special" => {
+                if po.string("special", n)? != "minimal-runtime" {
+                    return Err(at(&po.child("special"), n, "must be \"minimal-runtime\""));
+                }
+                root = Some(RootKind::MinimalRuntime);
+            }
+            "absolute" => {
+                let s = po.string("absolute", n)?;
+                if !s.starts_with('/') {
+                    return Err(at(
+                        &po.child("absolute"),
+                        n,
+                        "an absolute path must start with '/'",
+                    ));
+                }
+                checked("absolute", n, RootKind::Host, s)?;
+                (root, text) = (Some(RootKind::Host), s);
+            }
+            "root" => {
+                root = Some(match po.string("root", n)? {
+                    "workspace" => RootKind::Workspace,
+                    "temp" => RootKind::Temp,
+                    other => {
+                        return Err(at(
+                            &po.child("root"),
+                            n,
+                            format!("\"{}\" is not one of \"workspace\", \"temp\"", shown(other)),
+                        ))
+                    }
+                });
+            }
+            _ => {
+                let s = po.string("relative", n)?;
+                if s.starts_with('/') {
+                    return Err(at(
+                        &po.child("relative"),
+                        n,
+                        "a relative path must not start with '/'",
+                    ));
+                }
+                // Workspace and temp paths follow the same rules.
+                checked("relative", n, RootKind::Workspace, s)?;
+                text = s;
+            }
+        }
+    }
+    match root {
+        Some(root) => Ok((root, text.to_string())),
+        None => Err(at(
+            &po.place,
+            node,
+            "a path is {\"special\": \"minimal-runtime\"}, \
+             {\"root\": \"workspace\"|\"temp\", \"relative\"?: ...} or {\"absolute\": \"/...\"}",
+        )),
     }
 }
 
-fn destination(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
-    let d = Object::new(
-        place,
-        node,
-        &[
-            "protocol",
-            "host",
-            "port",
-            "requireTlsSni",
-            "allowPrivateAddresses",
-        ],
-    )?;
-    let n = d.required("protocol")?;
-    if d.string("protocol", n)? != "tcp" {
-        return Err(at(&d.child("protocol"), n, "must be \"tcp\""));
-    }
-    let host_node = d.required("host")?;
-    let host = d.string("host", host_node)?;
-    let port_node = d.required("port")?;
-    let port = match &port_node.value {
-        Value::Number(n) => parse_port(n).ok_or_else(|| {
-            at(
-                &d.child("port"),
-                port_node,
-                format!(
-                    "must be a bare integer 1..65535 (no sign, fraction, exponent or leading zero), \
-                     found {n}"
-                ),
-            )
-        })?,
-        other => {
-            return Err(at(
-                &d.child("port"),
-                port_node,
-                format!("must be an integer 1..65535, found {}", other.type_name()),
-            ))
+fn network(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
+    let net = Object::new(place, node)?;
+    // `allow` is judged against the mode wherever the two stand; an invalid
+    // mode is refused at its own offset.
+    let names = ["none", "direct", "mediated"];
+    let mode_ahead = net.get("mode").and_then(|n| match &n.value {
+        Value::String(s) => NetworkMode::from_name(s),
+        _ => None,
+    });
+    let (mut mode, mut allow) = (None, None);
+    for (key, n) in net.members {
+        readable(n)?;
+        match key.as_ref() {
+            "mode" => mode = Some(net.choice("mode", n, NetworkMode::from_name, &names)?),
+            "allow" => {
+                if let Some(m @ (NetworkMode::None | NetworkMode::Direct)) = mode_ahead {
+                    return Err(at(
+                        &net.child("allow"),
+                        n,
+                        format!("\"allow\" is only allowed when mode is \"mediated\", not \"{m}\""),
+                    ));
+                }
+                let Value::Array(items) = &n.value else {
+                    return Err(at(
+                        &net.child("allow"),
+                        n,
+                        format!("expected an array, found {}", n.value.type_name()),
+                    ));
+                };
+                if items.is_empty() {
+                    return Err(at(
+                        &net.child("allow"),
+                        n,
+                        "must hold at least one destination",
+                    ));
+                }
+                for (i, item) in items.iter().enumerate() {
+                    destination(builder, Place::Index(&net.place, "allow", i), item)?;
+                }
+                let count = builder.destination_count();
+                if count > MAX_DESTINATIONS {
+                    return Err(limit_at(
+                        &net.child("allow"),
+                        n,
+                        format!(
+                            "{count} destinations after de-duplication; at most {MAX_DESTINATIONS} are allowed"
+                        ),
+                    ));
+                }
+                allow = Some(());
+            }
+            _ => return Err(net.unknown(key, n, &["mode", "allow"])),
         }
-    };
-    let sni = d.flag("requireTlsSni")?;
-    let private = d.flag("allowPrivateAddresses")?;
-    // Name the key that makes the host unacceptable: the grammar is the host's;
-    // an IPv4 literal is refused only because TLS SNI was demanded.
-    if host.len() > crate::host::MAX_HOST_LEN {
-        return Err(PolicyError::Argument(format!(
-            "{} (byte offset {}): invalid host of {} bytes: longer than 253 bytes",
-            d.child("host"),
-            host_node.offset,
-            host.len()
-        )));
     }
-    if let Err(e) = crate::host::classify_host(&host.to_ascii_lowercase()) {
-        return Err(in_context(&d.child("host"), host_node, e));
+    let mode = net.required("mode", mode)?;
+    if mode == NetworkMode::Mediated && allow.is_none() {
+        return Err(at(
+            &net.place,
+            node,
+            "mode \"mediated\" requires \"allow\" with 1 to 1024 destinations",
+        ));
     }
+    builder.set_network(mode);
+    Ok(())
+}
+
+fn destination(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Result<()> {
+    const KEYS: [&str; 5] = [
+        "protocol",
+        "host",
+        "port",
+        "requireTlsSni",
+        "allowPrivateAddresses",
+    ];
+    let d = Object::new(place, node)?;
+    let (mut protocol, mut host, mut port) = (None, None, None);
+    let (mut sni, mut private) = (false, false);
+    for (key, n) in d.members {
+        readable(n)?;
+        match key.as_ref() {
+            "protocol" => {
+                if d.string("protocol", n)? != "tcp" {
+                    return Err(at(&d.child("protocol"), n, "must be \"tcp\""));
+                }
+                protocol = Some(());
+            }
+            "host" => {
+                let s = d.string("host", n)?;
+                // The grammar is the host's own.
+                if s.len() > crate::host::MAX_HOST_LEN {
+                    return Err(PolicyError::Argument(format!(
+                        "{} (byte offset {}): invalid host of {} bytes: longer than 253 bytes",
+                        d.child("host"),
+                        n.offset,
+                        s.len()
+                    )));
+                }
+                crate::host::classify_host(&s.to_ascii_lowercase())
+                    .map_err(|e| in_context(&d.child("host"), n, e))?;
+                host = Some(s);
+            }
+            "port" => {
+                port = Some(match &n.value {
+                    Value::Number(text) => parse_port(text).ok_or_else(|| {
+                        at(
+                            &d.child("port"),
+                            n,
+                            format!(
+                                "must be a bare integer 1..65535 (no sign, fraction, exponent or leading zero), \
+                                 found {text}"
+                            ),
+                        )
+                    })?,
+                    other => {
+                        return Err(at(
+                            &d.child("port"),
+                            n,
+                            format!("must be an integer 1..65535, found {}", other.type_name()),
+                        ))
+                    }
+                })
+            }
+            "requireTlsSni" => {
+                sni = d.boolean("requireTlsSni", n)?;
+                // An IPv4 literal is refused only because TLS SNI is demanded:
+                // this key is the one named, wherever the host stands.
+                let literal = d.get("host").is_some_and(|h| match &h.value {
+                    Value::String(s) => matches!(
+                        crate::host::classify_host(&s.to_ascii_lowercase()),
+                        Ok(crate::host::HostKind::Ipv4Literal)
+                    ),
+                    _ => false,
+                });
+                if sni && literal {
+                    return Err(PolicyError::Argument(format!(
+                        "{} (byte offset {}): an IPv4 literal host cannot require TLS SNI",
+                        d.child("requireTlsSni"),
+                        n.offset
+                    )));
+                }
+            }
+            "allowPrivateAddresses" => private = d.boolean("allowPrivateAddresses", n)?,
+            _ => return Err(d.unknown(key, n, &KEYS)),
+        }
+    }
+    d.required("protocol", protocol)?;
+    let host = d.required("host", host)?;
+    let port = d.required("port", port)?;
     builder
         .add_destination(host, port, sni, private)
-        .map_err(|e| match d.get("requireTlsSni") {
-            Some(n) => in_context(&d.child("requireTlsSni"), n, e),
-            None => in_context(&d.place, node, e),
-        })?;
+        .map_err(|e| in_context(&d.place, node, e))?;
     Ok(())
 }
 
@@ -988,6 +1198,14 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The syntax error the reader stops at, whatever the schema says.
+    fn read_failure(src: &str) -> PolicyError {
+        parse_document(src.as_bytes())
+            .map(|(_, failure)| failure)
+            .unwrap_or_else(Some)
+            .unwrap_or_else(|| panic!("{src} reads as JSON"))
     }
 
     fn ok(src: &str) -> Mir {
@@ -1094,17 +1312,256 @@ mod tests {
         }
     }
 
+    /// Two refusals in one document: the one that stands first is reported,
+    /// whichever it is, and swapping them swaps the answer.
+    fn first_of_two(src: &str, class: ErrorClass, place: &str, marker: &str) {
+        let e = compile_source(src.as_bytes()).expect_err(src);
+        let offset = src
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker} not in {src}"));
+        assert_eq!(e.class(), class, "{e} for {src}");
+        assert!(
+            e.detail().contains(place) && e.detail().contains(&format!("offset {offset}")),
+            "{e} should name {place} at byte offset {offset} in {src}"
+        );
+    }
+
+    #[test]
+    fn the_first_refusal_in_document_order_is_reported() {
+        // Top level: a bad root mode before a bad format version, and after.
+        let src = r#"{"root":{"mode":"rw"},"formatVersion":4,"filesystem":{"default":"deny","rules":[]},"network":{"mode":"none"},"process":{"treeConfinement":"required"}}"#;
+        first_of_two(src, ErrorClass::Format, "root.mode", r#""rw""#);
+        let src = r#"{"formatVersion":4,"root":{"mode":"rw"},"filesystem":{"default":"deny","rules":[]},"network":{"mode":"none"},"process":{"treeConfinement":"required"}}"#;
+        first_of_two(src, ErrorClass::Format, "formatVersion", "4");
+        // A type error early, an unknown key late; and the other way round.
+        let rule_pair = |a: &str, b: &str| {
+            rule_doc(&format!(
+                r#"{{{a},{b},"path":{{"special":"minimal-runtime"}}}}"#
+            ))
+        };
+        first_of_two(
+            &rule_pair(r#""access":1"#, r#""bogus":1"#),
+            ErrorClass::Format,
+            "filesystem.rules[0].access",
+            r#"1,"bogus""#,
+        );
+        let src = rule_pair(r#""bogus":1"#, r#""access":1"#);
+        let e = compile_source(src.as_bytes()).unwrap_err();
+        assert!(e.detail().contains("unknown key \"bogus\""), "{e}");
+        // Two bad enum values in one rule.
+        first_of_two(
+            &rule_pair(r#""scope":"deep""#, r#""access":"all""#),
+            ErrorClass::Format,
+            "filesystem.rules[0].scope",
+            r#""deep""#,
+        );
+        first_of_two(
+            &rule_pair(r#""access":"all""#, r#""scope":"deep""#),
+            ErrorClass::Format,
+            "filesystem.rules[0].access",
+            r#""all""#,
+        );
+        // A bad path before a bad scope: the path is judged where it stands.
+        let src = rule_doc(
+            r#"{"access":"read","path":{"root":"workspace","relative":"a/../b"},"missing":"never"}"#,
+        );
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "filesystem.rules[0].path.relative",
+            r#""a/../b""#,
+        );
+        let src = rule_doc(
+            r#"{"access":"read","missing":"never","path":{"root":"workspace","relative":"a/../b"}}"#,
+        );
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "filesystem.rules[0].missing",
+            r#""never""#,
+        );
+        // A member's refusal comes before the object's missing key.
+        let src = rule_doc(r#"{"path":{"root":"nowhere"}}"#);
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "filesystem.rules[0].path.root",
+            r#""nowhere""#,
+        );
+        // An earlier rule before a later one.
+        let src = rule_doc(
+            r#"{"access":"x","path":{"special":"minimal-runtime"}},{"access":"read","path":{"absolute":"rel"}}"#,
+        );
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "filesystem.rules[0].access",
+            r#""x""#,
+        );
+        // Destinations: port before host, host before port.
+        let src = dest_doc(r#"{"port":0,"host":"-bad-","protocol":"tcp"}"#);
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "network.allow[0].port",
+            r#"0,"host""#,
+        );
+        let src = dest_doc(r#"{"host":"-bad-","port":0,"protocol":"tcp"}"#);
+        first_of_two(
+            &src,
+            ErrorClass::Argument,
+            "network.allow[0].host",
+            r#""-bad-""#,
+        );
+        // TLS SNI on an IPv4 literal is named at requireTlsSni, where it stands.
+        let src =
+            dest_doc(r#"{"requireTlsSni":true,"port":0,"host":"192.0.2.1","protocol":"tcp"}"#);
+        first_of_two(
+            &src,
+            ErrorClass::Argument,
+            "network.allow[0].requireTlsSni",
+            "true",
+        );
+        let src =
+            dest_doc(r#"{"port":0,"requireTlsSni":true,"host":"192.0.2.1","protocol":"tcp"}"#);
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "network.allow[0].port",
+            r#"0,"requireTlsSni""#,
+        );
+        // The filesystem before the network, and the other way round.
+        let bad_fs = r#""filesystem":{"default":"allow","rules":[]}"#;
+        let bad_net = r#""network":{"mode":"everything"}"#;
+        let tail = r#""process":{"treeConfinement":"required"},"root":{"mode":"read-only"}"#;
+        let src = format!(r#"{{"formatVersion":3,{bad_fs},{bad_net},{tail}}}"#);
+        first_of_two(&src, ErrorClass::Format, "filesystem.default", r#""allow""#);
+        let src = format!(r#"{{"formatVersion":3,{bad_net},{bad_fs},{tail}}}"#);
+        first_of_two(&src, ErrorClass::Format, "network.mode", r#""everything""#);
+    }
+
+    #[test]
+    fn a_schema_refusal_before_a_syntax_error_is_reported_first() {
+        // Unreadable after a bad value: the value is refused.
+        let src = MINIMAL.replace(r#""formatVersion":3"#, r#""formatVersion":4"#) + " trailing";
+        first_of_two(&src, ErrorClass::Format, "formatVersion", "4");
+        let src = r#"{"formatVersion":3,"filesystem":{"default":"allow","rules":[}"#;
+        first_of_two(src, ErrorClass::Format, "filesystem.default", r#""allow""#);
+        let src = r#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[}"#;
+        let e = compile_source(src.as_bytes()).unwrap_err();
+        let at = src.find("[}").unwrap() + 1;
+        assert!(
+            e.detail()
+                .contains(&format!("syntax error at byte offset {at}")),
+            "{e}"
+        );
+        // A syntax error before a schema refusal: the syntax error.
+        let src = r#"{"formatVersion" 3,"root":{"mode":"rw"}}"#;
+        let e = compile_source(src.as_bytes()).unwrap_err();
+        assert!(e.detail().contains("syntax error at byte offset 17"), "{e}");
+        // A duplicate key after a bad value, and before one.
+        let src = MINIMAL.replace(
+            r#""formatVersion":3"#,
+            r#""formatVersion":4,"formatVersion":3"#,
+        );
+        first_of_two(&src, ErrorClass::Format, "formatVersion", "4");
+        let src = MINIMAL.replace(r#""mode":"read-only""#, r#""mode":"read-only","mode":"rw""#);
+        let e = compile_source(src.as_bytes()).unwrap_err();
+        assert!(e.detail().contains("duplicate key \"mode\" in root"), "{e}");
+    }
+
+    #[test]
+    fn invalid_utf8_is_reported_where_it_stands() {
+        // A syntax error early, invalid UTF-8 late: the syntax error.
+        let mut src = br#"{"formatVersion" 3,"root":{"mode":""#.to_vec();
+        src.extend_from_slice(&[0xff]);
+        src.extend_from_slice(br#""}}"#);
+        let e = compile_source(&src).unwrap_err();
+        assert!(e.detail().contains("syntax error at byte offset 17"), "{e}");
+        // A schema refusal early, invalid UTF-8 late: the refusal.
+        let mut src = br#"{"formatVersion":4,"root":{"mode":""#.to_vec();
+        src.extend_from_slice(&[0xff]);
+        src.extend_from_slice(br#""}}"#);
+        let e = compile_source(&src).unwrap_err();
+        assert!(e.detail().contains("formatVersion (byte offset 17)"), "{e}");
+        // Invalid UTF-8 first: named at its own offset.
+        let mut src = br#"{"formatVersion":3,"root":{"mode":"a"#.to_vec();
+        src.extend_from_slice(&[0xc3]);
+        src.extend_from_slice(br#""},"x":1 2}"#);
+        let e = compile_source(&src).unwrap_err();
+        assert!(
+            e.detail()
+                .contains("invalid UTF-8 at byte offset 36 (byte 0xc3)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_rule_limit_is_reported_where_the_rules_end() {
+        let rules: Vec<String> = (0..4097)
+            .map(|i| format!(r#"{{"access":"read","path":{{"absolute":"/r{i}"}}}}"#))
+            .collect();
+        let fs = format!(
+            r#""filesystem":{{"default":"deny","rules":[{}]}}"#,
+            rules.join(",")
+        );
+        let bad_net = r#""network":{"mode":"everything"}"#;
+        let tail = r#""process":{"treeConfinement":"required"},"root":{"mode":"read-only"}"#;
+        let src = format!(r#"{{"formatVersion":3,{fs},{bad_net},{tail}}}"#);
+        first_of_two(&src, ErrorClass::Limit, "filesystem.rules", r#"[{"access""#);
+        let src = format!(r#"{{"formatVersion":3,{bad_net},{fs},{tail}}}"#);
+        first_of_two(&src, ErrorClass::Format, "network.mode", r#""everything""#);
+        // A bad rule after the 4,097th is still inside the array: it comes first.
+        let mut more = rules.clone();
+        more.push(r#"{"access":"x","path":{"absolute":"/z"}}"#.into());
+        let fs = format!(
+            r#""filesystem":{{"default":"deny","rules":[{}]}}"#,
+            more.join(",")
+        );
+        let src = format!(r#"{{"formatVersion":3,{fs},{tail},"network":{{"mode":"none"}}}}"#);
+        first_of_two(
+            &src,
+            ErrorClass::Format,
+            "filesystem.rules[4097].access",
+            r#""x""#,
+        );
+    }
+
     #[test]
     fn refuses_nesting_deeper_than_32() {
-        // Depth 32 inside an unknown key parses, then the key is refused (format);
-        // depth 33 is refused by the parser as a limit.
+        // The reader reads depth 32 and stops at depth 33 (a limit).
         let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         let src = MINIMAL.replacen('{', &format!("{{\"x\":{},", nest(31)), 1);
+        assert!(parse_document(src.as_bytes()).unwrap().1.is_none());
         refused(&src, ErrorClass::Format, "unknown key \"x\"");
         let src = MINIMAL.replacen('{', &format!("{{\"x\":{},", nest(32)), 1);
-        refused(&src, ErrorClass::Limit, "nesting deeper than 32");
+        let e = read_failure(&src);
+        assert_eq!(e.class(), ErrorClass::Limit, "{e}");
+        assert!(e.detail().contains("nesting deeper than 32"), "{e}");
+        // No schema position holds a container that deep, so the misplaced
+        // container is refused first, where it starts (document order).
+        refused(&src, ErrorClass::Format, "unknown key \"x\"");
+        let deep_rules = MINIMAL.replace(r#""rules":[]"#, &format!(r#""rules":[{}]"#, nest(40)));
+        let at = deep_rules.find("[[").unwrap() + 1;
+        refused(
+            &deep_rules,
+            ErrorClass::Format,
+            &format!("filesystem.rules[0] (byte offset {at}): expected an object, found an array"),
+        );
         let objects = format!("{}1{}", "{\"a\":".repeat(40), "}".repeat(40));
-        refused(&objects, ErrorClass::Limit, "nesting deeper than 32");
+        assert_eq!(read_failure(&objects).class(), ErrorClass::Limit);
+        refused(&objects, ErrorClass::Format, "unknown key \"a\"");
+        // Nesting far deeper than the stack could take is read no further.
+        let huge = MINIMAL.replace(
+            r#""rules":[]"#,
+            &format!(r#""rules":{}"#, "[".repeat(500_000)),
+        );
+        assert_eq!(read_failure(&huge).class(), ErrorClass::Limit);
+        refused(
+            &huge,
+            ErrorClass::Format,
+            "expected an object, found an array",
+        );
     }
 
     #[test]
@@ -1242,11 +1699,9 @@ mod tests {
             ErrorClass::Format,
             "filesystem.rules[0] at byte offset",
         );
-        refused(
-            &MINIMAL.replacen('{', r#"{"x":[1,null],"#, 1),
-            ErrorClass::Format,
-            "x[1] at byte offset",
-        );
+        // The reader names where a null is, under any key.
+        let e = read_failure(&MINIMAL.replacen('{', r#"{"x":[1,null],"#, 1));
+        assert!(e.detail().contains("x[1] at byte offset 8: null"), "{e}");
     }
 
     #[test]
@@ -1261,16 +1716,32 @@ mod tests {
 
     #[test]
     fn refuses_structural_syntax_errors() {
+        let r = r#"{"access":"read","path":{"special":"minimal-runtime"}}"#;
         for (src, why) in [
-            (r#"{"formatVersion" 3}"#, "expected ':'"),
-            (r#"{"formatVersion":3,}"#, "expected a string key"),
-            (r#"{"formatVersion":3 "x":1}"#, "expected ',' or '}'"),
-            (r#"{formatVersion:3}"#, "expected a string key"),
+            (r#"{"formatVersion" 3}"#.to_string(), "expected ':'"),
+            (
+                r#"{"formatVersion":3,}"#.to_string(),
+                "expected a string key",
+            ),
+            (
+                r#"{"formatVersion":3 "x":1}"#.to_string(),
+                "expected ',' or '}'",
+            ),
+            (r#"{formatVersion:3}"#.to_string(), "expected a string key"),
+            (rule_doc(&format!("{r} {r}")), "expected ',' or ']'"),
+            (rule_doc(&format!("{r},")), "expected a JSON value"),
+            (r#"{"formatVersion":}"#.to_string(), "expected a JSON value"),
+        ] {
+            refused(&src, ErrorClass::Format, why);
+        }
+        // The reader finds them under any key.
+        for (src, why) in [
             (r#"{"a":[1 2]}"#, "expected ',' or ']'"),
             (r#"{"a":[1,]}"#, "expected a JSON value"),
             (r#"{"a":}"#, "expected a JSON value"),
         ] {
-            refused(src, ErrorClass::Format, why);
+            let e = read_failure(src);
+            assert!(e.detail().contains(why), "{src}: {e}");
         }
     }
 
@@ -1370,13 +1841,13 @@ mod tests {
             ErrorClass::Format,
             "duplicate key \"formatVersion\"",
         );
-        // Duplicates are found in unknown objects too, and in large ones.
+        // The reader finds duplicates in unknown objects too, and in large
+        // ones (the schema then refuses the unknown key first).
         let many: String = (0..40).map(|i| format!("\"k{i}\":1,")).collect();
-        refused(
-            &MINIMAL.replacen('{', &format!("{{\"x\":{{{many}\"k39\":2}},"), 1),
-            ErrorClass::Format,
-            "duplicate key \"k39\" in x",
-        );
+        let src = MINIMAL.replacen('{', &format!("{{\"x\":{{{many}\"k39\":2}},"), 1);
+        let e = read_failure(&src);
+        assert!(e.detail().contains("duplicate key \"k39\" in x"), "{e}");
+        refused(&src, ErrorClass::Format, "unknown key \"x\"");
     }
 
     #[test]

@@ -144,13 +144,9 @@ fn path_verdict(root: u8, path: &[u8]) -> Verdict {
     if path.contains('\0') || path.split('/').any(|s| s == "..") {
         return Verdict::Format;
     }
+    // Minimal-runtime (1), workspace (2) and temp (3) paths are relative,
+    // host (4) paths absolute.
     let normal = match root {
-        1 => {
-            if !path.is_empty() {
-                return Verdict::Format;
-            }
-            true
-        }
         4 => {
             if !path.starts_with('/') {
                 return Verdict::Format;
@@ -496,9 +492,15 @@ fn named_field_mutations_get_their_class() {
             set(&flags, 22, &[4]),
             Some(Format),
         ),
+        // A minimal-runtime rule with a relative path is valid MIR.
         (
             "rule root minimal-runtime with a path",
             set(&flags, 22, &[1]),
+            None,
+        ),
+        (
+            "rule root minimal-runtime with an absolute path",
+            set(&set(&flags, 22, &[1]), 32, b"/sr"),
             Some(Format),
         ),
         ("rule root temp", set(&flags, 22, &[3]), None),
