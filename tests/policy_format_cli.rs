@@ -193,7 +193,7 @@ fn failed_compile_leaves_nothing_behind() {
     assert_eq!(std::fs::read(&old).unwrap(), b"old");
     assert_eq!(listing(dir.path()), vec!["bad.json", "old.mir"]);
 
-    // A rename that fails (the output is a non-empty directory) removes the temp file.
+    // An output that is a directory is refused before anything is written.
     let good = dir.path().join("good.json");
     std::fs::write(&good, vector("minimal", "source.json")).unwrap();
     let target = dir.path().join("taken");
@@ -204,7 +204,11 @@ fn failed_compile_leaves_nothing_behind() {
         &[&good, Path::new("--output"), &target],
     );
     assert_eq!(code(&o), 1, "{}", stdout(&o));
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("terra: argument: output ") && stderr(&o).contains("is a directory"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(
         listing(dir.path()),
         vec!["bad.json", "good.json", "old.mir", "taken"]

@@ -383,7 +383,8 @@ fn state_directory_during_the_run() {
 #[test]
 fn runtime_directory_falls_back_outside_the_grants() {
     // XDG_RUNTIME_DIR inside the workspace is visible to the box: skipped.
-    // The next candidates are /run/user/UID, then /dev/shm/terra-UID.
+    // The next candidate is /run/user/UID, then a fresh private directory
+    // /dev/shm/terra-run-UID-RANDOM (never a predictable name in /dev/shm).
     let uid = nix::unistd::geteuid().as_raw();
     let e = Env::new("runtimefallback");
     let inside = e.ws.join(".run");
@@ -402,7 +403,7 @@ fn runtime_directory_falls_back_outside_the_grants() {
     let runtime = if user_run.is_dir() {
         user_run.join("terra/runs").join(&run_id)
     } else if Path::new("/dev/shm").is_dir() {
-        PathBuf::from(format!("/dev/shm/terra-{uid}/runs")).join(&run_id)
+        fresh_runtime_dir_of(child.id(), uid)
     } else {
         // No memory file system to use: the state directory holds it all.
         runs[0].clone()
@@ -419,6 +420,32 @@ fn runtime_directory_falls_back_outside_the_grants() {
     } else {
         assert!(!runtime.exists(), "{} outlived the run", runtime.display());
     }
+}
+
+/// The fresh `/dev/shm/terra-run-UID-*` directory of the supervisor whose
+/// parent is the CLI `cli_pid`.
+fn fresh_runtime_dir_of(cli_pid: u32, uid: u32) -> PathBuf {
+    let prefix = format!("terra-run-{uid}-");
+    let found: Vec<PathBuf> = list(Path::new("/dev/shm"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .filter(|p| {
+            let pid = fs::read_to_string(p.join("supervisor.pid")).unwrap_or_default();
+            let stat = fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+            // pid (comm) state ppid ...
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned))
+                == Some(cli_pid.to_string())
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one fresh runtime directory: {found:?}");
+    let meta = fs::symlink_metadata(&found[0]).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(mode(&found[0]), 0o700);
+    found[0].clone()
 }
 
 #[test]
