@@ -321,6 +321,7 @@ impl OutDir {
         durable: bool,
     ) -> Result<(), OutError> {
         self.check(name, existing)?;
+        self.remove_stale(name);
         let io = |what: &str, p: &Path, e: io::Error| {
             OutError::Io(format!("cannot {what} {}: {e}", p.display()))
         };
@@ -361,10 +362,7 @@ impl OutDir {
     fn link_tmpfile(&self, file: &File, name: &OsStr, existing: Existing) -> Result<(), OutError> {
         let target: OsString = match existing {
             Existing::Refuse => name.to_os_string(),
-            Existing::ReplaceRegular => {
-                self.remove_stale(name);
-                self.temp_name(name)?
-            }
+            Existing::ReplaceRegular => self.temp_name(name)?,
         };
         let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(file));
         let linked = rustix::fs::linkat(
@@ -427,7 +425,6 @@ impl OutDir {
         existing: Existing,
         durable: bool,
     ) -> Result<(), OutError> {
-        self.remove_stale(name);
         let mut made = None;
         for _ in 0..16 {
             let tmp = self.temp_name(name)?;
@@ -673,20 +670,30 @@ mod tests {
             .unwrap()
             .file_type()
             .is_fifo());
-        // /dev/null is a character device: refused, whoever runs this.
-        let r = write_file(
-            Path::new("/dev/null"),
-            b"x",
-            0o600,
-            Follow::DirComponents,
-            Existing::ReplaceRegular,
-            false,
-        );
-        assert!(matches!(r, Err(OutError::NotRegular(_))), "{r:?}");
-        assert!(fs::symlink_metadata("/dev/null")
-            .unwrap()
-            .file_type()
-            .is_char_device());
+        // A character device (made here as root, like /dev/null: 1,3): refused, untouched.
+        if nix::unistd::geteuid().is_root() {
+            let dev = d.join("null");
+            nix::sys::stat::mknod(
+                &dev,
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                nix::sys::stat::makedev(1, 3),
+            )
+            .unwrap();
+            let r = write_file(
+                &dev,
+                b"x",
+                0o600,
+                Follow::Nothing,
+                Existing::ReplaceRegular,
+                false,
+            );
+            assert!(matches!(r, Err(OutError::NotRegular(_))), "{r:?}");
+            assert!(fs::symlink_metadata(&dev)
+                .unwrap()
+                .file_type()
+                .is_char_device());
+        }
         fs::remove_dir_all(&d).unwrap();
     }
 
@@ -775,6 +782,30 @@ mod tests {
         let dir = OutDir::open(&d, Follow::Nothing).unwrap();
         dir.remove_stale(OsStr::new("out.mir"));
         assert_eq!(names(&d), [live]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_named_fallback_never_clobbers_and_leaves_nothing() {
+        // What file systems without O_TMPFILE get.
+        let d = scratch("named");
+        let dir = OutDir::open(&d, Follow::Nothing).unwrap();
+        let m = Mode::from_raw_mode(0o600);
+        dir.write_named(OsStr::new("f"), b"one", m, Existing::Refuse, true)
+            .unwrap();
+        let r = dir.write_named(OsStr::new("f"), b"two", m, Existing::Refuse, false);
+        assert!(matches!(r, Err(OutError::Exists(_))), "{r:?}");
+        assert_eq!(fs::read(d.join("f")).unwrap(), b"one");
+        dir.write_named(
+            OsStr::new("f"),
+            b"three",
+            m,
+            Existing::ReplaceRegular,
+            false,
+        )
+        .unwrap();
+        assert_eq!(fs::read(d.join("f")).unwrap(), b"three");
+        assert_eq!(names(&d), ["f"]);
         fs::remove_dir_all(&d).unwrap();
     }
 
