@@ -309,6 +309,25 @@ impl OutDir {
         })
     }
 
+    /// Opens the existing regular file `name` for reading (never through a
+    /// symlink).
+    pub fn open_read(&self, name: &OsStr) -> Result<File, OutError> {
+        rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map(File::from)
+        .map_err(|e| {
+            OutError::Io(format!(
+                "cannot open {}: {}",
+                self.shown(name).display(),
+                errno_io(e)
+            ))
+        })
+    }
+
     /// Writes `bytes` as `name` atomically: a reader sees the old state or
     /// the complete file. `mode` is the new file's mode (before the umask);
     /// `durable` syncs the data and the directory.

@@ -235,6 +235,14 @@ impl RunDir {
         Ok((f, self.path.join(name)))
     }
 
+    /// Opens a file of the state directory for reading (a descriptor of its
+    /// own, which also reads what is appended later).
+    pub fn open_state_file_read(&self, name: &str) -> Result<File, String> {
+        self.state()?
+            .open_read(OsStr::new(name))
+            .map_err(|e| e.to_string())
+    }
+
     /// Writes an owner-only file in the runtime directory, atomically.
     pub fn write_runtime(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
         write_private(&self.runtime_dir, name, bytes)

@@ -728,6 +728,8 @@ struct Broker {
     handle: Option<RoleHandle>,
     /// The network receipt in the run's state directory.
     receipt: PathBuf,
+    /// The network receipt, opened for reading when it was created.
+    reader: Option<fs::File>,
     /// Exit status, whether it ended while the box ran, how.
     end: Option<(Option<i32>, bool, String)>,
 }
@@ -751,6 +753,8 @@ impl Broker {
         )
         .map_err(|e| format!("the fd 8 startup channel: {e}"))?;
         let (file, receipt) = dir.create_state_file("network.jsonl")?;
+        // Read back at the end through this descriptor, not by path.
+        let reader = dir.open_state_file_read("network.jsonl")?;
         // The broker gets no stdin/stdout of the run: /dev/null on 0 and 1,
         // stderr stays (its refusals are printed there).
         let null = fs::OpenOptions::new()
@@ -830,6 +834,7 @@ impl Broker {
                 pid,
                 handle: Some(role),
                 receipt,
+                reader: Some(reader),
                 end: None,
             },
             box_end,
@@ -946,38 +951,90 @@ impl Broker {
             s.broker_ended_during_run = *during;
             s.broker_ended = how.clone();
         }
-        let bytes = match fs::read(&self.receipt) {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(
-                    "cannot read the network receipt {}: {e}",
-                    self.receipt.display()
-                );
-                return s;
-            }
+        let Some(file) = self.reader.as_ref() else {
+            warn!(
+                "the network receipt {} was not opened",
+                self.receipt.display()
+            );
+            return s;
         };
-        s.receipt_sha256 = Some(terra_policy::digest::artifact_digest(&bytes));
-        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let v: serde_json::Value = match serde_json::from_slice(line) {
-                Ok(v) => v,
-                Err(_) => {
-                    s.unreadable_lines += 1;
-                    continue;
-                }
-            };
-            s.attempts += 1;
-            match v["verdict"].as_str() {
-                Some("allowed") => s.admitted += 1,
-                Some("refused") => {
-                    s.refused += 1;
-                    let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
-                    *s.refused_by_reason.entry(reason).or_default() += 1;
-                }
-                _ => s.unreadable_lines += 1,
-            }
+        if let Err(e) = count_network_receipt(file, &mut s) {
+            warn!(
+                "cannot read the network receipt {}: {e}",
+                self.receipt.display()
+            );
         }
         s
     }
+}
+
+/// Longest network receipt line read as one; a longer one counts as unreadable.
+const MAX_RECEIPT_LINE: usize = 64 << 10;
+
+/// Counts the network receipt line by line and hashes it, in memory bounded
+/// by [`MAX_RECEIPT_LINE`] whatever its size.
+fn count_network_receipt(file: &fs::File, s: &mut NetworkSummary) -> std::io::Result<()> {
+    use sha2::{Digest, Sha256};
+    use std::io::BufRead;
+    let mut hasher = Sha256::new();
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut overlong = false;
+        // One line, at most MAX_RECEIPT_LINE bytes kept.
+        let ended = loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break line.is_empty() && !overlong;
+            }
+            let (chunk, found) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (&buf[..=i], true),
+                None => (buf, false),
+            };
+            hasher.update(chunk);
+            if line.len() + chunk.len() <= MAX_RECEIPT_LINE + 1 {
+                line.extend_from_slice(chunk);
+            } else {
+                overlong = true;
+            }
+            let n = chunk.len();
+            reader.consume(n);
+            if found {
+                break false;
+            }
+        };
+        if ended {
+            break;
+        }
+        if overlong {
+            s.unreadable_lines += 1;
+            continue;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = match serde_json::from_slice(text) {
+            Ok(v) => v,
+            Err(_) => {
+                s.unreadable_lines += 1;
+                continue;
+            }
+        };
+        s.attempts += 1;
+        match v["verdict"].as_str() {
+            Some("allowed") => s.admitted += 1,
+            Some("refused") => {
+                s.refused += 1;
+                let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+                *s.refused_by_reason.entry(reason).or_default() += 1;
+            }
+            _ => s.unreadable_lines += 1,
+        }
+    }
+    s.receipt_sha256 = Some(crate::request::hex(&hasher.finalize()));
+    Ok(())
 }
 
 /// An exit status in words (128+N: killed by signal N, as `RoleHandle::wait` reports it).
@@ -990,5 +1047,61 @@ fn status_words(code: i32) -> String {
         }
     } else {
         format!("exited with status {code}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, Write};
+
+    fn counted(bytes: &[u8]) -> NetworkSummary {
+        let mut f = tempfile_in_tmp();
+        f.write_all(bytes).unwrap();
+        f.rewind().unwrap();
+        let mut s = NetworkSummary::default();
+        count_network_receipt(&f, &mut s).unwrap();
+        s
+    }
+
+    fn tempfile_in_tmp() -> fs::File {
+        let d = OutDir::open(&std::env::temp_dir(), Follow::DirComponents).unwrap();
+        let fd = rustix::fs::openat(
+            d.fd(),
+            ".",
+            rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        fs::File::from(fd)
+    }
+
+    #[test]
+    fn network_receipt_counts_and_digest() {
+        let text = b"{\"verdict\":\"allowed\"}\n{\"verdict\":\"refused\",\"reason\":\"not-allowed\"}\nnot json\n\n";
+        let s = counted(text);
+        assert_eq!(
+            (s.attempts, s.admitted, s.refused, s.unreadable_lines),
+            (2, 1, 1, 1)
+        );
+        assert_eq!(s.refused_by_reason.get("not-allowed"), Some(&1));
+        assert_eq!(
+            s.receipt_sha256.as_deref(),
+            Some(terra_policy::digest::artifact_digest(text).as_str())
+        );
+        // A last line without a newline counts too.
+        assert_eq!(counted(b"{\"verdict\":\"allowed\"}").admitted, 1);
+    }
+
+    #[test]
+    fn an_overlong_line_is_unreadable_not_buffered() {
+        let mut text = vec![b'x'; MAX_RECEIPT_LINE * 3];
+        text.extend_from_slice(b"\n{\"verdict\":\"allowed\"}\n");
+        let s = counted(&text);
+        assert_eq!((s.attempts, s.admitted, s.unreadable_lines), (1, 1, 1));
+        assert_eq!(
+            s.receipt_sha256.as_deref(),
+            Some(terra_policy::digest::artifact_digest(&text).as_str())
+        );
     }
 }
