@@ -356,7 +356,13 @@ impl OutDir {
                 file.write_all(bytes)
                     .and_then(|_| if durable { file.sync_all() } else { Ok(()) })
                     .map_err(|e| io("write", &self.shown(name), e))?;
-                self.link_tmpfile(&file, name, existing)?;
+                if !self.link_tmpfile(&file, name, existing)? {
+                    // The anonymous file cannot be linked here (no /proc and
+                    // no CAP_DAC_READ_SEARCH for AT_EMPTY_PATH): it goes with
+                    // its descriptor; a named temporary file instead.
+                    drop(file);
+                    self.write_named(name, bytes, mode, existing, durable)?;
+                }
             }
             // No O_TMPFILE on this file system (or kernel): a named temporary file.
             Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL | Errno::NOENT) => {
@@ -378,7 +384,13 @@ impl OutDir {
     }
 
     /// Gives the anonymous file `file` the name `name` (see the module doc).
-    fn link_tmpfile(&self, file: &File, name: &OsStr, existing: Existing) -> Result<(), OutError> {
+    /// Ok(false): it could not be linked at all (the caller falls back).
+    fn link_tmpfile(
+        &self,
+        file: &File,
+        name: &OsStr,
+        existing: Existing,
+    ) -> Result<bool, OutError> {
         let target: OsString = match existing {
             Existing::Refuse => name.to_os_string(),
             Existing::ReplaceRegular => self.temp_name(name)?,
@@ -395,18 +407,12 @@ impl OutDir {
         match linked {
             Ok(()) => {}
             Err(Errno::EXIST) if existing == Existing::Refuse => return Err(self.appeared(name)),
-            Err(e) => {
-                return Err(OutError::Io(format!(
-                    "cannot create {}: {}",
-                    self.shown(&target).display(),
-                    errno_io(e)
-                )))
-            }
+            Err(_) => return Ok(false),
         }
         if existing == Existing::ReplaceRegular {
             self.rename_over(&target, name)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Renames the temporary `tmp` over `name` after checking `name` once

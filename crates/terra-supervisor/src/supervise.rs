@@ -210,7 +210,12 @@ impl ReceiptOut {
         let (dir, name) = split_output(path).map_err(|e| shown(&e))?;
         let dir = OutDir::open(&dir, Follow::Nothing).map_err(|e| shown(&e))?;
         dir.check(&name, Existing::ReplaceRegular)
-            .map_err(|e| shown(&e))?;
+            .map_err(|e| match e {
+                crate::files::OutError::NotRegular(m) => {
+                    shown(&format!("{m} (`--receipt -` writes it to standard output)"))
+                }
+                e => shown(&e),
+            })?;
         Ok(ReceiptOut::File(dir, name))
     }
 
