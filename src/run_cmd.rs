@@ -82,7 +82,9 @@ pub struct RunArgs {
     /// SIGTERM, then SIGKILL of the whole box 2 s later.
     #[arg(long, value_name = "DURATION")]
     timeout: Option<String>,
-    /// Also write the run's receipt (JSON) to FILE.
+    /// Also write the run's receipt (JSON) to FILE (`-`: standard output, after
+    /// the workload's output). FILE must be absent or a regular file (replaced);
+    /// no component of its path may be a symlink.
     #[arg(long, value_name = "FILE")]
     receipt: Option<PathBuf>,
     /// Keep the run's private temp directory (its path is in the receipt).
@@ -225,9 +227,18 @@ fn prepare(args: &RunArgs) -> Result<Prepared, String> {
             .map(parse_duration)
             .transpose()?
             .map(|d| d.as_millis() as u64);
-        let receipt = args.receipt.as_ref().map(|r| absolute_lexical(r, &cwd));
+        // `-` is standard output; the supervisor opens the receipt's
+        // directory and checks the name before the box starts.
+        let receipt = args.receipt.as_ref().map(|r| {
+            if r.as_os_str() == "-" {
+                r.clone()
+            } else {
+                absolute_lexical(r, &cwd)
+            }
+        });
         let request = RunRequest {
             version: REQUEST_VERSION,
+            parent_pid: std::process::id() as i32,
             backend: "linux".into(),
             mir_hex: hex(mir.bytes()),
             decision_digest: mir.decision_digest(),
@@ -275,7 +286,8 @@ fn load_policy(
                         .into(),
                 );
             }
-            let bytes = fs::read(p).map_err(|e| format!("--policy {}: {e}", p.display()))?;
+            let bytes = terra_supervisor::files::read_capped(p, crate::policy_cmd::MAX_INPUT_LEN)
+                .map_err(|e| format!("--policy: {e}"))?;
             let (mir, format) = if bytes.starts_with(b"MMIR") {
                 (
                     Mir::decode(&bytes).map_err(|e| format!("--policy {}: {e}", p.display()))?,
@@ -785,9 +797,7 @@ fn start_supervisor(req: &RunRequest) -> Result<u8, String> {
     cmd.args(log_level_args())
         .arg("__supervisor")
         .arg("--request-fd")
-        .arg(rd.as_raw_fd().to_string())
-        .arg("--parent-pid")
-        .arg(std::process::id().to_string());
+        .arg(rd.as_raw_fd().to_string());
     let tty = ForegroundTty::detect();
     if tty.is_none() {
         cmd.process_group(0);

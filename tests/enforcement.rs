@@ -842,6 +842,29 @@ fn receipt_inside_genuine(fx: &mut Fx) -> Option<String> {
     receipt_is_genuine(fx, &p)
 }
 
+/// `--receipt` in a directory of the workspace, which the box may replace.
+fn receipt_in_workspace_dir(fx: &mut Fx) {
+    fs::create_dir_all(fx.ws.join("rcpt")).unwrap();
+    let p = fx.ws.join("rcpt/receipt.json");
+    fx.terra_args
+        .extend(["--receipt".into(), p.display().to_string()]);
+    fx.env("RECEIPT", p.display().to_string());
+}
+
+/// Nothing was written through the symlink the box left, and the receipt is
+/// in the directory terra opened before the run (now `rcpt.orig`).
+fn receipt_not_redirected(fx: &mut Fx) -> Option<String> {
+    let outside = fx.out.join("receipt.json");
+    if outside.exists() {
+        return Some(format!(
+            "terra wrote {} through the box's symlink",
+            outside.display()
+        ));
+    }
+    let p = fx.ws.join("rcpt.orig/receipt.json");
+    receipt_is_genuine(fx, &p)
+}
+
 fn pty(fx: &mut Fx) {
     fx.pty = true;
 }
@@ -1155,6 +1178,24 @@ probes! {
         attack: r#"try sh -c 'echo "{}" > "$RECEIPT"'; try test -e "$(dirname "$RECEIPT")"; blocked"#,
         twin: r#"need true; ok"#,
         after: Some(receipt_outside_genuine),
+    };
+    // The box replaces the receipt's directory with a symlink to a directory
+    // outside every grant; terra writes the receipt after the box is gone,
+    // with the caller's rights.
+    receipt_dir_swapped_for_symlink, receipt_dir_swapped_for_symlink_twin => Probe {
+        setup: receipt_in_workspace_dir,
+        attack: r#"if mv "$WS/rcpt" "$WS/rcpt.orig" && ln -s "$OUT" "$WS/rcpt"; then blocked; fi; echo "TERRA-PROBE-FAILED: the directory was not swapped""#,
+        twin: r#"need test -d "$WS/rcpt"; ok"#,
+        after: Some(receipt_not_redirected),
+    };
+    // The box pre-creates the temporary names terra would use for the
+    // receipt (from the CLI's pid, which must not be on init's command line)
+    // and forges the receipt: terra must still write the genuine one.
+    receipt_predictable_temp_names, receipt_predictable_temp_names_twin => Probe {
+        setup: receipt_inside,
+        attack: r#"cmd=$(tr '\0' ' ' </proc/1/cmdline); case "$cmd" in *--parent-pid*) echo "TERRA-PROBE-ESCAPED: the CLI's pid is on init's command line: $cmd"; esc=1;; esac; p=$(echo "$cmd" | sed -n 's/.*--parent-pid \([0-9]*\).*/\1/p'); p=${p:-2}; n=$p; while [ "$n" -lt $((p + 300)) ]; do : > "$WS/.receipt.json.tmp-$n"; : > "$WS/.receipt.json.terra-tmp-$n-0"; n=$((n + 1)); done; echo '{"decisionDigest":"forged","outcome":{"exitCode":0}}' > "$RECEIPT"; blocked"#,
+        twin: r#"need true; ok"#,
+        after: Some(receipt_inside_genuine),
     };
     receipt_in_workspace_forgery, receipt_in_workspace_forgery_twin => Probe {
         setup: receipt_inside,

@@ -193,7 +193,7 @@ fn failed_compile_leaves_nothing_behind() {
     assert_eq!(std::fs::read(&old).unwrap(), b"old");
     assert_eq!(listing(dir.path()), vec!["bad.json", "old.mir"]);
 
-    // A rename that fails (the output is a non-empty directory) removes the temp file.
+    // An output that is a directory is refused before anything is written.
     let good = dir.path().join("good.json");
     std::fs::write(&good, vector("minimal", "source.json")).unwrap();
     let target = dir.path().join("taken");
@@ -204,7 +204,11 @@ fn failed_compile_leaves_nothing_behind() {
         &[&good, Path::new("--output"), &target],
     );
     assert_eq!(code(&o), 1, "{}", stdout(&o));
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("terra: argument: output ") && stderr(&o).contains("is a directory"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(
         listing(dir.path()),
         vec!["bad.json", "good.json", "old.mir", "taken"]
@@ -724,4 +728,129 @@ fn compile_reports_the_first_of_two_refusals() {
         );
         assert!(!out.exists());
     }
+}
+
+/// Whoever runs the suite can make a character device only as root.
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[test]
+fn compile_output_is_never_a_symlink_fifo_or_device() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("p.json");
+    std::fs::write(&src, vector("minimal", "source.json")).unwrap();
+    // A symlink to a file (as /dev/stdout is a symlink): neither the link
+    // nor its target changes.
+    let target = dir.path().join("target");
+    std::fs::write(&target, b"keep").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    // A FIFO: refused before anything opens it (a reader-less FIFO would
+    // block an open for writing forever).
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut outputs = vec![(link.clone(), "a symlink"), (fifo.clone(), "a FIFO")];
+    // A character device of our own (the same node as /dev/null), as root.
+    let dev = dir.path().join("null");
+    if is_root() {
+        nix::sys::stat::mknod(
+            &dev,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+        outputs.push((dev.clone(), "a character device"));
+    }
+    for (out, kind) in &outputs {
+        for replace in [false, true] {
+            let mut args = vec!["policy", "compile"];
+            if replace {
+                args.push("--replace");
+            }
+            let o = terra_p(&args, &[&src, Path::new("--output"), out]);
+            assert_eq!(
+                code(&o),
+                1,
+                "{} replace={replace}: {}",
+                out.display(),
+                stderr(&o)
+            );
+            assert!(
+                stderr(&o).contains(kind) && stderr(&o).contains("regular files only"),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    if is_root() {
+        assert!(std::fs::symlink_metadata(&dev)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+    let mut expected = vec!["fifo", "link", "p.json", "target"];
+    if is_root() {
+        expected.insert(2, "null");
+    }
+    assert_eq!(listing(dir.path()), expected, "no temporary file left");
+}
+
+#[test]
+fn compile_removes_temporary_files_of_killed_compiles() {
+    // A compile killed before it finished (the naming of earlier versions,
+    // `.out.mir.terra-tmp-PID-0`, of a pid that no longer runs) leaves a
+    // partial file; the next compile into that directory removes it, and
+    // leaves none of its own (the output is written as an anonymous file and
+    // linked into place, so it has no name until it is complete).
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("p.json");
+    std::fs::write(&src, vector("minimal", "source.json")).unwrap();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = format!(".out.mir.terra-tmp-{dead}-0");
+    std::fs::write(dir.path().join(&stale), b"MMIR partial").unwrap();
+    let out = dir.path().join("out.mir");
+    for args in [
+        &["policy", "compile"][..],
+        &["policy", "compile", "--replace"][..],
+    ] {
+        let o = terra_p(args, &[&src, Path::new("--output"), &out]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert_eq!(listing(dir.path()), vec!["out.mir", "p.json"]);
+        std::fs::write(dir.path().join(&stale), b"MMIR partial").unwrap();
+    }
+}
+
+#[test]
+fn endless_inputs_are_refused_at_the_limit() {
+    // /dev/zero and a FIFO fed forever: refused once 1 MiB + 1 byte was read.
+    let o = terra(&[
+        "policy",
+        "compile",
+        "/dev/zero",
+        "--output",
+        "/nonexistent/x",
+    ]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).starts_with("terra: limit: /dev/zero is more than 1048576 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    let o = terra(&["policy", "validate", "/dev/zero"]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("1 MiB"), "{}", stderr(&o));
 }

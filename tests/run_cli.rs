@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[allow(dead_code)]
+mod common;
+
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// A workspace, a state directory and a home, removed at drop.
@@ -383,7 +386,8 @@ fn state_directory_during_the_run() {
 #[test]
 fn runtime_directory_falls_back_outside_the_grants() {
     // XDG_RUNTIME_DIR inside the workspace is visible to the box: skipped.
-    // The next candidates are /run/user/UID, then /dev/shm/terra-UID.
+    // The next candidate is /run/user/UID, then a fresh private directory
+    // /dev/shm/terra-run-UID-RANDOM (never a predictable name in /dev/shm).
     let uid = nix::unistd::geteuid().as_raw();
     let e = Env::new("runtimefallback");
     let inside = e.ws.join(".run");
@@ -402,7 +406,7 @@ fn runtime_directory_falls_back_outside_the_grants() {
     let runtime = if user_run.is_dir() {
         user_run.join("terra/runs").join(&run_id)
     } else if Path::new("/dev/shm").is_dir() {
-        PathBuf::from(format!("/dev/shm/terra-{uid}/runs")).join(&run_id)
+        fresh_runtime_dir_of(child.id(), uid)
     } else {
         // No memory file system to use: the state directory holds it all.
         runs[0].clone()
@@ -419,6 +423,32 @@ fn runtime_directory_falls_back_outside_the_grants() {
     } else {
         assert!(!runtime.exists(), "{} outlived the run", runtime.display());
     }
+}
+
+/// The fresh `/dev/shm/terra-run-UID-*` directory of the supervisor whose
+/// parent is the CLI `cli_pid`.
+fn fresh_runtime_dir_of(cli_pid: u32, uid: u32) -> PathBuf {
+    let prefix = format!("terra-run-{uid}-");
+    let found: Vec<PathBuf> = list(Path::new("/dev/shm"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .filter(|p| {
+            let pid = fs::read_to_string(p.join("supervisor.pid")).unwrap_or_default();
+            let stat = fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+            // pid (comm) state ppid ...
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned))
+                == Some(cli_pid.to_string())
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one fresh runtime directory: {found:?}");
+    let meta = fs::symlink_metadata(&found[0]).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(mode(&found[0]), 0o700);
+    found[0].clone()
 }
 
 #[test]
@@ -970,4 +1000,257 @@ fn terminal_input_and_ctrl_c_reach_the_workload_once() {
         text.contains("count 1\n"),
         "Ctrl-C must reach the workload exactly once:\n{text}"
     );
+}
+
+// ------------------------------------------------------------ outputs and inputs
+
+/// A character device of the test's own (the node of /dev/null), as root.
+fn own_char_device(p: &Path) {
+    nix::sys::stat::mknod(
+        p,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+}
+
+#[test]
+fn receipt_is_never_a_symlink_fifo_or_device() {
+    use std::os::unix::fs::FileTypeExt;
+    let e = Env::new("receiptkinds");
+    // A symlink to a file (like /dev/stdout), a FIFO without a reader (an
+    // open for writing would block forever), and a device node (as root).
+    let target = e.root.join("target");
+    fs::write(&target, b"keep").unwrap();
+    let link = e.root.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let fifo = e.root.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut outputs = vec![(link.clone(), "a symlink"), (fifo.clone(), "a FIFO")];
+    let dev = e.root.join("null");
+    if nix::unistd::geteuid().is_root() {
+        own_char_device(&dev);
+        outputs.push((dev.clone(), "a character device"));
+    }
+    for (out, kind) in &outputs {
+        let o = e.run(&[
+            "run",
+            "--receipt",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "touch ran",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(125),
+            "{}: {}",
+            out.display(),
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains("--receipt") && stderr(&o).contains(kind),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!e.ws.join("ran").exists(), "the workload ran");
+    }
+    assert_eq!(fs::read(&target).unwrap(), b"keep");
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    if nix::unistd::geteuid().is_root() {
+        assert!(fs::symlink_metadata(&dev)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+}
+
+#[test]
+fn receipt_dash_goes_to_standard_output_after_the_workload() {
+    let e = Env::new("receiptdash");
+    let o = e.run(&[
+        "run",
+        "--receipt",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        "echo from-the-workload",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let rest = out
+        .strip_prefix("from-the-workload\n")
+        .unwrap_or_else(|| panic!("the workload's output comes first: {out}"));
+    let printed: Value = serde_json::from_str(rest).unwrap();
+    assert_eq!(printed, e.only_receipt());
+    assert!(!e.ws.join("-").exists(), "a file named - was written");
+}
+
+#[test]
+fn receipt_that_cannot_be_written_refuses_the_run() {
+    // Checked before the workload starts: its directory does not exist.
+    let e = Env::new("receiptmissing");
+    let missing = e.root.join("no-such-dir/receipt.json");
+    let o = e.run(&[
+        "run",
+        "--receipt",
+        missing.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "touch ran",
+    ]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--receipt"), "{}", stderr(&o));
+    assert!(!e.ws.join("ran").exists(), "the workload ran");
+    // A symlink on the way to the receipt is refused too (the box could
+    // have made it), naming the symlink.
+    fs::create_dir(e.root.join("real")).unwrap();
+    std::os::unix::fs::symlink(e.root.join("real"), e.root.join("via")).unwrap();
+    let via = e.root.join("via/receipt.json");
+    let o = e.run(&["run", "--receipt", via.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a symlink"), "{}", stderr(&o));
+    assert!(list(&e.root.join("real")).is_empty());
+}
+
+#[test]
+fn receipt_ignores_prepared_temporary_names() {
+    // Everything the old naming could have produced for this run
+    // (`.receipt.json.tmp-PID` from the CLI's pid on) is taken before the
+    // supervisor writes, and a forged receipt waits there: the genuine
+    // receipt replaces it.
+    let e = Env::new("receipttemps");
+    let dest = e.ws.join("receipt.json");
+    let mut child = start_held(e.cmd(), &["--receipt", dest.to_str().unwrap()]);
+    let cli = child.id();
+    for pid in cli..cli + 300 {
+        fs::write(e.ws.join(format!(".receipt.json.tmp-{pid}")), b"").unwrap();
+    }
+    fs::write(&dest, br#"{"decisionDigest":"forged"}"#).unwrap();
+    drop(child.stdin.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let written: Value = serde_json::from_slice(&fs::read(&dest).unwrap()).unwrap();
+    assert_eq!(written, e.only_receipt(), "the receipt is the run's own");
+}
+
+/// `terra run --policy P -- true` under a 2 GiB address-space limit.
+fn run_with_policy_limited(e: &Env, policy: &Path) -> Output {
+    let mut c = e.cmd();
+    c.arg("-c")
+        .arg("ulimit -v 2097152 && exec \"$0\" run --policy \"$1\" -- true")
+        .arg(env!("CARGO_BIN_EXE_terra"))
+        .arg(policy);
+    let mut sh = Command::new("/bin/sh");
+    sh.args(c.get_args());
+    sh.env_clear();
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            sh.env(k, v);
+        }
+    }
+    sh.current_dir(&e.ws).stdin(Stdio::null());
+    bounded(sh)
+}
+
+#[test]
+fn endless_policy_inputs_are_refused_at_the_limit() {
+    let e = Env::new("endless");
+    let o = run_with_policy_limited(&e, Path::new("/dev/zero"));
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("/dev/zero is more than 1048576 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    // A FIFO that a writer feeds forever.
+    let fifo = e.root.join("policy.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let feeder_path = fifo.clone();
+    let feeder = std::thread::spawn(move || {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&feeder_path)
+            .unwrap();
+        let block = vec![b' '; 65536];
+        // Ends when the reader closes its end (EPIPE).
+        while f.write_all(&block).is_ok() {}
+    });
+    let o = run_with_policy_limited(&e, &fifo);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is more than 1048576 bytes"),
+        "{}",
+        stderr(&o)
+    );
+    feeder.join().unwrap();
+}
+
+#[test]
+fn state_directory_squatted_in_tmp_falls_back_to_a_fresh_one() {
+    // Another user made the predictable /tmp/terra-65534 (and its /dev/shm
+    // twin) first; a run as 65534 without a home or XDG directories still
+    // works, and says where its state went.
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "state_directory_squatted_in_tmp_falls_back_to_a_fresh_one: needs root (skipped)"
+        );
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const SQUATTER: u32 = 4242;
+    let squats = [
+        PathBuf::from("/tmp/terra-65534"),
+        PathBuf::from("/dev/shm/terra-65534"),
+    ];
+    for d in &squats {
+        let _ = fs::remove_dir_all(d);
+        if d.parent().is_some_and(Path::is_dir) {
+            fs::create_dir(d).unwrap();
+            fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(d, Some(SQUATTER), Some(SQUATTER)).unwrap();
+        }
+    }
+    let bin = common::world_readable_terra("terra-runcli-bin-");
+    let ws = PathBuf::from(format!("/tmp/terra-runcli-{}-squat-ws", std::process::id()));
+    let _ = fs::remove_dir_all(&ws);
+    fs::create_dir(&ws).unwrap();
+    std::os::unix::fs::chown(&ws, Some(common::NOBODY), Some(common::NOBODY)).unwrap();
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["run", "--", "sh", "-c", "echo ran"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    let o = bounded(c);
+    let err = stderr(&o);
+    for d in &squats {
+        let _ = fs::remove_dir_all(d);
+    }
+    let _ = fs::remove_dir_all(&ws);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(stdout(&o), "ran\n");
+    let fresh = err
+        .split("fresh private directory ")
+        .nth(1)
+        .and_then(|s| s.lines().next())
+        .map(|s| PathBuf::from(s.trim()))
+        .unwrap_or_else(|| panic!("terra did not say where the state went: {err}"));
+    assert!(fresh.starts_with("/tmp"), "{}", fresh.display());
+    let meta = fs::symlink_metadata(&fresh).unwrap();
+    assert!(meta.is_dir() && meta.uid() == common::NOBODY && meta.mode() & 0o777 == 0o700);
+    let receipt: Value =
+        serde_json::from_slice(&fs::read(fresh.join("receipt.json")).unwrap()).unwrap();
+    assert_eq!(receipt["outcome"]["exitCode"], 0);
+    fs::remove_dir_all(&fresh).unwrap();
 }

@@ -5,8 +5,7 @@
 //! `terra: <class>: <message>`; with `--json` an object with `ok`, `class` and
 //! `message` also goes to stdout.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -16,17 +15,16 @@ use terra_policy::{ErrorClass, Mir, PolicyError};
 
 use super::{EXIT_FAILURE, EXIT_OK, EXIT_VIOLATIONS};
 
-/// Largest input file any format command reads (source, MIR or artifact).
-const MAX_INPUT_LEN: u64 = 1 << 20;
-
 #[derive(Debug, Subcommand)]
 pub enum FormatCommand {
     /// Compile a JSON source v3 policy into canonical MIR v3 bytes.
     ///
-    /// The output is written atomically: a temporary file in the output's
-    /// directory is written, flushed to disk and renamed over OUTPUT. An
-    /// existing OUTPUT is only replaced with --replace. On any failure nothing
-    /// is left behind. Prints the decision digest.
+    /// The output is written atomically: an anonymous file in the output's
+    /// directory is written, flushed to disk and linked as OUTPUT. An
+    /// existing OUTPUT is only replaced with --replace, and only when it is a
+    /// regular file (a symlink, FIFO or device there is refused, untouched).
+    /// On any failure, or when killed, nothing is left behind. Prints the
+    /// decision digest.
     Compile(CompileArgs),
     /// Check that FILE is canonical MIR v3.
     ///
@@ -146,46 +144,9 @@ fn print_json(v: &Value) {
     let _ = out.write_all(b"\n");
 }
 
-fn io_error(what: &str, path: &Path, e: &io::Error) -> PolicyError {
-    PolicyError::Io(format!("{what} {}: {e}", path.display()))
-}
-
-/// Reads at most 1 MiB: the metadata length is checked first, then the read
-/// is capped, so a file that grows in between is refused too. `too_big` makes
-/// the refusal (its class depends on what the file is).
-fn read_capped(path: &Path, too_big: fn(String) -> PolicyError) -> Result<Vec<u8>, PolicyError> {
-    let file = File::open(path).map_err(|e| io_error("cannot open", path, &e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| io_error("cannot stat", path, &e))?;
-    if meta.is_dir() {
-        return Err(PolicyError::Io(format!(
-            "{} is a directory",
-            path.display()
-        )));
-    }
-    let refuse = |len: String| {
-        too_big(format!(
-            "{} is {len} bytes; at most {MAX_INPUT_LEN} (1 MiB) are read",
-            path.display()
-        ))
-    };
-    if meta.len() > MAX_INPUT_LEN {
-        return Err(refuse(meta.len().to_string()));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_INPUT_LEN + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| io_error("cannot read", path, &e))?;
-    if bytes.len() as u64 > MAX_INPUT_LEN {
-        return Err(refuse("more than 1048576".into()));
-    }
-    Ok(bytes)
-}
-
 /// A MIR file: an oversized one is structural damage (format, spec section 2).
 fn read_mir(path: &Path) -> Result<Mir, PolicyError> {
-    let bytes = read_capped(path, PolicyError::Format)?;
+    let bytes = super::read_input(path, PolicyError::Format)?;
     Mir::decode(&bytes)
 }
 
@@ -194,12 +155,9 @@ fn sha(hex: &str) -> String {
 }
 
 fn compile(a: &CompileArgs) -> CmdResult {
-    let source = read_capped(&a.source, PolicyError::Limit)?;
+    let source = super::read_input(&a.source, PolicyError::Limit)?;
     let mir = terra_policy::compile_source(&source)?;
-    if !a.replace && fs::symlink_metadata(&a.output).is_ok() {
-        return Err(exists(&a.output).into());
-    }
-    write_atomically(&a.output, mir.bytes(), a.replace)?;
+    super::write_output(&a.output, mir.bytes(), a.replace)?;
     let digest = sha(&mir.decision_digest());
     if a.json.json {
         print_json(&json!({
@@ -223,83 +181,6 @@ fn compile(a: &CompileArgs) -> CmdResult {
         println!("decision digest {digest}");
     }
     Ok(())
-}
-
-fn exists(path: &Path) -> PolicyError {
-    PolicyError::Argument(format!(
-        "{} already exists; pass --replace to replace it",
-        path.display()
-    ))
-}
-
-/// Writes `bytes` to a fresh temporary file beside `output`, syncs it, then
-/// renames it into place (or, without `replace`, links it so an existing file
-/// is never clobbered). The temporary file is removed on every failure.
-fn write_atomically(output: &Path, bytes: &[u8], replace: bool) -> Result<(), PolicyError> {
-    let name = output.file_name().ok_or_else(|| {
-        PolicyError::Argument(format!("output {} names no file", output.display()))
-    })?;
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp = None;
-    for attempt in 0..100u32 {
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".terra-tmp-{}-{attempt}", std::process::id()));
-        let path = dir.join(tmp_name);
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(f) => {
-                tmp = Some((path, f));
-                break;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io_error("cannot create a temporary file in", &dir, &e)),
-        }
-    }
-    let Some((tmp_path, mut file)) = tmp else {
-        return Err(PolicyError::Io(format!(
-            "cannot create a temporary file in {}",
-            dir.display()
-        )));
-    };
-    let result = (|| {
-        file.write_all(bytes)
-            .map_err(|e| io_error("cannot write", &tmp_path, &e))?;
-        file.sync_all()
-            .map_err(|e| io_error("cannot sync", &tmp_path, &e))?;
-        drop(file);
-        if replace {
-            fs::rename(&tmp_path, output).map_err(|e| io_error("cannot replace", output, &e))?;
-        } else {
-            // A hard link fails if OUTPUT appeared meanwhile; never clobber it.
-            match fs::hard_link(&tmp_path, output) {
-                Ok(()) => {
-                    let _ = fs::remove_file(&tmp_path);
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists(output)),
-                Err(_) => {
-                    // File systems without hard links: re-check, then rename.
-                    if fs::symlink_metadata(output).is_ok() {
-                        return Err(exists(output));
-                    }
-                    fs::rename(&tmp_path, output)
-                        .map_err(|e| io_error("cannot create", output, &e))?;
-                }
-            }
-        }
-        // Make the rename durable. Directories cannot be opened for syncing on
-        // every platform; the data itself is already synced.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp_path);
-    }
-    result
 }
 
 fn validate(a: &FileArgs) -> CmdResult {
@@ -351,7 +232,7 @@ fn hash(a: &FileArgs) -> CmdResult {
 }
 
 fn artifact_hash(a: &FileArgs) -> CmdResult {
-    let bytes = read_capped(&a.file, PolicyError::Limit)?;
+    let bytes = super::read_input(&a.file, PolicyError::Limit)?;
     let digest = sha(&terra_policy::digest::artifact_digest(&bytes));
     if a.json.json {
         print_json(

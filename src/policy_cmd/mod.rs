@@ -1,9 +1,12 @@
 //! `terra policy ...`: format commands (compile, validate, inspect, hashes, init)
 //! and plan commands (capabilities, resolve, evaluate, composition).
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use terra_policy::PolicyError;
+use terra_supervisor::files::{self, Existing, Follow, OutError, ReadError};
 
 mod format;
 mod plan;
@@ -26,4 +29,46 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
         PolicyCommand::Format(c) => format::run(c),
         PolicyCommand::Plan(c) => plan::run(c),
     }
+}
+
+/// Largest input file any policy command (and `terra run --policy`) reads:
+/// JSON source and MIR v3 are both at most 1 MiB (spec sections 1 and 2).
+pub const MAX_INPUT_LEN: usize =
+    if terra_policy::source::MAX_SOURCE_LEN > terra_policy::codec::MAX_MIR_LEN {
+        terra_policy::source::MAX_SOURCE_LEN
+    } else {
+        terra_policy::codec::MAX_MIR_LEN
+    };
+
+/// Reads an input of at most [`MAX_INPUT_LEN`] bytes (at most that plus one
+/// byte is ever read, whatever the file is); `too_big` makes the refusal (its
+/// class depends on what the file is).
+fn read_input(path: &Path, too_big: fn(String) -> PolicyError) -> Result<Vec<u8>, PolicyError> {
+    files::read_capped(path, MAX_INPUT_LEN).map_err(|e| match e {
+        ReadError::TooLarge(m) => too_big(format!("{m} (1 MiB)")),
+        ReadError::Io(m) => PolicyError::Io(m),
+    })
+}
+
+/// Writes an output file atomically (see `terra_supervisor::files`): never
+/// through a symlink at the final name, never over anything but a regular
+/// file, and over a regular file only with `replace`. A killed writer leaves
+/// no partial file under any name.
+fn write_output(output: &Path, bytes: &[u8], replace: bool) -> Result<(), PolicyError> {
+    let existing = if replace {
+        Existing::ReplaceRegular
+    } else {
+        Existing::Refuse
+    };
+    files::write_file(output, bytes, 0o666, Follow::DirComponents, existing, true).map_err(|e| {
+        match e {
+            OutError::Exists(m) => {
+                PolicyError::Argument(format!("{m}; pass --replace to replace it"))
+            }
+            OutError::NotRegular(m) => PolicyError::Argument(format!(
+                "output {m} (--replace replaces regular files only)"
+            )),
+            OutError::Io(m) => PolicyError::Io(m),
+        }
+    })
 }

@@ -7,8 +7,7 @@
 //! failure, 2 a valid report with violations (a failed `--check`, a candidate
 //! that is not contained).
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -20,9 +19,6 @@ use terra_policy::{
     capability, codec, compile_source, default_minimal_roots, resolve, CapabilitySet, Destination,
     HostBindings, Mir, PolicyError, Resolution, ResolvedRule,
 };
-
-/// Largest policy file read, in bytes (1 MiB).
-const MAX_INPUT_LEN: u64 = 1 << 20;
 
 /// Trusted host bindings used to resolve a policy on this host.
 #[derive(Debug, Args, Clone)]
@@ -253,34 +249,9 @@ fn print_json(v: &Value) {
     let _ = io::stdout().write_all(s.as_bytes());
 }
 
-/// Reads at most 1 MiB: the length is checked before reading, and the read
-/// itself stops after 1 MiB + 1 byte.
-fn read_capped(path: &Path) -> Result<Vec<u8>, PolicyError> {
-    let io_err = |e: io::Error| PolicyError::Io(format!("{}: {e}", path.display()));
-    let too_big = |len: u64| {
-        PolicyError::Limit(format!(
-            "{} is {len} bytes; policies of at most {MAX_INPUT_LEN} bytes (1 MiB) are read",
-            path.display()
-        ))
-    };
-    let file = File::open(path).map_err(io_err)?;
-    let len = file.metadata().map_err(io_err)?.len();
-    if len > MAX_INPUT_LEN {
-        return Err(too_big(len));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(MAX_INPUT_LEN + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_INPUT_LEN {
-        return Err(too_big(bytes.len() as u64));
-    }
-    Ok(bytes)
-}
-
 /// Loads a policy: MIR v3 when the file starts with `MMIR`, JSON source v3 otherwise.
 fn load_policy(path: &Path) -> Result<Mir, PolicyError> {
-    let bytes = read_capped(path)?;
+    let bytes = super::read_input(path, PolicyError::Limit)?;
     if bytes.starts_with(codec::MAGIC) {
         Mir::decode(&bytes)
     } else {
@@ -541,7 +512,7 @@ fn restrict(
     let base_mir = load_policy(base)?;
     let overlay_mir = load_policy(overlay)?;
     let mir = terra_policy::restrict(&base_mir, &overlay_mir)?;
-    write_atomically(output, mir.bytes(), replace)?;
+    super::write_output(output, mir.bytes(), replace)?;
     Ok(Outcome {
         code: super::EXIT_OK,
         text: format!(
@@ -561,79 +532,6 @@ fn restrict(
             "process": mir.process_tree().name(),
         }),
     })
-}
-
-/// Writes `bytes` to `output` atomically: a new temp file in the same
-/// directory, fsync, then rename (with `replace`) or link (without, so that
-/// an existing output is never overwritten), then fsync of the directory.
-fn write_atomically(output: &Path, bytes: &[u8], replace: bool) -> Result<(), PolicyError> {
-    let io_err = |what: &str, p: &Path, e: io::Error| {
-        PolicyError::Io(format!("{what} {}: {e}", p.display()))
-    };
-    let exists = || {
-        PolicyError::Argument(format!(
-            "{} exists; pass --replace to replace it",
-            output.display()
-        ))
-    };
-    if !replace && output.symlink_metadata().is_ok() {
-        return Err(exists());
-    }
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = output
-        .file_name()
-        .ok_or_else(|| PolicyError::Argument(format!("{} names no file", output.display())))?;
-    let mut tmp = None;
-    for n in 0..100u32 {
-        let candidate = dir.join(format!(
-            ".{}.tmp-{}-{n}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&candidate)
-        {
-            Ok(f) => {
-                tmp = Some((candidate, f));
-                break;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(io_err("create", &candidate, e)),
-        }
-    }
-    let (tmp_path, mut file) =
-        tmp.ok_or_else(|| PolicyError::Io(format!("no free temporary name in {}", dir.display())))?;
-    let result = (|| {
-        file.write_all(bytes)
-            .map_err(|e| io_err("write", &tmp_path, e))?;
-        file.sync_all().map_err(|e| io_err("fsync", &tmp_path, e))?;
-        drop(file);
-        if replace {
-            std::fs::rename(&tmp_path, output).map_err(|e| io_err("rename to", output, e))?;
-        } else {
-            std::fs::hard_link(&tmp_path, output).map_err(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    exists()
-                } else {
-                    io_err("link to", output, e)
-                }
-            })?;
-            let _ = std::fs::remove_file(&tmp_path);
-        }
-        if let Ok(d) = File::open(&dir) {
-            d.sync_all().map_err(|e| io_err("fsync", &dir, e))?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp_path);
-    }
-    result
 }
 
 fn region_json(r: &Region, first: &str, second: &str) -> Value {

@@ -1,12 +1,14 @@
 //! Run lifecycle: run lock, pid files, the box, deadlines, reaping, receipts.
 //!
-//! `terra run` (the CLI) starts `terra __supervisor --request-fd N --parent-pid P`
-//! and writes a [`RunRequest`] (JSON) on that pipe. The supervisor re-validates
+//! `terra run` (the CLI) starts `terra __supervisor --request-fd N` and writes a
+//! [`RunRequest`] (JSON, with the CLI's pid) on that pipe. The supervisor re-validates
 //! the decision, prepares the run's state directory, starts the box through the
 //! launcher, forwards signals to it, enforces the deadline, reaps it, removes the
 //! run's temp directory and writes the receipt. Its exit status is the run's.
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
+pub mod files;
 pub mod receipt;
 pub mod request;
 #[cfg(target_os = "linux")]

@@ -1,10 +1,8 @@
 //! The run receipt: what ran, under which decision, on which host, and how it ended.
-//! Written atomically (temporary file in the same directory, fsync, rename).
+//! Written by the supervisor through [`crate::files`] (an anonymous file in the
+//! destination's directory, held open since before the run, linked into place).
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -104,47 +102,6 @@ impl Receipt {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a 0600 temporary file beside it,
-/// renamed over the target, so a reader sees the old file or the complete new
-/// one. Not fsync-ed: an fsync costs more than the rest of a short run's
-/// teardown, and a receipt lost to a power cut describes a run that is gone too.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_replacing(path, bytes, false)
-}
-
-/// Writes `bytes` to `path` atomically (temporary file + rename), with fsync
-/// only when `durable` (pid files and the canary need no crash durability).
-pub fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::other(format!("{} names no file", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        if durable {
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// RFC 3339 UTC with millisecond precision, e.g. `2026-12-01T22:05:22.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -186,21 +143,5 @@ mod tests {
         assert_eq!(rfc3339(t), "2000-02-29T00:00:00.500Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_796_162_722);
         assert_eq!(rfc3339(t), "2026-12-01T22:05:22.000Z");
-    }
-
-    #[test]
-    fn atomic_write_replaces() {
-        let dir = std::env::temp_dir().join(format!("terra-receipt-test-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("r.json");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        assert_eq!(
-            fs::read_dir(&dir).unwrap().count(),
-            1,
-            "no temporary file left"
-        );
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

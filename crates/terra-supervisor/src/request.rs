@@ -35,6 +35,9 @@ pub struct PolicyOrigin {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunRequest {
     pub version: u32,
+    /// The pid of `terra run`, which the supervisor checks is its parent
+    /// (here, not on the supervisor's command line: the box's init shows that).
+    pub parent_pid: i32,
     pub backend: String,
     /// Canonical MIR v3 bytes, lowercase hex.
     pub mir_hex: String,
@@ -54,7 +57,7 @@ pub struct RunRequest {
     /// The workload's complete environment, hex-encoded name and value.
     pub env_hex: Vec<(String, String)>,
     pub timeout_ms: Option<u64>,
-    /// Extra copy of the receipt (absolute path).
+    /// Extra copy of the receipt: an absolute path, or `-` for standard output.
     pub receipt: Option<PathBuf>,
     pub keep_temp: bool,
 }

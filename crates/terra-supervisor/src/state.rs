@@ -3,32 +3,53 @@
 //! - the state directory keeps what outlives the run: the receipt, the
 //!   request without environment values (the canary), the network receipt. Candidates, first usable wins:
 //!   `$XDG_STATE_HOME/terra/runs`, `$HOME/.local/state/terra/runs`,
-//!   `/run/user/UID/terra/runs`, `/tmp/terra-UID/runs`;
+//!   `/run/user/UID/terra/runs`; when none is usable, a fresh private
+//!   directory `/tmp/terra-state-UID-RANDOM` (a predictable name in a shared
+//!   directory could be taken first by another user), announced on stderr;
 //! - the runtime directory holds what lives only as long as the run: the run
 //!   lock and the pid files; it is removed at the end. Candidates
 //!   (memory file systems, so a run costs no disk metadata writes for them):
-//!   `$XDG_RUNTIME_DIR/terra/runs`, `/run/user/UID/terra/runs`,
-//!   `/dev/shm/terra-UID/runs`; when none is usable, the run's state directory
-//!   holds these files too.
+//!   `$XDG_RUNTIME_DIR/terra/runs`, `/run/user/UID/terra/runs`, else a fresh
+//!   private directory `/dev/shm/terra-run-UID-RANDOM` (removed with the run);
+//!   when none is usable, the run's state directory holds these files too.
+//!
+//! Both directories are held open by descriptor once made; every file in
+//! them is written relative to that descriptor (see [`crate::files`]).
 //!
 //! A candidate the box could see (covered by a read or write rule of the plan)
 //! is skipped, and so is one whose terra-owned directories are not ours or are
 //! open to group or others.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::ffi::OsStr;
+use std::fs::{self, DirBuilder, File};
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 use terra_policy::{Access, SandboxPlan, Scope};
 
-use crate::receipt::write_replacing;
+use crate::files::{Existing, Follow, OutDir};
 
 /// The run lock lives on this descriptor for the supervisor's lifetime.
 pub const LOCK_FD: i32 = 3;
+
+/// Occupies fd 3 with a placeholder (/dev/null) so nothing else the
+/// supervisor opens lands there before the run lock is moved onto it. Call
+/// it once the inherited request descriptor is closed; fails when fd 3 is
+/// taken already.
+pub fn reserve_lock_fd() -> Result<File, String> {
+    let f = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    if f.as_raw_fd() != LOCK_FD {
+        return Err(format!(
+            "fd {LOCK_FD} is in use (the run lock goes there); terra run starts the supervisor with it free"
+        ));
+    }
+    Ok(f)
+}
 
 /// The run's directories, created, with the run lock held.
 pub struct RunDir {
@@ -38,6 +59,10 @@ pub struct RunDir {
     /// The same as `path` when no runtime base was usable.
     pub runtime: PathBuf,
     pub run_id: String,
+    /// `runtime`, held open since it was made.
+    runtime_dir: OutDir,
+    /// `path`, once made (the runtime directory's descriptor when they are one).
+    state_dir: OnceLock<OutDir>,
     _lock: Flock<File>,
 }
 
@@ -50,54 +75,105 @@ const CANARY: &str = "request.json";
 impl RunDir {
     /// Picks the state and runtime bases outside the plan's grants, creates
     /// the runtime directory `<base>/<run-id>` (0700), takes the run lock
-    /// (moved to fd 3) and writes `supervisor.pid`. The state directory is
+    /// (moved to fd 3, where `lock_slot` keeps the number free; see
+    /// [`reserve_lock_fd`]) and writes `supervisor.pid`. The state directory is
     /// named, and made by `create_state_dir`.
-    pub fn create(plan: &SandboxPlan) -> Result<RunDir, String> {
+    pub fn create(plan: &SandboxPlan, lock_slot: File) -> Result<RunDir, String> {
         let uid = nix::unistd::geteuid().as_raw();
-        let base = pick_base(plan, candidates(uid), uid)
-            .map_err(|why| format!("no usable state directory: {why}"))?;
-        let runtime_base = match pick_base(plan, runtime_candidates(uid), uid) {
-            Ok(b) => Some(b),
+        let state = match pick_base(plan, candidates(uid), uid) {
+            Ok(b) => Base::Shared(b),
             Err(why) => {
-                tracing::debug!("no runtime directory, the state directory is used: {why}");
-                None
+                let fresh = fresh_private_dir(plan, &shared_tmp(), &format!("terra-state-{uid}"))
+                    .map_err(|e| format!("no usable state directory: {why}; {e}"))?;
+                eprintln!(
+                    "terra: no usable state directory ({why}); this run's state (its receipt) goes to \
+                     the fresh private directory {}",
+                    fresh.display()
+                );
+                Base::Fresh(fresh)
             }
         };
-        RunDir::create_in(&base, runtime_base.as_deref())
+        let runtime = match pick_base(plan, runtime_candidates(uid), uid) {
+            Ok(b) => Some(Base::Shared(b)),
+            Err(why) => {
+                let shm = Path::new("/dev/shm");
+                match shm
+                    .is_dir()
+                    .then(|| fresh_private_dir(plan, shm, &format!("terra-run-{uid}")))
+                {
+                    Some(Ok(fresh)) => Some(Base::Fresh(fresh)),
+                    other => {
+                        let more = match other {
+                            Some(Err(e)) => format!("; {e}"),
+                            _ => "; no /dev/shm".into(),
+                        };
+                        tracing::debug!(
+                            "no runtime directory, the state directory is used: {why}{more}"
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        RunDir::create_in(state, runtime, lock_slot)
     }
 
     /// With a runtime base of its own, the state directory is only named
     /// here; `create_state_dir` makes it (the supervisor does that while the
-    /// box builds its root).
-    fn create_in(base: &Path, runtime_base: Option<&Path>) -> Result<RunDir, String> {
+    /// box builds its root). A fresh directory is the run's directory itself.
+    fn create_in(
+        state: Base,
+        runtime_base: Option<Base>,
+        lock_slot: File,
+    ) -> Result<RunDir, String> {
         let run_id = new_run_id();
-        let path = base.join(&run_id);
-        let runtime = match runtime_base {
-            Some(b) => b.join(&run_id),
+        let state_is_fresh = matches!(state, Base::Fresh(_));
+        let path = state.run_dir(&run_id);
+        let runtime = match &runtime_base {
+            Some(b) => b.run_dir(&run_id),
             None => path.clone(),
         };
-        make_private_dir(&runtime)?;
+        let runtime_fresh = match &runtime_base {
+            Some(Base::Fresh(_)) => true,
+            None => state_is_fresh,
+            Some(Base::Shared(_)) => false,
+        };
+        if !runtime_fresh {
+            make_private_dir(&runtime)?;
+        }
+        let runtime_dir = OutDir::open(&runtime, Follow::Nothing).map_err(|e| e.to_string())?;
+        let file = runtime_dir
+            .create_append(OsStr::new("lock"))
+            .map_err(|e| e.to_string())?;
         let lock_path = runtime.join("lock");
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc_o_cloexec())
-            .open(&lock_path)
-            .map_err(|e| format!("cannot create {}: {e}", lock_path.display()))?;
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
             .map_err(|(_, e)| format!("cannot lock {}: {e}", lock_path.display()))?;
-        // The lock belongs to the open file description, so fd 3 holds it too.
+        // The lock belongs to the open file description, so fd 3 holds it
+        // too. dup2 replaces what is on fd 3: only the placeholder may be.
+        if lock_slot.as_raw_fd() != LOCK_FD {
+            return Err(format!("fd {LOCK_FD} is not reserved for the run lock"));
+        }
         if lock.as_raw_fd() != LOCK_FD {
             nix::unistd::dup2(lock.as_raw_fd(), LOCK_FD)
                 .map_err(|e| format!("cannot move the run lock to fd {LOCK_FD}: {e}"))?;
         }
         fcntl(LOCK_FD, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
             .map_err(|e| format!("cannot mark fd {LOCK_FD} close-on-exec: {e}"))?;
+        // fd 3 now holds the lock: the placeholder's descriptor number is no
+        // longer its own, so it must not be closed when the placeholder goes.
+        std::mem::forget(lock_slot);
+        let state_dir = OnceLock::new();
+        if path == runtime {
+            let _ = state_dir.set(OutDir::open(&path, Follow::Nothing).map_err(|e| e.to_string())?);
+        } else if state_is_fresh {
+            let _ = state_dir.set(OutDir::open(&path, Follow::Nothing).map_err(|e| e.to_string())?);
+        }
         let dir = RunDir {
             path,
             runtime,
             run_id,
+            runtime_dir,
+            state_dir,
             _lock: lock,
         };
         dir.write_runtime(
@@ -107,14 +183,27 @@ impl RunDir {
         Ok(dir)
     }
 
-    /// Creates the state directory (0700) unless it exists already (it is the
-    /// runtime directory, or was made earlier in this run; nobody else can
-    /// create entries in the owner-only base).
+    /// Creates the state directory (0700) and opens it, unless that was done
+    /// already (it is the runtime directory or a fresh one, or was made
+    /// earlier in this run; nobody else can create entries in the owner-only
+    /// base).
     pub fn create_state_dir(&self) -> Result<(), String> {
-        if self.path == self.runtime || fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_dir()) {
+        if self.state_dir.get().is_some() {
             return Ok(());
         }
-        make_private_dir(&self.path)
+        make_private_dir(&self.path)?;
+        let d = OutDir::open(&self.path, Follow::Nothing).map_err(|e| e.to_string())?;
+        let _ = self.state_dir.set(d);
+        Ok(())
+    }
+
+    fn state(&self) -> Result<&OutDir, String> {
+        self.state_dir.get().ok_or_else(|| {
+            format!(
+                "the state directory {} was not created",
+                self.path.display()
+            )
+        })
     }
 
     /// Where the canary goes: `request.json` in the state directory, a record
@@ -128,36 +217,121 @@ impl RunDir {
 
     /// Writes the canary at `canary_path` (the state directory must exist).
     pub fn write_canary(&self, bytes: &[u8]) -> Result<PathBuf, String> {
-        write_private(&self.canary_path(), bytes)
+        self.write_file(CANARY, bytes)
     }
 
     /// Writes an owner-only file in the state directory, atomically.
     pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
-        write_private(&self.path.join(name), bytes)
+        write_private(self.state()?, name, bytes)
+    }
+
+    /// Creates an owner-only file for appending in the state directory (it
+    /// must not exist).
+    pub fn create_state_file(&self, name: &str) -> Result<(File, PathBuf), String> {
+        let f = self
+            .state()?
+            .create_append(OsStr::new(name))
+            .map_err(|e| e.to_string())?;
+        Ok((f, self.path.join(name)))
+    }
+
+    /// Opens a file of the state directory for reading (a descriptor of its
+    /// own, which also reads what is appended later).
+    pub fn open_state_file_read(&self, name: &str) -> Result<File, String> {
+        self.state()?
+            .open_read(OsStr::new(name))
+            .map_err(|e| e.to_string())
     }
 
     /// Writes an owner-only file in the runtime directory, atomically.
     pub fn write_runtime(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
-        write_private(&self.runtime.join(name), bytes)
+        write_private(&self.runtime_dir, name, bytes)
     }
 
     /// Removes the runtime files and, when it is a directory of its own, the
     /// runtime directory with its lock file (the lock itself is released when
     /// the supervisor exits).
     pub fn remove_runtime(&self) {
+        use rustix::fs::AtFlags;
         for name in RUNTIME_FILES {
-            let _ = fs::remove_file(self.runtime.join(name));
+            let _ = rustix::fs::unlinkat(self.runtime_dir.fd(), name, AtFlags::empty());
         }
         if self.runtime != self.path {
-            let _ = fs::remove_file(self.runtime.join("lock"));
+            let _ = rustix::fs::unlinkat(self.runtime_dir.fd(), "lock", AtFlags::empty());
             let _ = fs::remove_dir(&self.runtime);
         }
     }
 }
 
-fn write_private(p: &Path, bytes: &[u8]) -> Result<PathBuf, String> {
-    write_replacing(p, bytes, false).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
-    Ok(p.to_path_buf())
+fn write_private(dir: &OutDir, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+    dir.write(
+        OsStr::new(name),
+        bytes,
+        0o600,
+        Existing::ReplaceRegular,
+        false,
+    )
+    .map_err(|e| format!("cannot write the run file: {e}"))?;
+    Ok(dir.path().join(name))
+}
+
+/// Where a run directory goes: under a shared base (`<base>/<run-id>`), or a
+/// fresh private directory that is the run directory itself.
+enum Base {
+    Shared(PathBuf),
+    Fresh(PathBuf),
+}
+
+impl Base {
+    fn run_dir(&self, run_id: &str) -> PathBuf {
+        match self {
+            Base::Shared(b) => b.join(run_id),
+            Base::Fresh(d) => d.clone(),
+        }
+    }
+}
+
+/// `$TMPDIR` when absolute, else /tmp: where a fresh state directory goes.
+fn shared_tmp() -> PathBuf {
+    std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// Makes a new directory `<parent>/<prefix>-<random>` (0700, exclusive, so
+/// nobody can have prepared it) outside the plan's grants; returns its
+/// canonical path.
+fn fresh_private_dir(plan: &SandboxPlan, parent: &Path, prefix: &str) -> Result<PathBuf, String> {
+    let parent = fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    if visible_in_box(plan, &parent.join(prefix)) {
+        return Err(format!(
+            "{} is inside a grant of the plan",
+            parent.display()
+        ));
+    }
+    for _ in 0..16 {
+        let mut rnd = [0u8; 8];
+        File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut rnd))
+            .map_err(|e| format!("/dev/urandom: {e}"))?;
+        let dir = parent.join(format!("{prefix}-{}", crate::request::hex(&rnd)));
+        match DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot create a directory in {}: {e}",
+                    parent.display()
+                ))
+            }
+        }
+    }
+    Err(format!("no free directory name in {}", parent.display()))
 }
 
 /// mkdir 0700; the mode is set again only when the umask changed it (a chmod
@@ -209,10 +383,6 @@ fn pick_base(
     Err(why_not.join("; "))
 }
 
-fn libc_o_cloexec() -> i32 {
-    nix::fcntl::OFlag::O_CLOEXEC.bits()
-}
-
 /// The candidate bases, in order of preference.
 pub fn candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
     let mut v = Vec::new();
@@ -231,15 +401,11 @@ pub fn candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
         PathBuf::from(format!("/run/user/{uid}/terra/runs")),
         BaseKind::RuntimeDir,
     ));
-    v.push((
-        PathBuf::from(format!("/tmp/terra-{uid}/runs")),
-        BaseKind::SharedTmp,
-    ));
     v
 }
 
-/// The runtime bases, in order of preference (all memory file systems on a
-/// usual Linux host).
+/// The runtime bases, in order of preference (memory file systems on a
+/// usual Linux host; `/dev/shm` is the fallback, with a fresh name).
 pub fn runtime_candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
     let mut v = Vec::new();
     if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR")
@@ -252,12 +418,6 @@ pub fn runtime_candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
         PathBuf::from(format!("/run/user/{uid}/terra/runs")),
         BaseKind::RuntimeDir,
     ));
-    if Path::new("/dev/shm").is_dir() {
-        v.push((
-            PathBuf::from(format!("/dev/shm/terra-{uid}/runs")),
-            BaseKind::SharedTmp,
-        ));
-    }
     v
 }
 
@@ -268,16 +428,11 @@ pub enum BaseKind {
     UserDir,
     /// Under /run/user/UID: the anchor must exist and be owned by the user.
     RuntimeDir,
-    /// Under world-writable /tmp or /dev/shm: nothing above terra's own
-    /// directories is created.
-    SharedTmp,
 }
 
 /// Creates the base if needed and checks ownership; returns its canonical path.
 fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf, String> {
-    // The directories terra owns: `terra/runs` under a user directory, or
-    // `terra-UID/runs` under /tmp or /dev/shm (world-writable, so created and
-    // checked strictly).
+    // The directories terra owns: `terra/runs` under a user directory.
     let owned: Vec<&Path> = vec![base.parent().unwrap_or(base), base];
     let anchor = owned[0].parent().unwrap_or(Path::new("/"));
     match kind {
@@ -295,7 +450,6 @@ fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf, String
             fs::create_dir_all(anchor)
                 .map_err(|e| format!("cannot create {}: {e}", anchor.display()))?;
         }
-        BaseKind::SharedTmp => {}
     }
     for dir in owned {
         match DirBuilder::new().mode(0o700).create(dir) {

@@ -20,6 +20,7 @@ use terra_sandbox::linux::{
 };
 use tracing::{debug, warn};
 
+use crate::files::{split_output, Existing, Follow, OutDir};
 use crate::receipt::{
     rfc3339, Bindings, Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION,
 };
@@ -32,29 +33,27 @@ const SI_KERNEL: i32 = 0x80;
 
 struct Args {
     request_fd: i32,
-    parent_pid: i32,
 }
 
+/// `--request-fd N`. The CLI's pid travels in the request, not here: the
+/// box's init starts as a copy of this process and shows its command line.
 fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
     let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
-    let (mut request_fd, mut parent_pid) = (None, None);
+    let mut request_fd = None;
     while let Some(a) = it.next() {
-        let mut num = |name: &str| -> Result<i32, String> {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{name} takes a number"))
-        };
         match a.as_str() {
-            "--request-fd" => request_fd = Some(num("--request-fd")?),
-            "--parent-pid" => parent_pid = Some(num("--parent-pid")?),
+            "--request-fd" => {
+                request_fd = Some(
+                    it.next()
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .ok_or_else(|| "--request-fd takes a number".to_string())?,
+                )
+            }
             other => return Err(format!("unknown supervisor argument {other:?}")),
         }
     }
-    match (request_fd, parent_pid) {
-        (Some(request_fd), Some(parent_pid)) if request_fd > 2 => Ok(Args {
-            request_fd,
-            parent_pid,
-        }),
+    match request_fd {
+        Some(request_fd) if request_fd > 2 => Ok(Args { request_fd }),
         _ => Err("the supervisor is started by `terra run`, not by hand".into()),
     }
 }
@@ -74,10 +73,19 @@ pub fn main(args: Vec<OsString>) -> u8 {
             return EXIT_REFUSED;
         }
     };
-    if nix::unistd::getppid().as_raw() != args.parent_pid {
-        eprintln!("terra: `terra run` ended before the supervisor started; nothing was run");
-        return EXIT_REFUSED;
-    }
+    // fd 3 is kept for the run lock before anything is opened (after the
+    // request is read when the request came on fd 3).
+    let early_slot = if args.request_fd == crate::state::LOCK_FD {
+        None
+    } else {
+        match crate::state::reserve_lock_fd() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("terra: {e}");
+                return EXIT_REFUSED;
+            }
+        }
+    };
     // The CLI blocked these before starting us; keep them blocked and read them
     // from a signalfd, so none is lost and none kills us with its default action.
     let signals = forwarded_signals();
@@ -100,7 +108,20 @@ pub fn main(args: Vec<OsString>) -> u8 {
             return EXIT_REFUSED;
         }
     };
-    let mut run = Run::new(req);
+    let lock_slot = match early_slot.map_or_else(crate::state::reserve_lock_fd, Ok) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("terra: {e}");
+            return EXIT_REFUSED;
+        }
+    };
+    // The death signal was armed above; if the CLI was already gone then, we
+    // were re-parented: nothing is run without the CLI waiting for it.
+    if nix::unistd::getppid().as_raw() != req.parent_pid {
+        eprintln!("terra: `terra run` ended before the supervisor started; nothing was run");
+        return EXIT_REFUSED;
+    }
+    let mut run = Run::new(req, lock_slot);
     let code = run.execute(&sigfd, t0);
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
@@ -167,8 +188,65 @@ fn cap_names(set: CapabilitySet) -> Vec<String> {
     set.iter().map(|c| c.name().to_string()).collect()
 }
 
+/// Where `--receipt` goes, opened before the box starts.
+enum ReceiptOut {
+    /// `--receipt -`: standard output, after the workload's output.
+    Stdout,
+    /// A file: its directory held open, the final name.
+    File(OutDir, OsString),
+}
+
+impl ReceiptOut {
+    /// Opens the receipt's directory (no symlink in any component) and checks
+    /// the name: absent or a regular file (which is replaced).
+    fn open(path: &Path) -> Result<ReceiptOut, String> {
+        let shown = |e: &dyn std::fmt::Display| format!("--receipt {}: {e}", path.display());
+        if path == Path::new("-") {
+            return match nix::sys::stat::fstat(1) {
+                Ok(_) => Ok(ReceiptOut::Stdout),
+                Err(e) => Err(shown(&format!("standard output is not open ({e})"))),
+            };
+        }
+        let (dir, name) = split_output(path).map_err(|e| shown(&e))?;
+        let dir = OutDir::open(&dir, Follow::Nothing).map_err(|e| shown(&e))?;
+        dir.check(&name, Existing::ReplaceRegular)
+            .map_err(|e| match e {
+                crate::files::OutError::NotRegular(m) => {
+                    shown(&format!("{m} (`--receipt -` writes it to standard output)"))
+                }
+                e => shown(&e),
+            })?;
+        Ok(ReceiptOut::File(dir, name))
+    }
+
+    fn write(&self, json: &str) -> Result<(), String> {
+        match self {
+            ReceiptOut::Stdout => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                out.write_all(json.as_bytes())
+                    .and_then(|_| out.flush())
+                    .map_err(|e| format!("cannot write the receipt to standard output: {e}"))
+            }
+            ReceiptOut::File(dir, name) => dir
+                .write(
+                    name,
+                    json.as_bytes(),
+                    0o600,
+                    Existing::ReplaceRegular,
+                    false,
+                )
+                .map_err(|e| format!("cannot write the receipt: {e}")),
+        }
+    }
+}
+
 struct Run {
     req: RunRequest,
+    /// `--receipt`, once opened.
+    receipt_out: Option<ReceiptOut>,
+    /// fd 3, kept free for the run lock until the run directory takes it.
+    lock_slot: Option<fs::File>,
     started: SystemTime,
     run_id: String,
     required: Vec<String>,
@@ -184,9 +262,11 @@ enum Event {
 }
 
 impl Run {
-    fn new(req: RunRequest) -> Run {
+    fn new(req: RunRequest, lock_slot: fs::File) -> Run {
         Run {
             req,
+            lock_slot: Some(lock_slot),
+            receipt_out: None,
             started: SystemTime::now(),
             run_id: String::new(),
             required: Vec::new(),
@@ -197,6 +277,15 @@ impl Run {
     }
 
     fn execute(&mut self, sigfd: &SignalFd, t0: Instant) -> u8 {
+        // The receipt's destination is opened and checked before anything
+        // runs: the box may be able to change the path later (a receipt in
+        // the workspace), and a receipt that cannot be written is a refusal.
+        if let Some(path) = self.req.receipt.clone() {
+            match ReceiptOut::open(&path) {
+                Ok(r) => self.receipt_out = Some(r),
+                Err(e) => return self.refuse(None, &e),
+            }
+        }
         let plan = match revalidate(&self.req) {
             Ok(p) => p,
             Err(e) => {
@@ -204,7 +293,10 @@ impl Run {
             }
         };
         self.required = cap_names(plan.required_capabilities());
-        let dir = match RunDir::create(&plan) {
+        let Some(lock_slot) = self.lock_slot.take() else {
+            return self.refuse(None, "the run lock's descriptor is gone");
+        };
+        let dir = match RunDir::create(&plan, lock_slot) {
             Ok(d) => d,
             Err(e) => return self.refuse(None, &e),
         };
@@ -513,17 +605,27 @@ impl Run {
                     inline = Some(t);
                 }
             }
-            self.write_receipts(dir, &outcome);
+            let written = self.write_receipts(dir, &outcome);
             if let Some(t) = inline {
                 remove_tree(t);
             }
-        });
-        outcome.exit_code.clamp(0, 255) as u8
+            written
+        })
+        .map_or_else(
+            |e| {
+                eprintln!(
+                    "terra: {e}; exit status {EXIT_REFUSED} instead of the run's {}",
+                    outcome.exit_code
+                );
+                EXIT_REFUSED
+            },
+            |()| outcome.exit_code.clamp(0, 255) as u8,
+        )
     }
 
     /// Writes the receipt to the state directory and to `--receipt`, and
-    /// removes the runtime files.
-    fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) {
+    /// removes the runtime files. Err: a receipt could not be written.
+    fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<(), String> {
         let receipt = Receipt {
             receipt_version: RECEIPT_VERSION,
             terra_version: env!("CARGO_PKG_VERSION").into(),
@@ -552,22 +654,26 @@ impl Run {
             network: self.network.clone(),
         };
         let json = receipt.to_json();
+        let mut failed = Vec::new();
         if let Some(dir) = dir {
             // A refusal can come before the state directory was made.
             if let Err(e) = dir
                 .create_state_dir()
                 .and_then(|_| dir.write_file("receipt.json", json.as_bytes()).map(|_| ()))
             {
-                eprintln!("terra: {e}");
+                failed.push(e);
             }
-            // The canary holds the request, environment included (values of
-            // --env may be secrets): it is not kept once the box is gone.
             dir.remove_runtime();
         }
-        if let Some(path) = &self.req.receipt {
-            if let Err(e) = crate::receipt::write_atomic(path, json.as_bytes()) {
-                eprintln!("terra: cannot write the receipt {}: {e}", path.display());
+        if let Some(out) = &self.receipt_out {
+            if let Err(e) = out.write(&json) {
+                failed.push(e);
             }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed.join("; "))
         }
     }
 }
@@ -627,6 +733,8 @@ struct Broker {
     handle: Option<RoleHandle>,
     /// The network receipt in the run's state directory.
     receipt: PathBuf,
+    /// The network receipt, opened for reading when it was created.
+    reader: Option<fs::File>,
     /// Exit status, whether it ended while the box ran, how.
     end: Option<(Option<i32>, bool, String)>,
 }
@@ -649,14 +757,9 @@ impl Broker {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| format!("the fd 8 startup channel: {e}"))?;
-        let receipt = dir.path.join("network.jsonl");
-        let file = fs::OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(nix::fcntl::OFlag::O_CLOEXEC.bits())
-            .open(&receipt)
-            .map_err(|e| format!("cannot create {}: {e}", receipt.display()))?;
+        let (file, receipt) = dir.create_state_file("network.jsonl")?;
+        // Read back at the end through this descriptor, not by path.
+        let reader = dir.open_state_file_read("network.jsonl")?;
         // The broker gets no stdin/stdout of the run: /dev/null on 0 and 1,
         // stderr stays (its refusals are printed there).
         let null = fs::OpenOptions::new()
@@ -736,6 +839,7 @@ impl Broker {
                 pid,
                 handle: Some(role),
                 receipt,
+                reader: Some(reader),
                 end: None,
             },
             box_end,
@@ -852,38 +956,90 @@ impl Broker {
             s.broker_ended_during_run = *during;
             s.broker_ended = how.clone();
         }
-        let bytes = match fs::read(&self.receipt) {
-            Ok(b) => b,
-            Err(e) => {
-                warn!(
-                    "cannot read the network receipt {}: {e}",
-                    self.receipt.display()
-                );
-                return s;
-            }
+        let Some(file) = self.reader.as_ref() else {
+            warn!(
+                "the network receipt {} was not opened",
+                self.receipt.display()
+            );
+            return s;
         };
-        s.receipt_sha256 = Some(terra_policy::digest::artifact_digest(&bytes));
-        for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let v: serde_json::Value = match serde_json::from_slice(line) {
-                Ok(v) => v,
-                Err(_) => {
-                    s.unreadable_lines += 1;
-                    continue;
-                }
-            };
-            s.attempts += 1;
-            match v["verdict"].as_str() {
-                Some("allowed") => s.admitted += 1,
-                Some("refused") => {
-                    s.refused += 1;
-                    let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
-                    *s.refused_by_reason.entry(reason).or_default() += 1;
-                }
-                _ => s.unreadable_lines += 1,
-            }
+        if let Err(e) = count_network_receipt(file, &mut s) {
+            warn!(
+                "cannot read the network receipt {}: {e}",
+                self.receipt.display()
+            );
         }
         s
     }
+}
+
+/// Longest network receipt line read as one; a longer one counts as unreadable.
+const MAX_RECEIPT_LINE: usize = 64 << 10;
+
+/// Counts the network receipt line by line and hashes it, in memory bounded
+/// by [`MAX_RECEIPT_LINE`] whatever its size.
+fn count_network_receipt(file: &fs::File, s: &mut NetworkSummary) -> std::io::Result<()> {
+    use sha2::{Digest, Sha256};
+    use std::io::BufRead;
+    let mut hasher = Sha256::new();
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut overlong = false;
+        // One line, at most MAX_RECEIPT_LINE bytes kept.
+        let ended = loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break line.is_empty() && !overlong;
+            }
+            let (chunk, found) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (&buf[..=i], true),
+                None => (buf, false),
+            };
+            hasher.update(chunk);
+            if line.len() + chunk.len() <= MAX_RECEIPT_LINE + 1 {
+                line.extend_from_slice(chunk);
+            } else {
+                overlong = true;
+            }
+            let n = chunk.len();
+            reader.consume(n);
+            if found {
+                break false;
+            }
+        };
+        if ended {
+            break;
+        }
+        if overlong {
+            s.unreadable_lines += 1;
+            continue;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = match serde_json::from_slice(text) {
+            Ok(v) => v,
+            Err(_) => {
+                s.unreadable_lines += 1;
+                continue;
+            }
+        };
+        s.attempts += 1;
+        match v["verdict"].as_str() {
+            Some("allowed") => s.admitted += 1,
+            Some("refused") => {
+                s.refused += 1;
+                let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+                *s.refused_by_reason.entry(reason).or_default() += 1;
+            }
+            _ => s.unreadable_lines += 1,
+        }
+    }
+    s.receipt_sha256 = Some(crate::request::hex(&hasher.finalize()));
+    Ok(())
 }
 
 /// An exit status in words (128+N: killed by signal N, as `RoleHandle::wait` reports it).
@@ -896,5 +1052,61 @@ fn status_words(code: i32) -> String {
         }
     } else {
         format!("exited with status {code}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek, Write};
+
+    fn counted(bytes: &[u8]) -> NetworkSummary {
+        let mut f = tempfile_in_tmp();
+        f.write_all(bytes).unwrap();
+        f.rewind().unwrap();
+        let mut s = NetworkSummary::default();
+        count_network_receipt(&f, &mut s).unwrap();
+        s
+    }
+
+    fn tempfile_in_tmp() -> fs::File {
+        let d = OutDir::open(&std::env::temp_dir(), Follow::DirComponents).unwrap();
+        let fd = rustix::fs::openat(
+            d.fd(),
+            ".",
+            rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+        fs::File::from(fd)
+    }
+
+    #[test]
+    fn network_receipt_counts_and_digest() {
+        let text = b"{\"verdict\":\"allowed\"}\n{\"verdict\":\"refused\",\"reason\":\"not-allowed\"}\nnot json\n\n";
+        let s = counted(text);
+        assert_eq!(
+            (s.attempts, s.admitted, s.refused, s.unreadable_lines),
+            (2, 1, 1, 1)
+        );
+        assert_eq!(s.refused_by_reason.get("not-allowed"), Some(&1));
+        assert_eq!(
+            s.receipt_sha256.as_deref(),
+            Some(terra_policy::digest::artifact_digest(text).as_str())
+        );
+        // A last line without a newline counts too.
+        assert_eq!(counted(b"{\"verdict\":\"allowed\"}").admitted, 1);
+    }
+
+    #[test]
+    fn an_overlong_line_is_unreadable_not_buffered() {
+        let mut text = vec![b'x'; MAX_RECEIPT_LINE * 3];
+        text.extend_from_slice(b"\n{\"verdict\":\"allowed\"}\n");
+        let s = counted(&text);
+        assert_eq!((s.attempts, s.admitted, s.unreadable_lines), (1, 1, 1));
+        assert_eq!(
+            s.receipt_sha256.as_deref(),
+            Some(terra_policy::digest::artifact_digest(&text).as_str())
+        );
     }
 }
