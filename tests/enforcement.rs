@@ -925,6 +925,19 @@ fn setid_sources(fx: &mut Fx) {
         // chown clears the set-id bits: set them again.
         fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
     }
+    if is_root() {
+        // A program with a file capability (cap_net_raw, v2 format), for cp -a and tar --xattrs.
+        let capped = src.join("capped");
+        fs::copy("/usr/bin/id", &capped).unwrap();
+        let u = uid_of(fx.user);
+        std::os::unix::fs::chown(&capped, Some(u), Some(u)).unwrap();
+        set_file_caps(&capped);
+        assert!(
+            has_file_caps(&capped),
+            "the host could not set a file capability"
+        );
+        fx.env("CAPPED", capped.display().to_string());
+    }
     fx.terra_args
         .extend(["--read".into(), src.display().to_string()]);
     fx.env("SRC", src.display().to_string());
@@ -996,6 +1009,31 @@ fn no_setid_in_workspace(fx: &mut Fx) -> Option<String> {
     let mut found = Vec::new();
     walk(&fx.ws, &mut found);
     (!found.is_empty()).then(|| format!("set-id or capability files: {found:?}"))
+}
+
+fn set_file_caps(p: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut blob = Vec::new();
+    for w in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+        blob.extend_from_slice(&w.to_le_bytes());
+    }
+    // SAFETY: valid C strings and a buffer of the given length.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            blob.as_ptr() as *const libc::c_void,
+            blob.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setxattr security.capability: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 fn has_file_caps(p: &Path) -> bool {
@@ -1386,7 +1424,7 @@ probes! {
     };
     setid_file_capability, setid_file_capability_twin => Probe {
         setup: setid_sources,
-        attack: r#"try $PROBE setcap "$WS/target"; try setcap cap_net_raw+ep "$WS/target"; blocked"#,
+        attack: r#"try $PROBE setcap "$WS/target"; try setcap cap_net_raw+ep "$WS/target"; if [ -n "$CAPPED" ]; then cp -a "$CAPPED" "$WS/c1" 2>/dev/null; tar --xattrs --xattrs-include='*' -cf /tmp/caps.tar -C "$SRC" capped 2>/dev/null; mkdir "$WS/x"; tar --xattrs --xattrs-include='*' -xpf /tmp/caps.tar -C "$WS/x" 2>/dev/null; fi; blocked"#,
         twin: r#"need python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.terra", b"1"); assert os.getxattr(sys.argv[1], "user.terra") == b"1"' "$WS/target"; need cp -a "$WS/target" "$WS/copy"; ok"#,
         after: Some(no_setid_in_workspace),
     };
