@@ -66,9 +66,16 @@ fn kernel_write_refusal(
     let hit = KERNEL_INTERFACES
         .iter()
         .find(|k| inside(k, real) || inside(real, k))?;
+    let what = if real == *hit {
+        format!("{real}, a kernel interface")
+    } else if inside(hit, real) {
+        format!("{real}, inside the kernel interface {hit}")
+    } else {
+        format!("{real}, which holds the kernel interface {hit}")
+    };
     Some(PolicyError::Unsupported(format!(
-        "rule {rule} (write {root} {written:?}) resolves to {real}, which is or holds {hit} (a kernel interface): \
-         a write grant there would change host kernel settings; terra refuses write grants on /proc and /sys"
+        "rule {rule} (write {root} {written:?}) resolves to {what}: a write grant there would \
+         change host kernel settings; terra refuses write grants on /proc and /sys"
     )))
 }
 

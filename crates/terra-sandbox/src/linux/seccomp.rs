@@ -82,12 +82,16 @@ const SETID_BITS: [(&str, u64); 2] = [
 const O_TMPFILE_BIT: u64 = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
 const O_CREAT: u64 = libc::O_CREAT as u64;
 
+/// fchmodat2 has number 452 on every architecture (the unified table since
+/// Linux 6.6); the libc crate does not name it for aarch64.
+const SYS_FCHMODAT2: i64 = 452;
+
 /// System calls that set a file's mode outright, with the index of the mode argument.
 fn mode_calls() -> Vec<(&'static str, i64, u8)> {
     let mut v = vec![
         ("fchmod", libc::SYS_fchmod, 1),
         ("fchmodat", libc::SYS_fchmodat, 2),
-        ("fchmodat2", libc::SYS_fchmodat2, 2),
+        ("fchmodat2", SYS_FCHMODAT2, 2),
         ("mknodat", libc::SYS_mknodat, 2),
         ("mkdirat", libc::SYS_mkdirat, 2),
     ];
@@ -367,4 +371,35 @@ pub fn describe() -> String {
         s.push_str("seccomp calls of another architecture kill the process (arch check)\n");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_build_and_describe_every_rule() {
+        let filters = build().unwrap();
+        // main, ENOSYS, set-id modes, socket families, netlink protocols (+ x32 on x86_64).
+        assert_eq!(
+            filters.len(),
+            if cfg!(target_arch = "x86_64") { 6 } else { 5 }
+        );
+        let d = describe();
+        for needle in [
+            "openat2",
+            "fchmodat2",
+            "S_ISUID",
+            "AF_NETLINK",
+            "NETLINK_ROUTE",
+        ] {
+            assert!(d.contains(needle), "{needle} missing from:\n{d}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fchmodat2_number_matches_libc() {
+        assert_eq!(SYS_FCHMODAT2, libc::SYS_fchmodat2);
+    }
 }

@@ -185,11 +185,9 @@ pub fn probe(name: &str) -> String {
         }
         "fchmodat2_setgid" => {
             let f = scratch_file("fchmodat2-sgid");
-            rc(
-                unsafe {
-                    libc::syscall(libc::SYS_fchmodat2, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0)
-                },
-            )
+            rc(unsafe {
+                libc::syscall(452, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0) // fchmodat2
+            })
         }
         "fchmodat_setuid_high_bits" => {
             // The kernel reads the mode as 32 bits: garbage above them must not hide S_ISUID.
