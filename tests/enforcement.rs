@@ -139,6 +139,58 @@ elif act == "unix_self":
     s = socket.socket(socket.AF_UNIX); s.connect(p)
 elif act == "open":
     os.close(os.open(a[1], os.O_RDONLY if a[2] == "r" else os.O_RDWR))
+elif act == "openw": os.close(os.open(a[1], os.O_WRONLY))
+elif act in ("chmod", "fchmod", "fchmodat", "fchmodat2", "creat", "mknod", "openat", "tmpfile", "openat2"):
+    # Tries one route to a set-id file at a[1] with mode a[2]; exit 0 when the
+    # file then carries S_ISUID or S_ISGID.
+    p, mode = a[1], int(a[2], 8)
+    try:
+        if act == "chmod": os.chmod(p, mode)
+        elif act == "fchmod":
+            fd = os.open(p, os.O_RDONLY); os.fchmod(fd, mode)
+        elif act == "fchmodat": sc(268, -100, ctypes.c_char_p(p.encode()), mode)
+        elif act == "fchmodat2": sc(452, -100, ctypes.c_char_p(p.encode()), mode, 0)
+        elif act == "creat": sc(85, ctypes.c_char_p(p.encode()), mode)
+        elif act == "mknod": os.mknod(p, 0o100000 | mode)
+        elif act == "openat": os.open(p, os.O_CREAT | os.O_WRONLY, mode)
+        elif act == "tmpfile":
+            fd = os.open(os.path.dirname(p), os.O_TMPFILE | os.O_WRONLY, mode)
+            os.link("/proc/self/fd/%d" % fd, p, follow_symlinks=True)
+        elif act == "openat2":
+            how = ctypes.create_string_buffer(struct.pack("QQQ", os.O_CREAT | os.O_WRONLY, mode, 0))
+            sc(437, -100, ctypes.c_char_p(p.encode()), how, 24)
+    except OSError: pass
+    sys.exit(0 if os.path.exists(p) and os.lstat(p).st_mode & 0o6000 else 1)
+elif act == "plain_modes":
+    # The ordinary modes still work: create 0755, chmod 0644, 0700, sticky dir.
+    d = a[1]
+    fd = os.open(d + "/made", os.O_CREAT | os.O_WRONLY, 0o755); os.fchmod(fd, 0o700); os.close(fd)
+    assert os.stat(d + "/made").st_mode & 0o7777 == 0o700
+    os.chmod(d + "/made", 0o644); assert os.stat(d + "/made").st_mode & 0o7777 == 0o644
+    os.mkdir(d + "/shared", 0o755); os.chmod(d + "/shared", 0o1777)
+    assert os.stat(d + "/shared").st_mode & 0o7777 == 0o1777
+    os.mknod(d + "/node", 0o100644); os.close(os.open(d + "/tmp2", os.O_CREAT | os.O_WRONLY, 0o600))
+elif act == "setcap":
+    # v2 vfs_cap_data: magic|effective, then cap_net_raw (13) permitted and inheritable words.
+    blob = struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0)
+    try: os.setxattr(a[1], "security.capability", blob)
+    except OSError: pass
+    try: sys.exit(0 if os.getxattr(a[1], "security.capability") else 1)
+    except OSError: sys.exit(1)
+elif act == "socket":
+    socket.socket(int(a[1]), int(a[2]) | socket.SOCK_CLOEXEC, int(a[3])).close()
+elif act == "socketpair":
+    x, y = socket.socketpair(int(a[1]), socket.SOCK_STREAM); x.close(); y.close()
+elif act == "tcp6_self":
+    s = socket.socket(socket.AF_INET6); s.bind(("::1", 0)); s.listen(1)
+    c = socket.create_connection(s.getsockname()[:2], timeout=5); x, _ = s.accept()
+    c.sendall(b"hi"); assert x.recv(2) == b"hi"
+elif act == "tls_cas":
+    import ssl
+    n = ssl.create_default_context().cert_store_stats()["x509_ca"]
+    sys.exit(0 if n > 0 else 1)
+elif act == "nonempty":
+    with open(a[1], "rb") as f: sys.exit(0 if f.read(16) else 1)
 else:
     sys.exit("unknown action " + act)
 "##;
@@ -188,6 +240,8 @@ struct Fx {
     abstract_sock: Option<std::os::unix::net::UnixListener>,
     marker: String,
     pty: bool,
+    /// Supplementary groups the run starts with (`setpriv --groups`; root suite only).
+    groups: Option<String>,
     /// Host paths outside the fixture root, removed at drop.
     cleanup: Vec<PathBuf>,
 }
@@ -222,6 +276,7 @@ impl Fx {
             abstract_sock: None,
             marker: format!("terramark{}x{n}", std::process::id()),
             pty: false,
+            groups: None,
             cleanup: Vec::new(),
         };
         for d in [
@@ -303,12 +358,22 @@ impl Fx {
     fn run(&mut self, script: &str) -> Output {
         self.chown_all();
         let user = self.user;
-        let mut cmd = match user {
-            User::Caller => Command::new(terra_bin(user)),
-            User::Nobody => {
+        let groups = self.groups.clone().filter(|_| is_root());
+        let mut cmd = match (user, groups) {
+            (User::Caller, None) => Command::new(terra_bin(user)),
+            (User::Caller, Some(g)) => {
                 let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(terra_bin(user));
+                c.arg(format!("--groups={g}")).arg(terra_bin(user));
+                c
+            }
+            (User::Nobody, g) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534"]);
+                match g {
+                    Some(g) => c.arg(format!("--groups={g}")),
+                    None => c.arg("--clear-groups"),
+                };
+                c.arg(terra_bin(user));
                 c
             }
         };
@@ -869,6 +934,208 @@ fn pty(fx: &mut Fx) {
     fx.pty = true;
 }
 
+/// A read-only grant holding a set-user-ID and set-group-ID file owned by the
+/// run's user (the source for `cp -p`), and tar archives built on the host:
+/// one with set-id members, one plain.
+fn setid_sources(fx: &mut Fx) {
+    let src = fx.root.join("suidsrc");
+    fs::create_dir_all(&src).unwrap();
+    fs::copy("/usr/bin/id", src.join("tool")).unwrap();
+    fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
+    if is_root() {
+        let u = uid_of(fx.user);
+        std::os::unix::fs::chown(src.join("tool"), Some(u), Some(u)).unwrap();
+        // chown clears the set-id bits: set them again.
+        fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
+    }
+    if is_root() {
+        // A program with a file capability (cap_net_raw, v2 format), for cp -a and tar --xattrs.
+        let capped = src.join("capped");
+        fs::copy("/usr/bin/id", &capped).unwrap();
+        let u = uid_of(fx.user);
+        std::os::unix::fs::chown(&capped, Some(u), Some(u)).unwrap();
+        set_file_caps(&capped);
+        assert!(
+            has_file_caps(&capped),
+            "the host could not set a file capability"
+        );
+        fx.env("CAPPED", capped.display().to_string());
+    }
+    fx.terra_args
+        .extend(["--read".into(), src.display().to_string()]);
+    fx.env("SRC", src.display().to_string());
+    // A host set-user-ID program, when there is one.
+    let host = [
+        "/usr/bin/passwd",
+        "/usr/bin/su",
+        "/bin/su",
+        "/usr/bin/newgrp",
+    ]
+    .into_iter()
+    .find(|p| {
+        fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o4000 != 0)
+            .unwrap_or(false)
+    })
+    .unwrap_or("/usr/bin/id");
+    fx.env("HOSTSUID", host);
+    let uid = uid_of(fx.user);
+    let script = format!(
+        r##"
+import io, tarfile, sys
+def add(t, name, mode, data=None):
+    i = tarfile.TarInfo(name); i.mode = mode; i.uid = i.gid = {uid}; i.uname = i.gname = ""
+    if data is None:
+        i.type = tarfile.DIRTYPE; t.addfile(i)
+    else:
+        i.size = len(data); t.addfile(i, io.BytesIO(data))
+with tarfile.open(sys.argv[1], "w") as t:
+    add(t, "sdir", 0o2775); add(t, "sdir/suid", 0o4755, b"#!/bin/sh\n"); add(t, "sgid", 0o2755, b"x\n")
+with tarfile.open(sys.argv[2], "w") as t:
+    add(t, "pdir", 0o755); add(t, "pdir/tool", 0o755, b"#!/bin/sh\n"); add(t, "pdir/data", 0o640, b"x\n")
+"##
+    );
+    let st = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(fx.ws.join("setid.tar"))
+        .arg(fx.ws.join("plain.tar"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "building the tar archives failed");
+    fx.write("ws/target", "a file the box owns\n");
+    fs::create_dir_all(fx.ws.join("tdir")).unwrap();
+}
+
+/// No file in the workspace carries a set-id bit or a file capability.
+fn no_setid_in_workspace(fx: &mut Fx) -> Option<String> {
+    fn walk(p: &Path, found: &mut Vec<String>) {
+        let Ok(meta) = fs::symlink_metadata(p) else {
+            return;
+        };
+        if meta.permissions().mode() & 0o6000 != 0 {
+            found.push(format!(
+                "{} mode {:o}",
+                p.display(),
+                meta.permissions().mode()
+            ));
+        }
+        if !meta.file_type().is_symlink() && has_file_caps(p) {
+            found.push(format!("{} has security.capability", p.display()));
+        }
+        if meta.is_dir() {
+            for e in fs::read_dir(p).into_iter().flatten().flatten() {
+                walk(&e.path(), found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(&fx.ws, &mut found);
+    (!found.is_empty()).then(|| format!("set-id or capability files: {found:?}"))
+}
+
+fn set_file_caps(p: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut blob = Vec::new();
+    for w in [0x0200_0001u32, 1 << 13, 0, 0, 0] {
+        blob.extend_from_slice(&w.to_le_bytes());
+    }
+    // SAFETY: valid C strings and a buffer of the given length.
+    let rc = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            blob.as_ptr() as *const libc::c_void,
+            blob.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setxattr security.capability: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn has_file_caps(p: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    // SAFETY: valid C strings and a buffer of the given length.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_void,
+            buf.len(),
+        )
+    };
+    n > 0
+}
+
+/// Network `none`; IPv6 is tried only where the kernel has it.
+fn socket_families(fx: &mut Fx) {
+    if Path::new("/proc/net/if_inet6").exists() {
+        fx.env("V6", "1");
+    }
+}
+
+/// Root mode `ephemeral-write`, which leaves the box root writable.
+fn ephemeral_root(fx: &mut Fx) {
+    fx.policy = Some(
+        r#"{
+  "formatVersion": 3,
+  "filesystem": { "default": "deny", "rules": [
+    { "access": "write", "path": { "root": "workspace" } },
+    { "access": "read", "path": { "special": "minimal-runtime" } },
+    { "access": "write", "path": { "root": "temp" } }
+  ] },
+  "network": { "mode": "none" },
+  "process": { "treeConfinement": "required" },
+  "root": { "mode": "ephemeral-write" }
+}"#
+        .into(),
+    );
+}
+
+/// /sys shown read-only in the box.
+fn sys_read_grant(fx: &mut Fx) {
+    fx.terra_args.extend(["--read".into(), "/sys".into()]);
+}
+
+/// A supplementary group the run starts with (ssl-cert where it exists), and,
+/// as root, a workspace file readable only by that group and owned by another
+/// user: with the group dropped, the box's root (no capabilities) cannot read it.
+fn supplementary_group(fx: &mut Fx) {
+    let gid = fs::read_to_string("/etc/group")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[0] == "ssl-cert").then(|| f[2].to_string())
+        })
+        .unwrap_or_else(|| "4243".into());
+    fx.groups = Some(gid.clone());
+    if Path::new("/etc/ssl/certs/ca-certificates.crt").is_file()
+        || Path::new("/etc/pki/tls/certs/ca-bundle.crt").is_file()
+    {
+        fx.env("CAS", "1");
+    }
+    if is_root() && fx.user == User::Caller {
+        let p = fx.write("ws/group-only", "readable by the group only\n");
+        std::os::unix::fs::chown(&p, Some(OTHER_UID), Some(gid.parse().unwrap())).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+        fx.env("GRPFILE", p.display().to_string());
+    }
+    let outside = fx.write("out/group-secret", "outside, group-readable\n");
+    if is_root() {
+        std::os::unix::fs::chown(&outside, Some(OTHER_UID), Some(gid.parse().unwrap())).unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o640)).unwrap();
+    }
+}
+
 probes! {
     // ---- reads outside the grants
     read_home_ssh, read_home_ssh_twin => Probe {
@@ -1159,6 +1426,58 @@ probes! {
         twin: r#"need "$WS/plain-id" -u; ok"#,
         after: None,
     };
+    // ---- set-id files planted for the host (issue 9, item 1)
+    setid_chmod_family, setid_chmod_family_twin => Probe {
+        setup: setid_sources,
+        attack: r#"f="$WS/target"; for m in 4755 2755 6755; do for r in chmod fchmod fchmodat fchmodat2; do try $PROBE $r "$f" $m; done; done; try sh -c 'chmod u+s "$WS/target"; test -u "$WS/target"'; try sh -c 'chmod g+s "$WS/target"; test -g "$WS/target"'; try sh -c 'chmod g+s "$WS/tdir"; test -g "$WS/tdir"'; blocked"#,
+        twin: r#"need chmod +x "$WS/target"; need test -x "$WS/target"; need chmod 755 "$WS/target"; need chmod 644 "$WS/target"; need chmod 1777 "$WS/tdir"; need test -k "$WS/tdir"; ok"#,
+        after: Some(no_setid_in_workspace),
+    };
+    setid_creation_modes, setid_creation_modes_twin => Probe {
+        setup: setid_sources,
+        attack: r#"n=0; for r in creat mknod openat tmpfile openat2; do for m in 4755 2755 6755; do n=$((n+1)); try $PROBE $r "$WS/new$n" $m; done; done; try sh -c 'mkdir -m 2755 "$WS/sgdir"; test -g "$WS/sgdir"'; try sh -c 'install -m 4755 /usr/bin/id "$WS/inst"; test -u "$WS/inst"'; blocked"#,
+        twin: r#"need $PROBE plain_modes "$WS"; need mkdir -m 750 "$WS/pdir"; need install -m 755 /usr/bin/id "$WS/inst"; need "$WS/inst" -u; ok"#,
+        after: Some(no_setid_in_workspace),
+    };
+    setid_copy_and_extract, setid_copy_and_extract_twin => Probe {
+        setup: setid_sources,
+        attack: r#"try sh -c 'cp -p "$SRC/tool" "$WS/c1"; test -u "$WS/c1" || test -g "$WS/c1"'; try sh -c 'cp -a "$HOSTSUID" "$WS/c2"; test -u "$WS/c2" || test -g "$WS/c2"'; mkdir "$WS/x"; try sh -c 'tar -xpf "$WS/setid.tar" -C "$WS/x"; test -u "$WS/x/sdir/suid" || test -g "$WS/x/sgid" || test -g "$WS/x/sdir"'; try sh -c 'tar --same-permissions -xf "$WS/setid.tar" -C "$WS/x"; test -u "$WS/x/sdir/suid"'; blocked"#,
+        twin: r#"need cp -p "$WS/target" "$WS/copy"; need cp -a "$SRC" "$WS/tree"; need test -x "$WS/tree/tool"; mkdir "$WS/x"; need tar -xpf "$WS/plain.tar" -C "$WS/x"; need test -x "$WS/x/pdir/tool"; need cat "$WS/x/pdir/data"; ok"#,
+        after: Some(no_setid_in_workspace),
+    };
+    setid_file_capability, setid_file_capability_twin => Probe {
+        setup: setid_sources,
+        attack: r#"try $PROBE setcap "$WS/target"; try setcap cap_net_raw+ep "$WS/target"; if [ -n "$CAPPED" ]; then cp -a "$CAPPED" "$WS/c1" 2>/dev/null; tar --xattrs --xattrs-include='*' -cf /tmp/caps.tar -C "$SRC" capped 2>/dev/null; mkdir "$WS/x"; tar --xattrs --xattrs-include='*' -xpf /tmp/caps.tar -C "$WS/x" 2>/dev/null; fi; blocked"#,
+        twin: r#"need python3 -c 'import os, sys; os.setxattr(sys.argv[1], "user.terra", b"1"); assert os.getxattr(sys.argv[1], "user.terra") == b"1"' "$WS/target"; need cp -a "$WS/target" "$WS/copy"; ok"#,
+        after: Some(no_setid_in_workspace),
+    };
+    // ---- socket families outside the plan (issue 9, item 2)
+    net_socket_families, net_socket_families_twin => Probe {
+        setup: socket_families,
+        attack: r#"try $PROBE socket 40 1 0; try $PROBE socket 40 2 0; try $PROBE socket 38 5 0; try $PROBE socket 17 2 0; try $PROBE socket 17 3 768; try $PROBE socket 44 3 0; try $PROBE socket 31 1 3; try $PROBE socket 29 3 1; try $PROBE socket 21 5 0; try $PROBE socket 30 4 0; try $PROBE socket 3 5 0; try $PROBE socket 4 2 0; try $PROBE socket 5 2 0; try $PROBE socket 9 2 0; try $PROBE socket 16 3 9; try $PROBE socket 16 3 15; try $PROBE socket 16 3 4; try $PROBE socket 16 3 16; try $PROBE socketpair 40; try $PROBE socketpair 2; blocked"#,
+        twin: r#"need $PROBE socket 1 1 0; need $PROBE socket 1 2 0; need $PROBE socketpair 1; need $PROBE tcp_self; need $PROBE udp_self; need $PROBE socket 16 3 0; need ip -o link show lo; need $PROBE resolve localhost; if [ -n "$V6" ]; then need $PROBE tcp6_self; fi; ok"#,
+        after: None,
+    };
+    // ---- root-only and group-only files (issue 9, item 5)
+    minimal_runtime_private_keys, minimal_runtime_private_keys_twin => Probe {
+        setup: supplementary_group,
+        attack: r#"try ls /etc/ssl/private; try test -e /etc/ssl/private; for k in /etc/ssl/private/ssl-cert-snakeoil.key /etc/ssl/private/*.key /etc/pki/tls/private/localhost.key; do try cat "$k"; done; try cat "$OUT/group-secret"; if [ -n "$GRPFILE" ]; then try cat "$GRPFILE"; fi; if [ "$(id -u)" = 0 ] && [ "$(id -G)" != "$(id -g)" ]; then echo "TERRA-PROBE-ESCAPED: supplementary groups $(id -G)"; esc=1; fi; blocked"#,
+        twin: r#"need ls /etc/ssl/certs; if [ -n "$CAS" ]; then need $PROBE tls_cas; fi; need cat /etc/passwd; need cat "$WS/readme"; ok"#,
+        after: None,
+    };
+    // ---- host kernel settings through /proc and /sys (issue 9, item 7)
+    proc_kernel_settings, proc_kernel_settings_twin => Probe {
+        setup: ephemeral_root,
+        attack: r#"for f in /proc/irq/*/smp_affinity /proc/irq/default_smp_affinity /proc/bus/pci/*/* /proc/fs/*/* /proc/sys/vm/drop_caches /proc/sys/kernel/core_pattern /proc/sysrq-trigger; do [ -f "$f" ] && try $PROBE openw "$f"; done; for f in /proc/kcore /proc/keys /proc/key-users /proc/timer_list /proc/sched_debug /proc/kpageflags /proc/kpagecount /proc/kpagecgroup /proc/slabinfo /proc/kallsyms /proc/kmsg; do try $PROBE nonempty "$f"; done; for d in /proc/acpi /proc/scsi; do if [ -n "$(ls -A "$d" 2>/dev/null)" ]; then echo "TERRA-PROBE-ESCAPED: $d listed"; esc=1; fi; done; blocked"#,
+        twin: r#"need $PROBE nonempty /proc/self/status; need $PROBE nonempty /proc/cpuinfo; need $PROBE nonempty /proc/sys/kernel/ostype; need ls /proc/irq; need sh -c 'echo x > /etc/terra-ephemeral && cat /etc/terra-ephemeral'; ok"#,
+        after: None,
+    };
+    sys_firmware_masked, sys_firmware_masked_twin => Probe {
+        setup: sys_read_grant,
+        attack: r#"if [ -n "$(ls -A /sys/firmware 2>/dev/null)" ]; then echo "TERRA-PROBE-ESCAPED: /sys/firmware listed"; esc=1; fi; for f in /sys/kernel/mm/transparent_hugepage/enabled /sys/module/*/parameters/*; do [ -f "$f" ] && try $PROBE openw "$f"; done 2>/dev/null; blocked"#,
+        twin: r#"need ls /sys/class; need $PROBE nonempty /sys/kernel/mm/transparent_hugepage/enabled; ok"#,
+        after: None,
+    };
     // ---- process tree
     daemon_outlives_run, daemon_outlives_run_twin => Probe {
         setup: no_setup,
@@ -1260,6 +1579,31 @@ fn cli_grant_through_planted_symlink_twin() {
         let out = fx.run(r#"need sh -c 'echo x >> "$WS/good/f"'; ok"#);
         assert_ok(&fx, &out);
         assert_eq!(fs::read_to_string(fx.ws.join("real/f")).unwrap(), "x\n");
+    }
+}
+
+/// A write grant on /proc or /sys (or on /, which holds them) is refused
+/// before anything runs, like a workspace of /; reading them stays possible.
+#[test]
+fn write_grants_on_kernel_interfaces_are_refused() {
+    for user in users() {
+        for path in ["/sys", "/proc", "/proc/sys", "/sys/kernel", "/"] {
+            let mut fx = Fx::new("kernel-write", user);
+            fx.terra_args.extend(["--write".into(), path.into()]);
+            let out = fx.run("echo TERRA-PROBE-ESCAPED: ran");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.code() == Some(125)
+                    && err.contains("kernel interface")
+                    && !String::from_utf8_lossy(&out.stdout).contains(ESCAPED),
+                "--write {path} as {user:?} was not refused:\n{}",
+                show(&out)
+            );
+        }
+        let mut fx = Fx::new("kernel-read", user);
+        fx.terra_args.extend(["--read".into(), "/sys".into()]);
+        let out = fx.run("need ls /sys/kernel; ok");
+        assert_ok(&fx, &out);
     }
 }
 

@@ -30,8 +30,9 @@ pub struct HostArgs {
     #[arg(long, value_name = "DIR")]
     temp: Option<PathBuf>,
     /// A minimal-runtime root; repeat for more (at most 64 distinct). Default:
-    /// /usr, /bin, /sbin, /lib, /lib32, /lib64, /etc/alternatives, /etc/ssl,
-    /// /etc/ca-certificates, whichever exist.
+    /// /usr, /bin, /sbin, /lib, /lib32, /lib64, /etc/alternatives,
+    /// /etc/ssl/certs, /etc/ca-certificates, /etc/pki/tls/certs,
+    /// /etc/pki/ca-trust, whichever exist.
     #[arg(long = "minimal-root", value_name = "DIR")]
     minimal_roots: Vec<PathBuf>,
     /// The network mediator id (needed by mediated policies).

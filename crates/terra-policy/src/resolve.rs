@@ -18,8 +18,15 @@ pub const MAX_MINIMAL_ROOTS: usize = 64;
 /// Longest mediator id, in bytes.
 pub const MAX_MEDIATOR_LEN: usize = 255;
 
-/// The minimal-runtime roots used when none are given: whichever of these exist.
-pub const DEFAULT_MINIMAL_ROOT_CANDIDATES: [&str; 9] = [
+/// The minimal-runtime roots used when none are given: whichever of these
+/// exist. Programs need the executables and libraries, the alternatives links,
+/// and the public CA certificates (Debian's /etc/ssl/certs and
+/// /etc/ca-certificates, Fedora's /etc/pki/tls/certs and /etc/pki/ca-trust).
+/// Never /etc/ssl as a whole: /etc/ssl/private holds the host's TLS keys.
+/// A root is a directory (spec section 4), so the OpenSSL configuration file
+/// /etc/ssl/openssl.cnf is not one; OpenSSL runs on its built-in defaults
+/// when that file is missing.
+pub const DEFAULT_MINIMAL_ROOT_CANDIDATES: [&str; 11] = [
     "/usr",
     "/bin",
     "/sbin",
@@ -27,8 +34,10 @@ pub const DEFAULT_MINIMAL_ROOT_CANDIDATES: [&str; 9] = [
     "/lib32",
     "/lib64",
     "/etc/alternatives",
-    "/etc/ssl",
+    "/etc/ssl/certs",
     "/etc/ca-certificates",
+    "/etc/pki/tls/certs",
+    "/etc/pki/ca-trust",
 ];
 
 /// The default minimal-runtime roots on this host: the entries of
@@ -41,6 +50,33 @@ pub fn default_minimal_roots() -> Vec<PathBuf> {
         .map(PathBuf::from)
         .filter(|p| p.is_dir())
         .collect()
+}
+
+/// The host's kernel interfaces: procfs and sysfs at their fixed places.
+const KERNEL_INTERFACES: [&str; 2] = ["/proc", "/sys"];
+
+/// A write grant that would let the box change host kernel settings: a
+/// resolved path in /proc or /sys, or one that holds them (`/`).
+fn kernel_write_refusal(
+    rule: usize,
+    root: RootKind,
+    written: &str,
+    real: &str,
+) -> Option<PolicyError> {
+    let hit = KERNEL_INTERFACES
+        .iter()
+        .find(|k| inside(k, real) || inside(real, k))?;
+    let what = if real == *hit {
+        format!("{real}, a kernel interface")
+    } else if inside(hit, real) {
+        format!("{real}, inside the kernel interface {hit}")
+    } else {
+        format!("{real}, which holds the kernel interface {hit}")
+    };
+    Some(PolicyError::Unsupported(format!(
+        "rule {rule} (write {root} {written:?}) resolves to {what}: a write grant there would \
+         change host kernel settings; terra refuses write grants on /proc and /sys"
+    )))
 }
 
 /// Checks a mediator id: non-empty, at most 255 bytes, UTF-8 (a `&str`), no
@@ -405,6 +441,19 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
         for base in bases {
             let escape = |real: &str| escape_error(index, t.root, base, &t.path, real);
             match walk(base, &components, confine, &escape)? {
+                Walk::Found(real) if rule.access == Access::Write => {
+                    if let Some(e) = kernel_write_refusal(index, t.root, &t.path, &real) {
+                        return Err(e);
+                    }
+                    rules.push(ResolvedRule {
+                        access: rule.access,
+                        path: real,
+                        scope: t.scope,
+                        protect_create: false,
+                        source_rule: index,
+                        source_root: t.root,
+                    })
+                }
                 Walk::Found(real) => rules.push(ResolvedRule {
                     access: rule.access,
                     path: real,
@@ -576,6 +625,78 @@ mod tests {
             too_many.canonicalize().unwrap_err().class(),
             ErrorClass::Limit
         );
+    }
+
+    #[test]
+    fn write_grants_on_kernel_interfaces_are_refused() {
+        for path in ["/sys", "/proc", "/proc/sys/kernel", "/sys/kernel", "/"] {
+            if !std::path::Path::new(path).exists() {
+                continue;
+            }
+            let m = one(
+                Access::Write,
+                RootKind::Host,
+                path,
+                Scope::Tree,
+                Missing::Error,
+            );
+            let (c, msg) = class(resolve(&m, &HostBindings::default()));
+            assert_eq!(c, ErrorClass::Unsupported, "{path}: {msg}");
+            assert!(msg.contains("kernel interface"), "{path}: {msg}");
+        }
+        // Reading them stays possible; a write grant beside them too.
+        for path in ["/sys", "/proc/sys/kernel"] {
+            if std::path::Path::new(path).exists() {
+                let m = one(
+                    Access::Read,
+                    RootKind::Host,
+                    path,
+                    Scope::Tree,
+                    Missing::Error,
+                );
+                assert!(resolve(&m, &HostBindings::default()).is_ok(), "{path}");
+            }
+        }
+        let (_t, d) = tmp();
+        let m = one(
+            Access::Write,
+            RootKind::Host,
+            &d,
+            Scope::Tree,
+            Missing::Error,
+        );
+        assert!(resolve(&m, &HostBindings::default()).is_ok());
+        // Through a symlink: the resolved path counts.
+        symlink("/sys", format!("{d}/s")).unwrap();
+        let m = one(
+            Access::Write,
+            RootKind::Workspace,
+            "s",
+            Scope::Tree,
+            Missing::Error,
+        );
+        let outside = resolve(&m, &ws(&d));
+        assert!(outside.is_err());
+        let m = one(
+            Access::Write,
+            RootKind::Host,
+            &format!("{d}/s"),
+            Scope::Tree,
+            Missing::Error,
+        );
+        let (c, msg) = class(resolve(&m, &HostBindings::default()));
+        assert_eq!(c, ErrorClass::Unsupported, "{msg}");
+    }
+
+    #[test]
+    fn default_minimal_roots_leave_out_private_keys() {
+        for c in DEFAULT_MINIMAL_ROOT_CANDIDATES {
+            assert!(
+                !inside(c, "/etc/ssl/private"),
+                "{c} would expose /etc/ssl/private"
+            );
+        }
+        assert!(DEFAULT_MINIMAL_ROOT_CANDIDATES.contains(&"/etc/ssl/certs"));
     }
 
     #[test]

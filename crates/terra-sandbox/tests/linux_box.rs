@@ -449,6 +449,107 @@ fn seccomp_refuses_listed_calls() {
 }
 
 #[test]
+fn seccomp_refuses_setid_modes_and_keeps_ordinary_ones() {
+    let mut w = World::new();
+    let refused = [
+        "chmod_setuid",
+        "fchmod_setgid",
+        "fchmodat2_setgid",
+        "fchmodat_setuid_high_bits",
+        "openat_creat_setuid",
+        "openat_tmpfile_setgid",
+        "mkdirat_setgid",
+        "mknodat_setuid",
+    ];
+    let twins = [
+        "chmod_plain",
+        "chmod_sticky_dir",
+        "openat_creat_plain",
+        "openat_nocreat_modebits",
+    ];
+    let names: Vec<&str> = refused
+        .iter()
+        .chain(twins.iter())
+        .chain(["openat2"].iter())
+        .copied()
+        .collect();
+    let m = run_probes(&mut w, &names);
+    for n in refused {
+        assert_eq!(m[n], "EPERM", "{n}: {m:?}");
+    }
+    for n in twins {
+        assert_eq!(m[n], "ok", "{n}: {m:?}");
+    }
+    assert_eq!(m["openat2"], "ENOSYS", "{m:?}");
+    // Twin outside the box: the same calls work on the host.
+    assert_eq!(probe("chmod_setuid"), "ok");
+    assert_eq!(probe("fchmod_setgid"), "ok");
+}
+
+#[test]
+fn seccomp_allows_only_the_plan_socket_families() {
+    let mut w = World::new();
+    let refused_af = [
+        "socket_vsock",
+        "socket_packet",
+        "socket_alg",
+        "socket_vsock_high_bits",
+        "socketpair_inet",
+        "socketpair_vsock",
+    ];
+    let twins = [
+        "socket_netlink_route",
+        "socket_unix_flags",
+        "socket_inet",
+        "socketpair_unix",
+    ];
+    let names: Vec<&str> = refused_af
+        .iter()
+        .chain(twins.iter())
+        .chain(["socket_netlink_audit"].iter())
+        .copied()
+        .collect();
+    let m = run_probes(&mut w, &names);
+    for n in refused_af {
+        assert_eq!(m[n], "EAFNOSUPPORT", "{n}: {m:?}");
+    }
+    assert_eq!(m["socket_netlink_audit"], "EPROTONOSUPPORT", "{m:?}");
+    for n in twins {
+        assert_eq!(m[n], "ok", "{n}: {m:?}");
+    }
+}
+
+/// As root, the box starts without the caller's supplementary groups (here
+/// the launcher shape: the test harness has several threads). Only this
+/// test's thread gets the extra group, through the raw system call.
+#[test]
+fn supplementary_groups_are_dropped_as_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // an unprivileged caller cannot drop them (SECURITY.md)
+    }
+    let mut w = World::new();
+    let before = probe("groups");
+    let set = |groups: &[libc::gid_t]| {
+        // SAFETY: pointer and count describe `groups`; only this thread changes.
+        let r = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+        assert_eq!(r, 0, "setgroups: {}", std::io::Error::last_os_error());
+    };
+    let saved: Vec<libc::gid_t> = before
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    set(&[4243, 4244]);
+    // Twin: the thread really holds them.
+    let held = probe("groups");
+    let m = run_probes(&mut w, &["groups"]);
+    set(&saved);
+    assert_eq!(held, "4243,4244");
+    assert_eq!(m["groups"], "", "{m:?}");
+}
+
+#[test]
 fn activation_check_passes_and_can_fail() {
     let w = World::new();
     let r = w.run(&["true"]);

@@ -88,6 +88,10 @@ pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
         status::send(status_fd, &Status::Refused(why));
         sys::exit_now(125)
     };
+    // Inside the new user namespace the groups can no longer be dropped.
+    if let Err(e) = sys::drop_thread_groups() {
+        refuse(e);
+    }
     // SAFETY: unshare with namespace flags only affects this process.
     if unsafe { libc::unshare(box_namespaces(prep)) } != 0 {
         refuse(sys::errno_str(

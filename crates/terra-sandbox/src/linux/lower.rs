@@ -73,7 +73,7 @@ impl MountOp {
                 format!("mkdir     {path} (exact grant: the directory only, empty)")
             }
             MountOp::Proc { path } => {
-                format!("proc      {path} (box PID namespace; sys read-only; kcore, sysrq-trigger, ... masked)")
+                format!("proc      {path} (box PID namespace; sys, irq, bus, fs read-only; kcore, keys, sysrq-trigger, slabinfo, ... masked)")
             }
             MountOp::Dev { path } => {
                 format!("dev       {path} (null zero full random urandom tty; devpts; shm tmpfs)")

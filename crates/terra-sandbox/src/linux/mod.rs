@@ -299,10 +299,25 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
     // init starts with the forwarded signals and SIGCHLD blocked (see
     // `sys::block_init_signals`); the caller gets its own mask back.
     let mask = sys::block_init_signals();
+    // init inherits this thread's supplementary groups and, once in its user
+    // namespace, can no longer drop them: the single-threaded caller drops
+    // them around the clone and takes them back right after.
+    let groups = match sys::drop_thread_groups() {
+        Ok(g) => g,
+        Err(e) => {
+            sys::set_mask(&mask);
+            close_all(&[status_r, status_w, res_r, res_w, parent_fd]);
+            if let Some(w) = life_w {
+                sys::close(w);
+            }
+            return Err(SandboxError::Launch(e));
+        }
+    };
     let cloned = sys::clone_into(init::box_namespaces(prep));
     if cloned == Ok(0) {
         init::cloned_init(prep, status_w, res_w, parent_fd)
     }
+    let restored = groups.map(|g| sys::set_thread_groups(&g));
     sys::set_mask(&mask);
     close_all(&[status_w, res_w, parent_fd]);
     let pid = match cloned {
@@ -317,6 +332,21 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
             )));
         }
     };
+    if let Some(Err(e)) = restored {
+        // The caller lost its own groups: end the box rather than go on changed.
+        // SAFETY: signalling the child just cloned.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let mut st = 0;
+        // SAFETY: reaping that child.
+        unsafe { libc::waitpid(pid, &mut st, 0) };
+        close_all(&[status_r, res_r]);
+        if let Some(w) = life_w {
+            sys::close(w);
+        }
+        return Err(SandboxError::Launch(format!(
+            "setgroups: cannot restore the caller's supplementary groups: {e}"
+        )));
+    }
     // SAFETY: these are fresh descriptors owned only by this handle.
     let (status, result, life) = unsafe {
         (

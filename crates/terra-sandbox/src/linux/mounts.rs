@@ -25,19 +25,33 @@ const NOEXEC: libc::c_ulong = libc::MS_NOEXEC;
 
 /// Host nodes bound into the box /dev.
 pub const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
-/// procfs files masked with an empty read-only file.
-const PROC_MASK_FILES: [&str; 8] = [
+/// procfs files masked with an empty read-only file: kernel memory, kernel
+/// state and keys that describe or reach the host, not the box.
+const PROC_MASK_FILES: [&str; 14] = [
     "kcore",
     "sysrq-trigger",
     "timer_list",
+    "timer_stats",
     "sched_debug",
     "latency_stats",
     "kallsyms",
     "kmsg",
     "keys",
+    "key-users",
+    "kpageflags",
+    "kpagecount",
+    "kpagecgroup",
+    "slabinfo",
 ];
 /// procfs directories masked with an empty read-only tmpfs.
 const PROC_MASK_DIRS: [&str; 3] = ["acpi", "scsi", "asound"];
+/// procfs directories made read-only: they hold host-wide kernel settings
+/// (IRQ affinity, bus and file system tunables, sysctls) that a uid 0 mapped
+/// to host root could otherwise write, capabilities or not.
+const PROC_READ_ONLY_DIRS: [&str; 4] = ["sys", "irq", "bus", "fs"];
+/// sysfs directories masked with an empty read-only tmpfs when a grant
+/// shows /sys in the box (firmware tables and variables).
+const SYS_MASK_DIRS: [&str; 1] = ["/sys/firmware"];
 
 fn new(p: &str) -> String {
     if p == "/" {
@@ -293,6 +307,12 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
     if let Some(d) = dev_dir {
         sys::make_readonly(&d, false)?;
     }
+    for d in SYS_MASK_DIRS {
+        let t = new(d);
+        if sys::lstat(&t)?.is_some_and(|st| sys::is_dir(&st)) {
+            mask_dir(&t)?;
+        }
+    }
     Ok(())
 }
 
@@ -311,9 +331,14 @@ fn mount_proc(t: &str, rdev: u64) -> SysResult<()> {
             mask_dir(&p)?;
         }
     }
-    let s = format!("{t}/sys");
-    sys::mount(Some(&s), &s, None, libc::MS_BIND | libc::MS_REC, None)?;
-    sys::make_readonly(&s, true)
+    for d in PROC_READ_ONLY_DIRS {
+        let p = format!("{t}/{d}");
+        if sys::lstat(&p)?.is_some() {
+            sys::mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+            sys::make_readonly(&p, true)?;
+        }
+    }
+    Ok(())
 }
 
 fn mount_dev(t: &str, rdev: u64) -> SysResult<()> {

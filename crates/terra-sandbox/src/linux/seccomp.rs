@@ -1,9 +1,20 @@
 //! The workload's seccomp filter: default allow, listed system calls fail with
-//! EPERM (clone3 with ENOSYS so libc falls back to clone, whose namespace flags
-//! can be checked). Nothing is killed, except what seccompiler's architecture
-//! check does: a system call made through another ABI (i386 `int 0x80` on
-//! x86_64) kills the process. x32 system calls (numbers with bit 30 set) fail
-//! with EPERM through a small extra filter.
+//! EPERM (clone3 and openat2 with ENOSYS so libc falls back to clone and
+//! openat, whose arguments can be checked). Nothing is killed, except what
+//! seccompiler's architecture check does: a system call made through another
+//! ABI (i386 `int 0x80` on x86_64) kills the process. x32 system calls
+//! (numbers with bit 30 set) fail with EPERM through a small extra filter.
+//!
+//! No file may gain the set-user-ID or set-group-ID bit from inside the box:
+//! every call that sets a mode (the chmod family, and the creating calls with
+//! their mode argument) fails with EPERM when the mode holds either bit. File
+//! capabilities need CAP_SETFCAP, which the workload does not have.
+//!
+//! Sockets: only the families a plan can need (AF_UNIX, AF_INET, AF_INET6,
+//! AF_NETLINK with NETLINK_ROUTE); any other family fails with EAFNOSUPPORT,
+//! another netlink protocol with EPROTONOSUPPORT. vsock, packet, alg, xdp and
+//! the rest are not per network namespace, or reach the kernel or hypervisor
+//! in ways no plan grants.
 
 use std::collections::BTreeMap;
 
@@ -61,6 +72,55 @@ const CLONE_NEW_FLAGS: [(&str, u64); 7] = [
     ("CLONE_NEWPID", libc::CLONE_NEWPID as u64),
     ("CLONE_NEWNET", libc::CLONE_NEWNET as u64),
 ];
+/// The set-user-ID and set-group-ID mode bits.
+const SETID_BITS: [(&str, u64); 2] = [
+    ("S_ISUID", libc::S_ISUID as u64),
+    ("S_ISGID", libc::S_ISGID as u64),
+];
+/// O_TMPFILE without the O_DIRECTORY bit it includes: the bit that makes an
+/// open create an (unnamed) file.
+const O_TMPFILE_BIT: u64 = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
+const O_CREAT: u64 = libc::O_CREAT as u64;
+
+/// fchmodat2 has number 452 on every architecture (the unified table since
+/// Linux 6.6); the libc crate does not name it for aarch64.
+const SYS_FCHMODAT2: i64 = 452;
+
+/// System calls that set a file's mode outright, with the index of the mode argument.
+fn mode_calls() -> Vec<(&'static str, i64, u8)> {
+    let mut v = vec![
+        ("fchmod", libc::SYS_fchmod, 1),
+        ("fchmodat", libc::SYS_fchmodat, 2),
+        ("fchmodat2", SYS_FCHMODAT2, 2),
+        ("mknodat", libc::SYS_mknodat, 2),
+        ("mkdirat", libc::SYS_mkdirat, 2),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        ("chmod", libc::SYS_chmod, 1),
+        ("creat", libc::SYS_creat, 1),
+        ("mknod", libc::SYS_mknod, 1),
+        ("mkdir", libc::SYS_mkdir, 1),
+    ]);
+    v
+}
+
+/// System calls that open and may create a file: (name, number, flags
+/// argument, mode argument). The mode counts only with O_CREAT or O_TMPFILE.
+fn open_calls() -> Vec<(&'static str, i64, u8, u8)> {
+    let mut v = vec![("openat", libc::SYS_openat, 2, 3)];
+    #[cfg(target_arch = "x86_64")]
+    v.push(("open", libc::SYS_open, 1, 2));
+    v
+}
+
+/// Socket families the workload may create (`socket` argument 0).
+const SOCKET_FAMILIES: [(&str, u64); 4] = [
+    ("AF_UNIX", libc::AF_UNIX as u64),
+    ("AF_INET", libc::AF_INET as u64),
+    ("AF_INET6", libc::AF_INET6 as u64),
+    ("AF_NETLINK", libc::AF_NETLINK as u64),
+];
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
 const READ_IMPLIES_EXEC: u64 = 0x0400000;
@@ -81,6 +141,82 @@ fn cond(
     value: u64,
 ) -> Result<SeccompCondition, String> {
     SeccompCondition::new(arg, len, op, value).map_err(|e| format!("seccomp condition: {e}"))
+}
+
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conds).map_err(|e| format!("seccomp rule: {e}"))
+}
+
+/// `arg & bit == bit`, on the low 32 bits (modes and open flags are C ints).
+fn has_bit(arg: u8, bit: u64) -> Result<SeccompCondition, String> {
+    cond(
+        arg,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(bit),
+        bit,
+    )
+}
+
+/// Rules matching a mode argument with the set-user-ID or set-group-ID bit
+/// (and, for the open calls, the flags that make the mode count).
+fn setid_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules = BTreeMap::new();
+    for (_, nr, mode) in mode_calls() {
+        let r = SETID_BITS
+            .iter()
+            .map(|(_, bit)| rule(vec![has_bit(mode, *bit)?]))
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(nr, r);
+    }
+    for (_, nr, flags, mode) in open_calls() {
+        let mut r = Vec::new();
+        for creating in [O_CREAT, O_TMPFILE_BIT] {
+            for (_, bit) in SETID_BITS {
+                r.push(rule(vec![has_bit(flags, creating)?, has_bit(mode, bit)?])?);
+            }
+        }
+        rules.insert(nr, r);
+    }
+    Ok(rules)
+}
+
+/// socket() of a family outside [`SOCKET_FAMILIES`]; socketpair() of any but AF_UNIX.
+fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let ne = |v: u64| cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v);
+    let mut rules = BTreeMap::new();
+    let others = SOCKET_FAMILIES
+        .iter()
+        .map(|(_, f)| ne(*f))
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_socket, vec![rule(others)?]);
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![ne(libc::AF_UNIX as u64)?])?],
+    );
+    Ok(rules)
+}
+
+/// socket(AF_NETLINK, _, protocol) with a protocol other than NETLINK_ROUTE.
+fn netlink_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+    let mut rules = BTreeMap::new();
+    rules.insert(
+        libc::SYS_socket,
+        vec![rule(vec![
+            cond(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::AF_NETLINK as u64,
+            )?,
+            cond(
+                2,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Ne,
+                libc::NETLINK_ROUTE as u64,
+            )?,
+        ])?],
+    );
+    Ok(rules)
 }
 
 fn masked_rule(arg: u8, mask: u64) -> Result<SeccompRule, String> {
@@ -132,22 +268,32 @@ pub fn build() -> Result<Vec<BpfProgram>, String> {
         arch(),
     )
     .map_err(e)?;
-    let mut clone3 = BTreeMap::new();
-    clone3.insert(libc::SYS_clone3, vec![]);
-    let clone3 = SeccompFilter::new(
-        clone3,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS as u32),
-        arch(),
-    )
-    .map_err(e)?;
-    let mut out: Vec<BpfProgram> = vec![
-        main.try_into()
-            .map_err(|x: seccompiler::BackendError| format!("seccomp: {x}"))?,
-        clone3
-            .try_into()
-            .map_err(|x: seccompiler::BackendError| format!("seccomp: {x}"))?,
-    ];
+    let mut enosys = BTreeMap::new();
+    enosys.insert(libc::SYS_clone3, vec![]);
+    // openat2 takes its flags and mode in a structure seccomp cannot read.
+    enosys.insert(libc::SYS_openat2, vec![]);
+    let filter = |rules, errno: i32| {
+        SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch(),
+        )
+        .map_err(e)
+    };
+    let mut out: Vec<BpfProgram> = Vec::new();
+    for f in [
+        main,
+        filter(enosys, libc::ENOSYS)?,
+        filter(setid_rules()?, libc::EPERM)?,
+        filter(family_rules()?, libc::EAFNOSUPPORT)?,
+        filter(netlink_rules()?, libc::EPROTONOSUPPORT)?,
+    ] {
+        out.push(
+            f.try_into()
+                .map_err(|x: seccompiler::BackendError| format!("seccomp: {x}"))?,
+        );
+    }
     if let Some(x32) = x32_filter() {
         out.push(x32);
     }
@@ -199,7 +345,22 @@ pub fn describe() -> String {
         "seccomp EPERM clone with any of {}\n",
         flags.join("|")
     ));
-    s.push_str("seccomp ENOSYS clone3 (libc falls back to clone)\n");
+    s.push_str("seccomp ENOSYS clone3, openat2 (libc falls back to clone, openat)\n");
+    let bits: Vec<&str> = SETID_BITS.iter().map(|(n, _)| *n).collect();
+    let calls: Vec<&str> = mode_calls().iter().map(|(n, _, _)| *n).collect();
+    let opens: Vec<&str> = open_calls().iter().map(|(n, _, _, _)| *n).collect();
+    s.push_str(&format!(
+        "seccomp EPERM {} with a mode holding {}; {} with O_CREAT or O_TMPFILE and such a mode\n",
+        calls.join(" "),
+        bits.join(" or "),
+        opens.join(" ")
+    ));
+    let fams: Vec<&str> = SOCKET_FAMILIES.iter().map(|(n, _)| *n).collect();
+    s.push_str(&format!(
+        "seccomp EAFNOSUPPORT socket of a family other than {}; socketpair other than AF_UNIX\n",
+        fams.join(" ")
+    ));
+    s.push_str("seccomp EPROTONOSUPPORT socket AF_NETLINK other than NETLINK_ROUTE\n");
     s.push_str("seccomp EPERM ioctl TIOCSTI, TIOCLINUX (request, low 32 bits)\n");
     s.push_str("seccomp EPERM personality with READ_IMPLIES_EXEC\n");
     if cfg!(target_arch = "x86_64") {
@@ -210,4 +371,35 @@ pub fn describe() -> String {
         s.push_str("seccomp calls of another architecture kill the process (arch check)\n");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_build_and_describe_every_rule() {
+        let filters = build().unwrap();
+        // main, ENOSYS, set-id modes, socket families, netlink protocols (+ x32 on x86_64).
+        assert_eq!(
+            filters.len(),
+            if cfg!(target_arch = "x86_64") { 6 } else { 5 }
+        );
+        let d = describe();
+        for needle in [
+            "openat2",
+            "fchmodat2",
+            "S_ISUID",
+            "AF_NETLINK",
+            "NETLINK_ROUTE",
+        ] {
+            assert!(d.contains(needle), "{needle} missing from:\n{d}");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fchmodat2_number_matches_libc() {
+        assert_eq!(SYS_FCHMODAT2, libc::SYS_fchmodat2);
+    }
 }

@@ -430,6 +430,50 @@ pub fn sethostname(name: &str) -> SysResult<()> {
     check(rc, "sethostname", name)
 }
 
+/// The supplementary groups of the calling thread.
+pub fn thread_groups() -> SysResult<Vec<libc::gid_t>> {
+    // SAFETY: a count of 0 with a null list only asks for the number.
+    let n = unsafe { libc::syscall(libc::SYS_getgroups, 0, std::ptr::null_mut::<libc::gid_t>()) };
+    if n < 0 {
+        return Err(errno_str("getgroups", "supplementary groups"));
+    }
+    let mut v: Vec<libc::gid_t> = vec![0; n as usize];
+    // SAFETY: the buffer holds `n` entries; the kernel writes at most that many.
+    let m = unsafe { libc::syscall(libc::SYS_getgroups, n, v.as_mut_ptr()) };
+    if m < 0 {
+        return Err(errno_str("getgroups", "supplementary groups"));
+    }
+    v.truncate(m as usize);
+    Ok(v)
+}
+
+/// setgroups(2) for the calling thread only: the raw system call, not libc's
+/// wrapper, which changes every thread of the process.
+pub fn set_thread_groups(groups: &[libc::gid_t]) -> io::Result<()> {
+    // SAFETY: pointer and count describe `groups`.
+    let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Clears the calling thread's supplementary groups, so a box created from it
+/// starts without them; returns the groups to restore, or None when they
+/// were already empty or cannot be dropped (EPERM: no CAP_SETGID, as for an
+/// unprivileged caller, whose box then keeps them; see SECURITY.md).
+pub fn drop_thread_groups() -> SysResult<Option<Vec<libc::gid_t>>> {
+    let groups = thread_groups()?;
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    match set_thread_groups(&[]) {
+        Ok(()) => Ok(Some(groups)),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(None),
+        Err(e) => Err(format!("setgroups(0): {e}")),
+    }
+}
+
 /// Writes the uid/gid maps of the current process's new user namespace so the
 /// caller's ids stay the same inside.
 pub fn write_id_maps(uid: u32, gid: u32) -> SysResult<()> {

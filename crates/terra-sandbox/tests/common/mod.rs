@@ -28,22 +28,10 @@ pub fn rule(access: Access, path: &Path, scope: Scope) -> ResolvedRule {
 /// The minimal runtime of DESIGN.md, canonicalized like resolution does.
 pub fn minimal_runtime() -> Vec<ResolvedRule> {
     let mut v: Vec<ResolvedRule> = Vec::new();
-    for p in [
-        "/usr",
-        "/bin",
-        "/sbin",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/etc/alternatives",
-        "/etc/ssl",
-        "/etc/ca-certificates",
-    ] {
-        if Path::new(p).exists() {
-            let r = rule(Access::Read, Path::new(p), Scope::Tree);
-            if !v.iter().any(|x| x.path == r.path) {
-                v.push(r);
-            }
+    for p in terra_policy::default_minimal_roots() {
+        let r = rule(Access::Read, &p, Scope::Tree);
+        if !v.iter().any(|x| x.path == r.path) {
+            v.push(r);
         }
     }
     v

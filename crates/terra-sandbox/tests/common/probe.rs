@@ -16,6 +16,8 @@ fn errno_name(e: i32) -> String {
         libc::ECONNREFUSED => "ECONNREFUSED".into(),
         libc::ENETUNREACH => "ENETUNREACH".into(),
         libc::ENOTTY => "ENOTTY".into(),
+        libc::EAFNOSUPPORT => "EAFNOSUPPORT".into(),
+        libc::EPROTONOSUPPORT => "EPROTONOSUPPORT".into(),
         n => format!("errno{n}"),
     }
 }
@@ -30,6 +32,60 @@ fn rc(r: libc::c_long) -> String {
     } else {
         "ok".into()
     }
+}
+
+/// A fresh path under /tmp for one probe (the box's /tmp is writable).
+fn scratch(name: &str) -> std::ffi::CString {
+    let p = format!("/tmp/terra-probe-{name}-{}", std::process::id());
+    let _ = std::fs::remove_file(&p);
+    let _ = std::fs::remove_dir(&p);
+    std::ffi::CString::new(p).unwrap()
+}
+
+/// A fresh regular file, mode 0644, for the chmod probes.
+fn scratch_file(name: &str) -> std::ffi::CString {
+    let p = scratch(name);
+    std::fs::write(p.to_str().unwrap(), b"x").unwrap();
+    std::fs::set_permissions(
+        p.to_str().unwrap(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    p
+}
+
+/// A socket of (family, type, protocol), closed at once; family and type are
+/// passed as 64-bit values so high garbage bits can be tried.
+fn socket(family: u64, ty: u64, proto: u64) -> String {
+    // SAFETY: socket takes integers; a returned descriptor is closed.
+    let fd = unsafe { libc::syscall(libc::SYS_socket, family, ty, proto) };
+    if fd >= 0 {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd as i32) };
+    }
+    rc(fd)
+}
+
+fn socketpair(family: u64) -> String {
+    let mut sv = [0i32; 2];
+    // SAFETY: sv has room for the two descriptors, closed on success.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_socketpair,
+            family,
+            libc::SOCK_STREAM,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if r == 0 {
+        // SAFETY: our own descriptors.
+        unsafe {
+            libc::close(sv[0]);
+            libc::close(sv[1]);
+        }
+    }
+    rc(r)
 }
 
 /// Runs a raw clone with `flags`; the child exits at once.
@@ -106,6 +162,159 @@ pub fn probe(name: &str) -> String {
         "clone_newuser" => clone_with(libc::CLONE_NEWUSER as u64),
         "clone_plain" => clone_with(0),
         "clone3" => rc(unsafe { libc::syscall(libc::SYS_clone3, 0usize, 0usize) }),
+        // Set-id modes (negative) and ordinary modes (twins).
+        "chmod_setuid" => {
+            let f = scratch_file("chmod-suid");
+            rc(unsafe { libc::chmod(f.as_ptr(), 0o4755) } as libc::c_long)
+        }
+        "chmod_plain" => {
+            let f = scratch_file("chmod-plain");
+            rc(unsafe { libc::chmod(f.as_ptr(), 0o755) } as libc::c_long)
+        }
+        "chmod_sticky_dir" => {
+            let d = scratch("sticky");
+            unsafe { libc::mkdir(d.as_ptr(), 0o755) };
+            rc(unsafe { libc::chmod(d.as_ptr(), 0o1777) } as libc::c_long)
+        }
+        "fchmod_setgid" => {
+            let f = scratch_file("fchmod-sgid");
+            let fd = unsafe { libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            let r = rc(unsafe { libc::fchmod(fd, 0o2755) } as libc::c_long);
+            unsafe { libc::close(fd) };
+            r
+        }
+        "fchmodat2_setgid" => {
+            let f = scratch_file("fchmodat2-sgid");
+            rc(unsafe {
+                libc::syscall(452, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0) // fchmodat2
+            })
+        }
+        "fchmodat_setuid_high_bits" => {
+            // The kernel reads the mode as 32 bits: garbage above them must not hide S_ISUID.
+            let f = scratch_file("fchmodat-high");
+            rc(unsafe {
+                libc::syscall(
+                    libc::SYS_fchmodat,
+                    libc::AT_FDCWD,
+                    f.as_ptr(),
+                    0xffff_0000_0000_09edu64,
+                )
+            })
+        }
+        "openat_creat_setuid" => {
+            let f = scratch("creat-suid");
+            let fd = unsafe {
+                libc::open(
+                    f.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o4755,
+                )
+            };
+            if fd >= 0 {
+                unsafe { libc::close(fd) };
+            }
+            rc(fd as libc::c_long)
+        }
+        "openat_tmpfile_setgid" => {
+            let d = std::ffi::CString::new("/tmp").unwrap();
+            let fd = unsafe {
+                libc::open(
+                    d.as_ptr(),
+                    libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o2755,
+                )
+            };
+            if fd >= 0 {
+                unsafe { libc::close(fd) };
+            }
+            rc(fd as libc::c_long)
+        }
+        "openat_creat_plain" => {
+            let f = scratch("creat-plain");
+            let fd = unsafe {
+                libc::open(
+                    f.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o755,
+                )
+            };
+            if fd >= 0 {
+                unsafe { libc::close(fd) };
+            }
+            rc(fd as libc::c_long)
+        }
+        "openat_nocreat_modebits" => {
+            // Without O_CREAT or O_TMPFILE the mode is ignored, and so not checked.
+            let f = scratch_file("nocreat");
+            let fd = unsafe { libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0o6755) };
+            if fd >= 0 {
+                unsafe { libc::close(fd) };
+            }
+            rc(fd as libc::c_long)
+        }
+        "mkdirat_setgid" => {
+            let d = scratch("mkdir-sgid");
+            rc(unsafe { libc::mkdirat(libc::AT_FDCWD, d.as_ptr(), 0o2755) } as libc::c_long)
+        }
+        "mknodat_setuid" => {
+            let f = scratch("mknod-suid");
+            rc(
+                unsafe { libc::mknodat(libc::AT_FDCWD, f.as_ptr(), libc::S_IFREG | 0o4755, 0) }
+                    as libc::c_long,
+            )
+        }
+        "openat2" => {
+            let f = scratch("openat2");
+            let how: [u64; 3] = [(libc::O_CREAT | libc::O_WRONLY) as u64, 0o644, 0];
+            rc(unsafe {
+                libc::syscall(
+                    libc::SYS_openat2,
+                    libc::AT_FDCWD,
+                    f.as_ptr(),
+                    how.as_ptr(),
+                    24usize,
+                )
+            })
+        }
+        // Socket families (negative) and the plan's (twins).
+        "socket_vsock" => socket(libc::AF_VSOCK as u64, libc::SOCK_STREAM as u64, 0),
+        "socket_packet" => socket(libc::AF_PACKET as u64, libc::SOCK_DGRAM as u64, 0),
+        "socket_alg" => socket(libc::AF_ALG as u64, libc::SOCK_SEQPACKET as u64, 0),
+        "socket_vsock_high_bits" => socket(
+            0xffff_ffff_0000_0000 | libc::AF_VSOCK as u64,
+            libc::SOCK_STREAM as u64,
+            0,
+        ),
+        "socket_netlink_audit" => socket(
+            libc::AF_NETLINK as u64,
+            libc::SOCK_RAW as u64,
+            libc::NETLINK_AUDIT as u64,
+        ),
+        "socket_netlink_route" => socket(
+            libc::AF_NETLINK as u64,
+            (libc::SOCK_RAW | libc::SOCK_CLOEXEC) as u64,
+            libc::NETLINK_ROUTE as u64,
+        ),
+        "socket_unix_flags" => socket(
+            libc::AF_UNIX as u64,
+            (libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64,
+            0,
+        ),
+        "socket_inet" => socket(libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0),
+        "socketpair_inet" => socketpair(libc::AF_INET as u64),
+        "socketpair_vsock" => socketpair(libc::AF_VSOCK as u64),
+        "socketpair_unix" => socketpair(libc::AF_UNIX as u64),
+        // The supplementary groups, comma-separated ("" when none).
+        "groups" => {
+            let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+            let mut v = vec![0 as libc::gid_t; n.max(0) as usize];
+            let m = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
+            v.truncate(m.max(0) as usize);
+            v.iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        }
         other => {
             if let Some(addr) = other.strip_prefix("connect:") {
                 return match std::net::TcpStream::connect(addr) {
