@@ -189,7 +189,7 @@ fn random_ids(n: usize) -> Result<Vec<u16>, String> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(format!("no random query id (getrandom: {e})"));
+            return Err(format!("no random query id (getrandom: {})", io_text(&e)));
         }
         filled += r as usize;
     }
@@ -242,6 +242,27 @@ fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::i
         }
     }
     Ok(())
+}
+
+/// A UDP exchange's I/O error as a server failure, in words.
+#[cfg(target_os = "linux")]
+fn udp_fail(server: SocketAddr, e: &std::io::Error) -> Fail {
+    Fail::Server(if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        // An ICMP port unreachable from the server.
+        format!("{server}: nothing answers there (port unreachable)")
+    } else {
+        format!("{server}: {}", io_text(e))
+    })
+}
+
+/// An I/O error in words, without the bare "(os error N)".
+#[cfg(target_os = "linux")]
+fn io_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -318,14 +339,17 @@ impl DnsResolver {
             if is_timeout(&e) {
                 timeout("connection")
             } else {
-                Fail::Server(format!("{server} (TCP, after a truncated answer): {e}"))
+                Fail::Server(format!(
+                    "{server} (TCP, after a truncated answer): {}",
+                    io_text(&e)
+                ))
             }
         })?;
         let io_fail = |e: std::io::Error| {
             if is_timeout(&e) {
                 timeout("answer")
             } else {
-                Fail::Server(format!("{server} (TCP): {e}"))
+                Fail::Server(format!("{server} (TCP): {}", io_text(&e)))
             }
         };
         let left = deadline
@@ -369,12 +393,17 @@ impl DnsResolver {
         };
         let sock = match connected_udp(server) {
             Ok(s) => s,
-            Err(e) => return fail_all(Fail::Server(format!("cannot reach {server}: {e}"))),
+            Err(e) => {
+                return fail_all(Fail::Server(format!(
+                    "cannot reach {server}: {}",
+                    io_text(&e)
+                )))
+            }
         };
         let mut out: Vec<Option<Result<Got, Fail>>> = qtypes.iter().map(|_| None).collect();
         for (qtype, id) in qtypes.iter().zip(&ids) {
             if let Err(e) = sock.send(&dns::encode_query(*id, name, *qtype)) {
-                return fail_all(Fail::Server(format!("cannot send to {server}: {e}")));
+                return fail_all(udp_fail(server, &e));
             }
         }
         let mut ignored = 0usize;
@@ -393,7 +422,7 @@ impl DnsResolver {
                 Err(e) if is_timeout(&e) => break,
                 Err(e) => {
                     // ECONNREFUSED: an ICMP port unreachable from the server.
-                    let f = Fail::Server(format!("{server}: {e}"));
+                    let f = udp_fail(server, &e);
                     for slot in out.iter_mut().filter(|s| s.is_none()) {
                         *slot = Some(Err(f.clone()));
                     }

@@ -175,6 +175,8 @@ fn a_dead_first_nameserver_falls_through_to_the_next() {
     let e = r.resolve(&format!("v4.{Z}")).unwrap_err();
     assert_eq!(e.kind, ResolveErrorKind::ServerFailure, "{e}");
     assert!(e.detail.contains(&dead.to_string()), "{e}");
+    assert!(e.detail.contains("port unreachable"), "{e}");
+    assert!(!e.detail.contains("os error"), "no bare errno: {e}");
 }
 
 #[test]
