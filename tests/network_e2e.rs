@@ -39,12 +39,13 @@ const PY: &str = "/usr/bin/python3";
 /// The binary; for 65534 a copy in a world-readable 0755 directory, named
 /// after the build so repeated runs reuse it.
 /// `TERRA_E2E_BIN` runs the suite against another build instead (e.g. the
-/// static musl release binary, `make build` -> dist/terra), for both users:
-/// give a path uid 65534 can execute.
+/// static musl release binary, `make build` -> dist/terra; relative to the
+/// repository), for both users: give a path uid 65534 can execute.
 fn terra_bin(user: User) -> PathBuf {
     static COPY: OnceLock<PathBuf> = OnceLock::new();
     if let Some(bin) = std::env::var_os("TERRA_E2E_BIN").filter(|b| !b.is_empty()) {
-        return PathBuf::from(bin);
+        return fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join(&bin))
+            .unwrap_or_else(|e| panic!("TERRA_E2E_BIN {bin:?}: {e}"));
     }
     let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
     match user {
