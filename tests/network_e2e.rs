@@ -1472,6 +1472,15 @@ mod dns_server;
 /// Where the test's DNS server listens (a loopback address nothing else uses).
 const DNS_ADDR: &str = "127.0.0.153:53";
 
+/// The one DNS server of this test binary (its cases run in parallel and
+/// share the address).
+fn test_dns() -> &'static dns_server::DnsServer {
+    static DNS: OnceLock<dns_server::DnsServer> = OnceLock::new();
+    DNS.get_or_init(|| {
+        dns_server::DnsServer::start(DNS_ADDR.parse().unwrap(), dns_server::test_zone())
+    })
+}
+
 /// Root is needed for port 53 and for a private mount namespace. Without it
 /// the case cannot run: under CI that is a failure, elsewhere it says so.
 fn needs_root(case: &str) -> bool {
@@ -1489,13 +1498,14 @@ fn needs_root(case: &str) -> bool {
     false
 }
 
-/// `cmd` started inside a private mount namespace in which `resolv` is bound
-/// over /etc/resolv.conf (the host's file is untouched).
-fn with_resolv_conf(cmd: &Command, resolv: &Path) -> Command {
+/// `cmd` started inside a private mount namespace after the shell snippet
+/// `setup` ran there (as the caller, before any setpriv in `cmd`); the
+/// host's mounts are untouched.
+fn in_mount_namespace(cmd: &Command, setup: &str) -> Command {
     let mut w = Command::new("/usr/bin/unshare");
     w.args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
-        .arg("mount --bind \"$0\" /etc/resolv.conf && exec \"$@\"")
-        .arg(resolv)
+        .arg(format!("set -e; {setup}; exec \"$@\""))
+        .arg("sh")
         .arg(cmd.get_program())
         .args(cmd.get_args());
     w.env_clear();
@@ -1511,9 +1521,17 @@ fn with_resolv_conf(cmd: &Command, resolv: &Path) -> Command {
     w
 }
 
+/// `cmd` with `resolv` bound over /etc/resolv.conf.
+fn with_resolv_conf(cmd: &Command, resolv: &Path) -> Command {
+    in_mount_namespace(
+        cmd,
+        &format!("mount --bind '{}' /etc/resolv.conf", resolv.display()),
+    )
+}
+
 #[test]
-fn names_only_a_test_dns_server_knows_resolve_through_the_broker() {
-    if !needs_root("names_only_a_test_dns_server_knows_resolve_through_the_broker") {
+fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
+    if !needs_root("dns_names_only_a_test_server_knows_resolve_through_the_broker") {
         return;
     }
     let hosts = fs::read_to_string("/etc/hosts").unwrap_or_default();
@@ -1521,7 +1539,7 @@ fn names_only_a_test_dns_server_knows_resolve_through_the_broker() {
         !hosts.contains("terra-test.example"),
         "the test's names must not be in /etc/hosts"
     );
-    let dns = dns_server::DnsServer::start(DNS_ADDR.parse().unwrap(), dns_server::test_zone());
+    let dns = test_dns();
     let srv = Http::start();
     let srv6 = Http::start_on("[::1]:0");
     let (p, p6) = (srv.port, srv6.port);
@@ -1629,5 +1647,54 @@ fn names_only_a_test_dns_server_knows_resolve_through_the_broker() {
         assert!(dns.asked(&z("pkg"), "udp"), "{:?}", dns.seen());
         assert!(!dns.asked("pkg", "udp"), "{:?}", dns.seen());
         assert!(dns.asked(&z("slow"), "udp"), "{:?}", dns.seen());
+    }
+}
+
+/// On many hosts /etc/resolv.conf is a symbolic link (to systemd-resolved's
+/// file, say). The broker's root holds the file at its real path, and the
+/// broker reads it there: names still resolve. Here an overlay over /etc
+/// (in a private mount namespace) makes /etc/resolv.conf a link to a file
+/// in the test's directory.
+#[test]
+fn dns_resolv_conf_that_is_a_symbolic_link_is_followed() {
+    if !needs_root("dns_resolv_conf_that_is_a_symbolic_link_is_followed") {
+        return;
+    }
+    let dns = test_dns();
+    let srv = Http::start();
+    let p = srv.port;
+    let name = "v4.terra-test.example";
+    for (n, user) in users().into_iter().enumerate() {
+        let fx = Fx::new("dns-symlink", user);
+        let target = fx.root.join("stub-resolv.conf");
+        fs::write(
+            &target,
+            "nameserver 127.0.0.153\noptions timeout:1 attempts:1\n",
+        )
+        .unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        let (upper, work) = (fx.root.join("ovl-upper"), fx.root.join("ovl-work"));
+        fs::create_dir_all(&upper).unwrap();
+        fs::create_dir_all(&work).unwrap();
+        std::os::unix::fs::symlink(&target, upper.join("resolv.conf")).unwrap();
+        let policy = fx.policy(&[(name, p, false, true)]);
+        let cmd = fx.command(
+            &["--policy", policy.to_str().unwrap()],
+            &format!("{CURL} http://{name}:{p}/linked"),
+        );
+        let setup = format!(
+            "mount -t overlay overlay -o 'lowerdir=/etc,upperdir={},workdir={}' /etc; \
+             test \"$(readlink /etc/resolv.conf)\" = '{}'",
+            upper.display(),
+            work.display(),
+            target.display()
+        );
+        let r = fx.collect(in_mount_namespace(&cmd, &setup).output().unwrap());
+        assert_eq!(r.stdout(), "from-host /linked", "{}", r.show());
+        let line = only_line(&r);
+        assert_eq!(line["verdict"], "allowed", "{}", r.show());
+        assert_eq!(line["resolved"][0], "127.0.0.1", "{}", r.show());
+        assert_eq!(srv.hits(), n + 1);
+        assert!(dns.asked(name, "udp"), "{:?}", dns.seen());
     }
 }
