@@ -200,7 +200,12 @@ fn too_many_lookups_at_once_are_refused_as_busy() {
     let r2 = r.clone();
     let slow = std::thread::spawn(move || r2.resolve(&format!("slow.{Z}")));
     // Wait until the slow lookup is in flight (its queries arrived).
+    let until = std::time::Instant::now() + Duration::from_secs(30);
     while !s.asked(&format!("slow.{Z}"), "udp") {
+        assert!(
+            std::time::Instant::now() < until,
+            "the slow lookup never started"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let e = r.resolve(&format!("v4.{Z}")).unwrap_err();
