@@ -104,9 +104,10 @@ impl ResolverConfig {
         c
     }
 
-    /// Reads the files (a path that is None or does not exist counts as an
-    /// empty file). Any other read error, or a file over [`MAX_FILE`], is an
-    /// error naming the file.
+    /// Reads the files (None counts as an empty file: the host has none).
+    /// A file that cannot be read, missing included (the supervisor named
+    /// it, so the broker's root should hold it), or one over [`MAX_FILE`],
+    /// is an error naming the file.
     pub fn load(
         resolv_conf: Option<&Path>,
         hosts: Option<&Path>,
@@ -146,11 +147,7 @@ fn read_optional(path: Option<&Path>) -> Result<String, String> {
     let Some(path) = path else {
         return Ok(String::new());
     };
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE + 1)
         .read_to_end(&mut bytes)
@@ -261,10 +258,21 @@ mod tests {
     }
 
     #[test]
-    fn load_missing_is_empty_and_oversize_refused() {
+    fn load_none_is_empty_missing_and_oversize_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let c = ResolverConfig::load(Some(&dir.path().join("none")), None).unwrap();
+        let c = ResolverConfig::load(None, None).unwrap();
         assert_eq!(c, ResolverConfig::default());
+        let e = ResolverConfig::load(Some(&dir.path().join("none")), None).unwrap_err();
+        assert!(e.contains("none"), "{e}");
+        std::fs::write(dir.path().join("r"), "nameserver 10.1.2.3\n").unwrap();
+        std::fs::write(dir.path().join("h"), "10.9.9.9 x.test\n").unwrap();
+        let c =
+            ResolverConfig::load(Some(&dir.path().join("r")), Some(&dir.path().join("h"))).unwrap();
+        assert_eq!(c.nameservers, vec!["10.1.2.3:53".parse().unwrap()]);
+        assert_eq!(
+            c.hosts["x.test"],
+            vec!["10.9.9.9".parse::<IpAddr>().unwrap()]
+        );
         let big = dir.path().join("big");
         let f = std::fs::File::create(&big).unwrap();
         f.set_len(MAX_FILE + 1).unwrap();
