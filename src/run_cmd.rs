@@ -720,7 +720,7 @@ fn broker_program_text() -> String {
         s,
         "environment cleared; all capabilities dropped; no_new_privs"
     );
-    let _ = writeln!(s, "landlock: read of the resolver files only; TCP bind never granted; abstract UNIX sockets and signals scoped");
+    let _ = writeln!(s, "landlock: no file access (resolv.conf and hosts are read before it confines itself); TCP bind never granted; abstract UNIX sockets and signals scoped");
     let _ = writeln!(s, "seccomp: sockets AF_INET/AF_INET6 only; no bind, listen, accept, exec, mount, unshare, ptrace, bpf, io_uring");
     let _ = writeln!(
         s,

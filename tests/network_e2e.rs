@@ -5,9 +5,12 @@
 //! network receipt (JSON Lines in the run's state directory), which the run
 //! receipt links (path, sha256, counts).
 //!
-//! Names: the broker resolves with getaddrinfo from /etc/hosts, so admitted
-//! cases use `localhost` (loopback, a private address: they set
-//! `allowPrivateAddresses`; the private-address case leaves it out).
+//! Names: most cases use `localhost`, which the broker answers from
+//! /etc/hosts (loopback, a private address: they set
+//! `allowPrivateAddresses`; the private-address case leaves it out). The
+//! broker's DNS resolver is exercised, as root, against a DNS server the
+//! test starts on 127.0.0.153:53, with the test's own resolv.conf bound over
+//! /etc/resolv.conf in a private mount namespace around `terra run`.
 //!
 //! When the suite runs as root every case runs again as uid/gid 65534
 //! (`setpriv`), from a 0755 copy of the binary, with fixtures owned by 65534.
@@ -35,8 +38,15 @@ const PY: &str = "/usr/bin/python3";
 
 /// The binary; for 65534 a copy in a world-readable 0755 directory, named
 /// after the build so repeated runs reuse it.
+/// `TERRA_E2E_BIN` runs the suite against another build instead (e.g. the
+/// static musl release binary, `make build` -> dist/terra; relative to the
+/// repository), for both users: give a path uid 65534 can execute.
 fn terra_bin(user: User) -> PathBuf {
     static COPY: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(bin) = std::env::var_os("TERRA_E2E_BIN").filter(|b| !b.is_empty()) {
+        return fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join(&bin))
+            .unwrap_or_else(|e| panic!("TERRA_E2E_BIN {bin:?}: {e}"));
+    }
     let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
     match user {
         User::Caller => built,
@@ -57,7 +67,11 @@ struct Http {
 
 impl Http {
     fn start() -> Http {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        Http::start_on("127.0.0.1:0")
+    }
+
+    fn start_on(addr: &str) -> Http {
+        let l = TcpListener::bind(addr).unwrap();
         let port = l.local_addr().unwrap().port();
         let hits = Arc::new(AtomicUsize::new(0));
         let h = hits.clone();
@@ -1447,5 +1461,240 @@ fn git_ls_remote_through_the_proxy_and_refused_on_an_unlisted_port() {
         assert_eq!(last["port"], other.port);
         assert_eq!(other.hits(), 0);
         assert_eq!(git.refs_hits_settled(expect), expect);
+    }
+}
+
+// ------------------------------------------------------------------ the broker's DNS resolver
+
+#[path = "../crates/terra-netd/tests/common/dns_server.rs"]
+mod dns_server;
+
+/// Where the test's DNS server listens (a loopback address nothing else uses).
+const DNS_ADDR: &str = "127.0.0.153:53";
+
+/// The one DNS server of this test binary (its cases run in parallel and
+/// share the address).
+fn test_dns() -> &'static dns_server::DnsServer {
+    static DNS: OnceLock<dns_server::DnsServer> = OnceLock::new();
+    DNS.get_or_init(|| {
+        dns_server::DnsServer::start(DNS_ADDR.parse().unwrap(), dns_server::test_zone())
+    })
+}
+
+/// Root is needed for port 53 and for a private mount namespace. Without it
+/// the case cannot run: under CI that is a failure, elsewhere it says so.
+fn needs_root(case: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let ci = std::env::var("CI")
+        .map(|v| !v.is_empty() && v != "false")
+        .unwrap_or(false);
+    assert!(
+        !ci,
+        "{case}: needs root (port 53, mount namespace); CI must run it as root"
+    );
+    eprintln!("{case}: needs root (port 53, mount namespace), not run");
+    false
+}
+
+/// `cmd` started inside a private mount namespace after the shell snippet
+/// `setup` ran there (as the caller, before any setpriv in `cmd`); the
+/// host's mounts are untouched.
+fn in_mount_namespace(cmd: &Command, setup: &str) -> Command {
+    let mut w = Command::new("/usr/bin/unshare");
+    w.args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
+        .arg(format!("set -e; {setup}; exec \"$@\""))
+        .arg("sh")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    w.env_clear();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            w.env(k, v);
+        }
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        w.current_dir(d);
+    }
+    w.stdin(Stdio::null());
+    w
+}
+
+/// `cmd` with `resolv` bound over /etc/resolv.conf.
+fn with_resolv_conf(cmd: &Command, resolv: &Path) -> Command {
+    in_mount_namespace(
+        cmd,
+        &format!("mount --bind '{}' /etc/resolv.conf", resolv.display()),
+    )
+}
+
+#[test]
+fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
+    if !needs_root("dns_names_only_a_test_server_knows_resolve_through_the_broker") {
+        return;
+    }
+    let hosts = fs::read_to_string("/etc/hosts").unwrap_or_default();
+    assert!(
+        !hosts.contains("terra-test.example"),
+        "the test's names must not be in /etc/hosts"
+    );
+    let dns = test_dns();
+    let srv = Http::start();
+    let srv6 = Http::start_on("[::1]:0");
+    let (p, p6) = (srv.port, srv6.port);
+    let z = |n: &str| format!("{n}.terra-test.example");
+    let admitted = ["v4", "both", "alias", "big", "spoofed"];
+    let refused = [
+        ("gone", "NXDOMAIN:"),
+        ("txt", "no-answer:"),
+        ("slow", "timeout:"),
+        ("broken", "server-failure:"),
+    ];
+    let mut dests: Vec<(String, u16)> = admitted.iter().map(|n| (z(n), p)).collect();
+    dests.push((z("v6"), p6));
+    dests.push(("pkg".to_owned(), p));
+    dests.extend(refused.iter().map(|(n, _)| (z(n), p)));
+    let dests: Vec<Dest> = dests
+        .iter()
+        .map(|(h, port)| (h.as_str(), *port, false, true))
+        .collect();
+    let mut script = String::new();
+    for n in admitted {
+        script += &format!("{CURL} http://{}:{p}/{n}; echo; ", z(n));
+    }
+    script += &format!("{CURL} -p http://{}:{p6}/v6; echo; ", z("v6"));
+    script += &format!("{CURL} http://pkg:{p}/pkg; echo; ");
+    for (n, _) in refused {
+        script += &format!(
+            "{CURL} -i http://{}:{p}/ | grep -i '^x-terra-refusal'; ",
+            z(n)
+        );
+    }
+    let mut served = 0;
+    for user in users() {
+        let fx = Fx::new("dns-broker", user);
+        let resolv = fx.root.join("resolv.conf");
+        fs::write(
+            &resolv,
+            "nameserver 127.0.0.153\nsearch terra-test.example\noptions ndots:2 timeout:1 attempts:1\n",
+        )
+        .unwrap();
+        fs::set_permissions(&resolv, fs::Permissions::from_mode(0o644)).unwrap();
+        let policy = fx.policy(&dests);
+        let cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
+        let out = with_resolv_conf(&cmd, &resolv).output().unwrap();
+        let r = fx.collect(out);
+        assert_eq!(r.code(), Some(0), "{}", r.show());
+        let mut want: String = admitted
+            .iter()
+            .map(|n| format!("from-host /{n}\n"))
+            .collect();
+        want += "from-host /v6\nfrom-host /pkg\n";
+        want += &"X-Terra-Refusal: resolve-failed\r\n".repeat(refused.len());
+        assert_eq!(r.stdout(), want, "{}", r.show());
+        served += admitted.len() + 1;
+        assert_eq!(srv.hits(), served, "{}", r.show());
+        assert_eq!(srv6.hits(), served / (admitted.len() + 1), "{}", r.show());
+        assert_eq!(
+            r.lines.len(),
+            admitted.len() + 2 + refused.len(),
+            "{}",
+            r.show()
+        );
+        let (ok, bad) = r.lines.split_at(admitted.len() + 2);
+        let v4 = vec![Value::from("127.0.0.1")];
+        for (l, n) in ok.iter().zip(admitted) {
+            assert_eq!(l["verdict"], "allowed", "{}", r.show());
+            assert_eq!(l["name"], z(n).as_str(), "{}", r.show());
+            assert_eq!(l["address"], format!("127.0.0.1:{p}"), "{}", r.show());
+            let want = if n == "both" {
+                vec![Value::from("127.0.0.1"), Value::from("::1")]
+            } else {
+                v4.clone()
+            };
+            assert_eq!(
+                l["resolved"].as_array().unwrap(),
+                &want,
+                "{n}\n{}",
+                r.show()
+            );
+        }
+        assert_eq!(
+            ok[admitted.len()]["address"],
+            format!("[::1]:{p6}"),
+            "{}",
+            r.show()
+        );
+        assert_eq!(ok[admitted.len()]["resolved"][0], "::1", "{}", r.show());
+        assert_eq!(ok[admitted.len() + 1]["name"], "pkg", "{}", r.show());
+        assert_eq!(
+            ok[admitted.len() + 1]["resolved"][0],
+            "127.0.0.1",
+            "{}",
+            r.show()
+        );
+        for (l, (n, kind)) in bad.iter().zip(refused) {
+            assert_refused_line(&r, l, "resolve-failed", &z(n));
+            let detail = l["detail"].as_str().unwrap_or("");
+            assert!(detail.starts_with(kind), "{n}: {detail}\n{}", r.show());
+            assert!(!detail.contains("os error"), "no bare errno: {detail}");
+        }
+        assert_linked(&r, (admitted.len() + 2) as u64, refused.len() as u64);
+        // The broker asked the test's server: over TCP after the truncated
+        // answer, and for the search-domain name of "pkg", never "pkg" itself.
+        assert!(dns.asked(&z("big"), "tcp"), "{:?}", dns.seen());
+        assert!(dns.asked(&z("pkg"), "udp"), "{:?}", dns.seen());
+        assert!(!dns.asked("pkg", "udp"), "{:?}", dns.seen());
+        assert!(dns.asked(&z("slow"), "udp"), "{:?}", dns.seen());
+    }
+}
+
+/// On many hosts /etc/resolv.conf is a symbolic link (to systemd-resolved's
+/// file, say). The broker's root holds the file at its real path, and the
+/// broker reads it there: names still resolve. Here an overlay over /etc
+/// (in a private mount namespace) makes /etc/resolv.conf a link to a file
+/// in the test's directory.
+#[test]
+fn dns_resolv_conf_that_is_a_symbolic_link_is_followed() {
+    if !needs_root("dns_resolv_conf_that_is_a_symbolic_link_is_followed") {
+        return;
+    }
+    let dns = test_dns();
+    let srv = Http::start();
+    let p = srv.port;
+    let name = "v4.terra-test.example";
+    for (n, user) in users().into_iter().enumerate() {
+        let fx = Fx::new("dns-symlink", user);
+        let target = fx.root.join("stub-resolv.conf");
+        fs::write(
+            &target,
+            "nameserver 127.0.0.153\noptions timeout:1 attempts:1\n",
+        )
+        .unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        let (upper, work) = (fx.root.join("ovl-upper"), fx.root.join("ovl-work"));
+        fs::create_dir_all(&upper).unwrap();
+        fs::create_dir_all(&work).unwrap();
+        std::os::unix::fs::symlink(&target, upper.join("resolv.conf")).unwrap();
+        let policy = fx.policy(&[(name, p, false, true)]);
+        let cmd = fx.command(
+            &["--policy", policy.to_str().unwrap()],
+            &format!("{CURL} http://{name}:{p}/linked"),
+        );
+        let setup = format!(
+            "mount -t overlay overlay -o 'lowerdir=/etc,upperdir={},workdir={}' /etc; \
+             test \"$(readlink /etc/resolv.conf)\" = '{}'",
+            upper.display(),
+            work.display(),
+            target.display()
+        );
+        let r = fx.collect(in_mount_namespace(&cmd, &setup).output().unwrap());
+        assert_eq!(r.stdout(), "from-host /linked", "{}", r.show());
+        let line = only_line(&r);
+        assert_eq!(line["verdict"], "allowed", "{}", r.show());
+        assert_eq!(line["resolved"][0], "127.0.0.1", "{}", r.show());
+        assert_eq!(srv.hits(), n + 1);
+        assert!(dns.asked(name, "udp"), "{:?}", dns.seen());
     }
 }

@@ -565,7 +565,7 @@ impl Broker {
         let addrs: Vec<IpAddr> = self
             .resolver
             .resolve(&name)
-            .map_err(|e| Refusal::new(Reason::ResolveFailed, format!("{name}: {e}")))?;
+            .map_err(|e| Refusal::new(Reason::ResolveFailed, e.to_string()))?;
         attempt.resolved = addrs.clone();
         request.resolves_private = addrs.iter().any(|a| is_private(*a));
         if let Verdict::Refused(reason) = judge(self.mode, &self.patterns, &request) {

@@ -1,15 +1,17 @@
 //! The broker's own confinement, applied by [`crate::broker_main`] after its
 //! descriptors are adopted and before it serves anything.
 //!
-//! Landlock: every filesystem access is handled and only reading the resolver
-//! files is granted (the receipt descriptor is already open; nothing else can
-//! be opened, created or written); TCP bind is handled and never granted;
-//! abstract UNIX sockets and signals are scoped.
+//! Landlock: every filesystem access is handled and only reading the files
+//! passed to [`apply`] is granted; the broker passes none (it has read
+//! resolv.conf and hosts already, and the receipt descriptor is open), so
+//! nothing can be opened, created or written; TCP bind is handled and never
+//! granted; abstract UNIX sockets and signals are scoped.
 //!
 //! seccomp (default allow, listed calls fail with EPERM):
 //! - socket() other than AF_INET/AF_INET6 (no AF_UNIX, AF_NETLINK, AF_PACKET...);
 //! - bind() of any kind (the broker only connects; the kernel picks the
-//!   ephemeral port), listen(), accept(), accept4();
+//!   ephemeral port, for its TCP connections and for its resolver's UDP
+//!   sockets alike, see `resolve`), listen(), accept(), accept4();
 //! - ptrace, process_vm_readv/writev, ioctl TIOCSTI/TIOCLINUX;
 //! - mount, umount2, pivot_root, chroot, the new mount API, unshare, setns,
 //!   clone with any namespace flag, clone3 (ENOSYS, so libc falls back to clone);
@@ -167,10 +169,10 @@ pub fn clone3_program() -> Result<BpfProgram, String> {
         .map_err(|e: seccompiler::BackendError| e.to_string())
 }
 
-/// Applies Landlock (best effort: the kernel may lack it) and then seccomp
-/// (required) to the whole process.
-pub fn apply(resolver_files: &[PathBuf]) -> Result<Confinement, String> {
-    let landlock = apply_landlock(resolver_files)?;
+/// Applies Landlock (best effort: the kernel may lack it), granting only
+/// reading `readable`, and then seccomp (required) to the whole process.
+pub fn apply(readable: &[PathBuf]) -> Result<Confinement, String> {
+    let landlock = apply_landlock(readable)?;
     let clone3 = clone3_program()?;
     let program = seccomp_program()?;
     seccompiler::apply_filter_all_threads(&clone3).map_err(|e| format!("seccomp: {e}"))?;

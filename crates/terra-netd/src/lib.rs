@@ -18,11 +18,13 @@ pub mod address;
 pub mod broker;
 #[cfg(target_os = "linux")]
 pub mod confine;
+pub mod dns;
 #[cfg(target_os = "linux")]
 pub mod fdpass;
 pub mod matcher;
 pub mod proxy;
 pub mod receipt;
+pub mod resolvconf;
 pub mod resolve;
 pub mod startup;
 pub mod tls;
@@ -36,7 +38,12 @@ pub use address::is_private;
 pub use broker::{Broker, Limits};
 pub use matcher::{judge, HostPattern, Pattern, Reason, Request, Verdict};
 pub use receipt::{Attempt, MemoryReceipt, ReceiptSink};
-pub use resolve::{resolver_files, Resolver, StaticResolver, SystemResolver};
+#[cfg(target_os = "linux")]
+pub use resolve::DnsResolver;
+pub use resolve::{
+    resolver_files, resolver_sources, ResolveError, ResolveErrorKind, Resolver, ResolverConfig,
+    StaticResolver,
+};
 pub use startup::{encode_startup, StartupConfig};
 
 /// Descriptor of the box<->broker socketpair in the broker role.
@@ -142,10 +149,17 @@ fn broker_run() -> Result<(), (i32, String)> {
         let _ =
             nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
     }
-    let files = resolver_files();
-    let confinement = confine::apply(&files).map_err(refuse)?;
+    // The resolver configuration is read once, now: once confined, the
+    // broker reads no file at all.
+    let resolver_config = ResolverConfig::load(
+        config.resolv_conf.as_deref().map(std::path::Path::new),
+        config.hosts.as_deref().map(std::path::Path::new),
+    )
+    .map_err(|e| refuse(format!("resolver configuration: {e}")))?;
+    let confinement = confine::apply(&[]).map_err(refuse)?;
     tracing::debug!("terra __network: landlock {}", confinement.landlock);
-    let resolver = Arc::new(SystemResolver::new(
+    let resolver = Arc::new(DnsResolver::new(
+        resolver_config,
         std::time::Duration::from_millis(config.resolve_timeout_ms),
         config.max_resolves,
     ));

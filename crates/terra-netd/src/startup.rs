@@ -31,17 +31,27 @@ pub struct StartupConfig {
     pub receipt_fd: Option<i32>,
     /// Time one name lookup may take.
     pub resolve_timeout_ms: u64,
-    /// Most name lookups in flight (including abandoned, timed-out ones).
+    /// Most name lookups in flight.
     pub max_resolves: usize,
+    /// Where the broker reads resolv.conf and hosts (canonical host paths,
+    /// which its root holds; `resolve::resolver_sources`). None: no file.
+    #[serde(default)]
+    pub resolv_conf: Option<String>,
+    #[serde(default)]
+    pub hosts: Option<String>,
 }
 
 impl Default for StartupConfig {
+    /// The defaults, with the host's resolver files (their canonical paths).
     fn default() -> Self {
+        let (resolv_conf, hosts) = crate::resolve::resolver_sources();
         StartupConfig {
             limits: Limits::default(),
             receipt_fd: Some(crate::RECEIPT_FD),
             resolve_timeout_ms: 5_000,
             max_resolves: 64,
+            resolv_conf: resolv_conf.and_then(|p| p.to_str().map(str::to_owned)),
+            hosts: hosts.and_then(|p| p.to_str().map(str::to_owned)),
         }
     }
 }

@@ -7,6 +7,8 @@
 #![allow(unsafe_code)]
 
 mod common;
+#[path = "common/dns_server.rs"]
+mod dns_server;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -21,6 +23,8 @@ use terra_netd::{box_service, encode_startup, Limits, StartupConfig};
 use terra_policy::{MirBuilder, NetworkMode};
 
 const ROLE_ENV: &str = "TERRA_NETD_TEST_ROLE";
+/// The parent's DNS server address, for the confine child.
+const DNS_ENV: &str = "TERRA_NETD_TEST_DNS";
 
 /// In the child: run the broker role and exit with its code.
 #[test]
@@ -38,7 +42,14 @@ fn role_child_confine() {
     }
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let c = terra_netd::confine::apply(&terra_netd::resolver_files()).unwrap();
+    // The parent's DNS server (it binds and accepts; the confined broker
+    // cannot, and seccomp covers every thread of this process).
+    let dns_addr: std::net::SocketAddr = std::env::var(DNS_ENV).unwrap().parse().unwrap();
+    let mut rc = terra_netd::ResolverConfig::parse("options timeout:5 attempts:1", "");
+    rc.nameservers = vec![dns_addr];
+    let resolver = terra_netd::DnsResolver::new(rc, Duration::from_secs(10), 4);
+    // As the broker does: nothing of the filesystem is granted.
+    let c = terra_netd::confine::apply(&[]).unwrap();
     let mut failures = Vec::new();
     let mut check = |ok: bool, what: &str| {
         if !ok {
@@ -94,18 +105,23 @@ fn role_child_confine() {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_err(),
         "unshare refused",
     );
-    // getaddrinfo still works confined (nscd's AF_UNIX socket is refused, the
-    // resolver files are readable). "localhost" is answered from /etc/hosts
-    // alone: no DNS query leaves the machine.
+    // The broker's resolver works confined: UDP with connect() and no
+    // bind(), and TCP after a truncated answer. (musl's getaddrinfo binds
+    // its UDP socket first, which "UDP bind refused" above shows fails.)
     use terra_netd::Resolver;
-    let r = terra_netd::SystemResolver::new(Duration::from_secs(5), 2);
-    match r.resolve("localhost") {
-        Ok(addrs) => check(
-            !addrs.is_empty() && addrs.iter().all(|a| a.is_loopback()),
-            "localhost resolves to loopback",
-        ),
-        Err(_) => check(false, "localhost resolves while confined"),
+    for name in ["v4.terra-test.example", "big.terra-test.example"] {
+        match resolver.resolve(name) {
+            Ok(addrs) => check(
+                addrs == ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()],
+                &format!("{name} resolves to 127.0.0.1 while confined"),
+            ),
+            Err(e) => check(false, &format!("{name} resolves while confined: {e}")),
+        }
     }
+    check(
+        std::net::UdpSocket::bind("0.0.0.0:0").is_err(),
+        "UDP bind to the wildcard address and port 0 (musl's resolver) refused",
+    );
     if c.landlock != "not enforced" {
         check(
             std::fs::read("/etc/passwd").is_err(),
@@ -116,7 +132,10 @@ fn role_child_confine() {
             "writing refused",
         );
         if std::path::Path::new("/etc/hosts").exists() {
-            check(std::fs::read("/etc/hosts").is_ok(), "/etc/hosts readable");
+            check(
+                std::fs::read("/etc/hosts").is_err(),
+                "/etc/hosts not readable (read before confinement)",
+            );
         }
     }
     if failures.is_empty() {
@@ -158,12 +177,27 @@ fn child(role: &str, test: &str) -> Command {
 
 #[test]
 fn confinement_holds_in_a_child() {
-    let out = child("confine", "role_child_confine").output().unwrap();
+    let dns = dns_server::DnsServer::start("127.0.0.1:0".parse().unwrap(), dns_server::test_zone());
+    let out = child("confine", "role_child_confine")
+        .env(DNS_ENV, dns.addr.to_string())
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("CONFINE-OK"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // The confined child asked over UDP, and over TCP after the truncated answer.
+    assert!(
+        dns.asked("v4.terra-test.example", "udp"),
+        "{:?}",
+        dns.seen()
+    );
+    assert!(
+        dns.asked("big.terra-test.example", "tcp"),
+        "{:?}",
+        dns.seen()
     );
 }
 

@@ -2,7 +2,7 @@
 //! box service and fd-passing socketpair, against servers on 127.0.0.1.
 #![allow(dead_code)]
 
-use std::io::{self, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ pub struct CountingResolver {
 }
 
 impl Resolver for CountingResolver {
-    fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
+    fn resolve(&self, name: &str) -> Result<Vec<IpAddr>, terra_netd::ResolveError> {
         self.lookups.fetch_add(1, Ordering::SeqCst);
         self.inner.resolve(name)
     }
