@@ -292,7 +292,12 @@ impl Run {
         // A terminal on stdin, stdout or stderr: the box gets its own (pty.rs).
         let operator = match crate::pty::Operator::detect() {
             Ok(o) => o,
-            Err(e) => return self.refuse(Some(&dir), &e),
+            Err(e) => {
+                if let Some(b) = broker.take() {
+                    self.network = Some(b.stop(None));
+                }
+                return self.refuse(Some(&dir), &e);
+            }
         };
         let box_terminal = operator.as_ref().map(|o| o.box_terminal());
         let t_spawn = Instant::now();
