@@ -763,13 +763,13 @@ fn log_level_args() -> Vec<OsString> {
 ///   supervisor gets its own process group, so a terminal-generated signal
 ///   reaches only this CLI, which forwards it along CLI -> supervisor -> box.
 /// - When terra runs in the terminal's foreground with stdin on that terminal,
-///   the whole chain stays in the foreground process group so the workload can
-///   read the terminal and run job control (`terra run -- bash`). The terminal
-///   then delivers Ctrl-C, Ctrl-\ and window changes to the workload itself;
-///   the CLI and the supervisor forward only signals sent to them by a process
-///   (`kill`), never the terminal's own (si_code SI_KERNEL). On exit the CLI
-///   gives the terminal back to its own process group and restores the
-///   terminal modes it found.
+///   the CLI and the supervisor stay in the foreground process group; the
+///   supervisor relays the terminal to the box's own pseudo-terminal
+///   (terra-supervisor's pty.rs). The CLI forwards only signals sent to it by a
+///   process (`kill`), never the terminal's own (si_code SI_KERNEL): the
+///   supervisor got those too. On exit the CLI gives the terminal back to its
+///   own process group and restores the terminal modes it found (also when
+///   the supervisor, which restores them itself, was killed).
 fn start_supervisor(req: &RunRequest) -> Result<u8, String> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};

@@ -9,6 +9,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod files;
+mod pty;
 pub mod receipt;
 pub mod request;
 #[cfg(target_os = "linux")]

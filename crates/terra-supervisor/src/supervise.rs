@@ -381,8 +381,19 @@ impl Run {
             mediated,
             hostname: "terra".into(),
         };
+        // A terminal on stdin, stdout or stderr: the box gets its own (pty.rs).
+        let operator = match crate::pty::Operator::detect() {
+            Ok(o) => o,
+            Err(e) => {
+                if let Some(b) = broker.take() {
+                    self.network = Some(b.stop(None));
+                }
+                return self.refuse(Some(&dir), &e);
+            }
+        };
+        let box_terminal = operator.as_ref().map(|o| o.box_terminal());
         let t_spawn = Instant::now();
-        let handle = match launcher::spawn_box(config) {
+        let mut handle = match launcher::spawn_box_with_terminal(config, box_terminal) {
             Ok(h) => h,
             Err(e) => {
                 if let Some(b) = broker.take() {
@@ -392,6 +403,8 @@ impl Run {
             }
         };
         let box_pid = Pid::from_raw(handle.pid());
+        // Threads start only now (the box is cloned from a single-threaded process).
+        let relay = operator.map(|o| o.start(handle.take_terminal()));
         debug!(
             phase = "spawn",
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
@@ -508,9 +521,19 @@ impl Run {
                 let _ = nix::unistd::read(wake_r.as_raw_fd(), &mut drain);
             }
             while let Ok(Some(info)) = sigfd.read_signal() {
-                // A terminal-generated signal reached the whole foreground
-                // process group, the workload included: do not deliver it twice.
-                if info.ssi_code == SI_KERNEL {
+                if let Some(r) = &relay {
+                    // The box's terminal follows the operator's window and
+                    // signals the box's foreground process group itself.
+                    if info.ssi_signo == Signal::SIGWINCH as u32 {
+                        r.resize();
+                        continue;
+                    }
+                } else if info.ssi_code == SI_KERNEL {
+                    // Without a box terminal, a terminal-generated signal
+                    // reached the whole foreground process group, the workload
+                    // included: do not deliver it twice. (With one, the
+                    // workload is in a session of its own and gets nothing
+                    // from the operator's terminal: it is forwarded.)
                     continue;
                 }
                 if let Ok(sig) = Signal::try_from(info.ssi_signo as i32) {
@@ -519,6 +542,11 @@ impl Run {
                 }
             }
         };
+        // The box's last output, then the operator's terminal modes back,
+        // before anything of terra's own is printed.
+        if let Some(r) = relay {
+            r.finish();
+        }
         if let Some(b) = broker.take() {
             let t_stop = Instant::now();
             self.network = Some(b.stop(Some(&rx)));

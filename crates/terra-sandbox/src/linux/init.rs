@@ -34,6 +34,7 @@ use seccompiler::BpfProgram;
 use super::landlock::{self, LandlockPlan, NetRule};
 use super::lower::MountOp;
 use super::status::{self, Status};
+use super::terminal::{self, TerminalPrep};
 use super::workload::{self, WorkloadPrep};
 use super::{mounts, sys, BoxService};
 
@@ -48,6 +49,8 @@ pub struct BoxPrep {
     /// Raw fd of the box end of the broker socketpair, address, service.
     pub mediated: Option<(i32, SocketAddr, BoxService)>,
     pub service_seccomp: Vec<BpfProgram>,
+    /// The box's own terminal (see `terminal.rs`), when the caller's stdio has one.
+    pub terminal: Option<TerminalPrep>,
 }
 
 /// The namespace flags of a box (`CLONE_NEWNET` unless the network is direct).
@@ -146,13 +149,15 @@ pub fn cloned_init(prep: &BoxPrep, status_fd: i32, res_w: i32, parent_fd: i32) -
 }
 
 /// The caller's descriptors the box keeps: the broker socket (for the
-/// service) and the canary gate (for the workload).
+/// service), the canary gate (for the workload) and the terminal channel
+/// (for init).
 fn box_fds(prep: &BoxPrep) -> Vec<i32> {
     let mut v = Vec::new();
     if let Some((fd, _, _)) = &prep.mediated {
         v.push(*fd);
     }
     v.extend(prep.workload.canary_gate);
+    v.extend(prep.terminal.as_ref().map(|t| t.channel));
     v
 }
 
@@ -226,6 +231,12 @@ fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
     {
         refuse(format!("box root: {e}"));
     }
+    // Before any child: from here on no process of the box holds the caller's terminal.
+    if let Some(t) = &prep.terminal {
+        if let Err(e) = terminal::open_in_box(t) {
+            refuse(format!("the box's terminal: {e}"));
+        }
+    }
     let mut service_fds: Vec<i32> = Vec::new();
     if let Some((broker_fd, addr, service)) = &prep.mediated {
         let listener = match std::net::TcpListener::bind(addr) {
@@ -246,6 +257,17 @@ fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
         Ok(0) => {
             sys::reset_signals();
             if !sys::die_with_parent(1) {
+                sys::exit_now(125);
+            }
+            if let Some(e) = prep
+                .terminal
+                .as_ref()
+                .and_then(|t| terminal::take_as_controlling(t).err())
+            {
+                status::send(
+                    status_fd,
+                    &Status::Refused(format!("the box's terminal: {e}")),
+                );
                 sys::exit_now(125);
             }
             workload::run(&prep.workload, status_fd)

@@ -18,10 +18,12 @@ mod seccomp;
 mod status;
 mod support;
 mod sys;
+mod terminal;
 mod workload;
 
 pub use landlock::{FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
+pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
 
 /// Why the launcher refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +182,8 @@ pub struct BoxHandle {
     /// Cloned init on a kernel without pidfd_open: the only write end of the
     /// pipe init watches to learn that the caller is gone (closed with the handle).
     _life: Option<OwnedFd>,
+    /// A box with its own terminal: where its master side arrives.
+    terminal: Option<TerminalChannel>,
 }
 
 impl BoxHandle {
@@ -187,6 +191,11 @@ impl BoxHandle {
     /// or the cloned box init; both forward signals to the workload.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+    /// A box started with a [`BoxTerminal`]: the channel on which its
+    /// terminal's master side arrives (once; None afterwards or without one).
+    pub fn take_terminal(&mut self) -> Option<TerminalChannel> {
+        self.terminal.take()
     }
     /// Waits for the box to end.
     ///
@@ -227,11 +236,35 @@ pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
     spawn_box_spec(config.into())
 }
 
+/// [`spawn_box`], and with `terminal` the box gets its own pseudo-terminal
+/// (see `terminal.rs`); its master side arrives on
+/// [`BoxHandle::take_terminal`].
+pub fn spawn_box_with_terminal(
+    config: BoxConfig,
+    terminal: Option<BoxTerminal>,
+) -> Result<BoxHandle, SandboxError> {
+    spawn_box_spec_terminal(config.into(), terminal)
+}
+
 /// Starts a box from a [`BoxSpec`] (added).
 pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
+    spawn_box_spec_terminal(spec, None)
+}
+
+/// [`spawn_box_spec`] with an optional [`BoxTerminal`].
+pub fn spawn_box_spec_terminal(
+    spec: BoxSpec,
+    terminal: Option<BoxTerminal>,
+) -> Result<BoxHandle, SandboxError> {
     let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
     let gate_fd = spec.canary_gate.as_ref().map(|fd| fd.as_raw_fd());
-    let prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
+    let mut prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
+    let mut channel = None;
+    if let Some(t) = &terminal {
+        let (ours, theirs) = terminal::prepare(t).map_err(SandboxError::Launch)?;
+        channel = Some(ours);
+        prep.terminal = Some(theirs);
+    }
     let handle = if sys::single_threaded() {
         spawn_cloned(&prep)
     } else {
@@ -240,7 +273,13 @@ pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
     // The box holds its own copies now.
     drop(spec.mediated);
     drop(spec.canary_gate);
-    handle
+    if let Some(t) = &prep.terminal {
+        sys::close(t.channel);
+    }
+    handle.map(|mut h| {
+        h.terminal = channel;
+        h
+    })
 }
 
 /// Closes raw descriptors on an error path.
@@ -274,6 +313,7 @@ fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> 
         status,
         result: None,
         _life: None,
+        terminal: None,
     })
 }
 
@@ -360,6 +400,7 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
         status,
         result: Some(result),
         _life: life,
+        terminal: None,
     })
 }
 

@@ -211,6 +211,7 @@ pub fn prepare(
         },
         mediated,
         service_seccomp: filters,
+        terminal: None,
     })
 }
 

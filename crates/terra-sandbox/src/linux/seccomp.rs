@@ -123,6 +123,9 @@ const SOCKET_FAMILIES: [(&str, u64); 4] = [
 ];
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
+/// Line-discipline changes: the box's own terminal needs none, and each
+/// discipline is kernel code the workload could otherwise reach.
+const TIOCSETD: u64 = 0x5423;
 const READ_IMPLIES_EXEC: u64 = 0x0400000;
 
 fn arch() -> TargetArch {
@@ -243,8 +246,8 @@ pub fn build() -> Result<Vec<BpfProgram>, String> {
         .map(|(_, f)| masked_rule(0, *f))
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
-    // ioctl TIOCSTI / TIOCLINUX, the request compared on its low 32 bits.
-    let ioctl = [TIOCSTI, TIOCLINUX]
+    // ioctl TIOCSTI / TIOCLINUX / TIOCSETD, the request compared on its low 32 bits.
+    let ioctl = [TIOCSTI, TIOCLINUX, TIOCSETD]
         .iter()
         .map(|r| {
             SeccompRule::new(vec![cond(
@@ -361,7 +364,7 @@ pub fn describe() -> String {
         fams.join(" ")
     ));
     s.push_str("seccomp EPROTONOSUPPORT socket AF_NETLINK other than NETLINK_ROUTE\n");
-    s.push_str("seccomp EPERM ioctl TIOCSTI, TIOCLINUX (request, low 32 bits)\n");
+    s.push_str("seccomp EPERM ioctl TIOCSTI, TIOCLINUX, TIOCSETD (request, low 32 bits)\n");
     s.push_str("seccomp EPERM personality with READ_IMPLIES_EXEC\n");
     if cfg!(target_arch = "x86_64") {
         s.push_str(
