@@ -37,6 +37,9 @@ pub fn users() -> Vec<User> {
 /// Each test binary passes its own prefix, so suites running in parallel never
 /// remove each other's copy.
 pub fn world_readable_terra(prefix: &str) -> PathBuf {
+    // Tests of one binary run on parallel threads: one copies, the rest wait.
+    static COPYING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = COPYING.lock().unwrap_or_else(|e| e.into_inner());
     let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
     let meta = fs::metadata(&built).unwrap();
     let mtime = meta
