@@ -114,7 +114,8 @@ pub(crate) fn push_json_string(o: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Access, MirBuilder, Missing, RootKind, Scope};
+    use crate::model::{Access, MirBuilder, Missing};
+    use crate::testing::ws_tree;
 
     fn rendered(s: &str) -> String {
         let mut o = String::new();
@@ -152,14 +153,7 @@ mod tests {
     fn any_utf8_path_renders_as_json_that_reads_back() {
         let path = "a\"b\\c\u{1}d\u{7f}é\u{2028}😀\te";
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            path,
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Read, path, Missing::Error);
         let json = inspection_json(&b.build().unwrap());
         // The path line holds the escaped form, every other character verbatim.
         let line = json

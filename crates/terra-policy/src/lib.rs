@@ -43,3 +43,6 @@ pub use conflict::{check_conflicts, find_conflicts, Conflict};
 pub use evaluate::{Evaluation, Permission, Reason, RuleSet};
 pub use plan::compile_plan;
 pub use resolve::{default_minimal_roots, resolve, Resolution};
+
+#[cfg(test)]
+mod testing;

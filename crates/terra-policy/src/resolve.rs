@@ -546,17 +546,8 @@ mod tests {
     use crate::error::ErrorClass;
     use crate::model::{MirBuilder, Scope};
     use crate::plan::compile_plan;
+    use crate::testing::{tmp, ws_tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
-
-    fn tmp() -> (tempfile::TempDir, String) {
-        let t = tempfile::tempdir().unwrap();
-        let p = std::fs::canonicalize(t.path())
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        (t, p)
-    }
 
     fn one(access: Access, root: RootKind, path: &str, scope: Scope, missing: Missing) -> Mir {
         let mut b = MirBuilder::new();
@@ -1107,22 +1098,8 @@ mod tests {
     fn capabilities_are_checked_all_at_once() {
         let (_t, d) = tmp();
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Write,
-            RootKind::Workspace,
-            "",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::DenyWrite,
-            RootKind::Workspace,
-            ".git",
-            Scope::Tree,
-            Missing::Skip,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Write, "", Missing::Error);
+        ws_tree(&mut b, Access::DenyWrite, ".git", Missing::Skip);
         b.set_root_mode(RootMode::EphemeralWrite);
         let m = b.build().unwrap();
         let required = resolve(&m, &ws(&d)).unwrap().required_capabilities();
@@ -1172,22 +1149,8 @@ mod tests {
         let (_t, d) = tmp();
         std::fs::create_dir_all(format!("{d}/p/q")).unwrap();
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Deny,
-            RootKind::Workspace,
-            "p",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "p/q",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Deny, "p", Missing::Error);
+        ws_tree(&mut b, Access::Read, "p/q", Missing::Error);
         let (c, msg) = class(resolve(&b.build().unwrap(), &ws(&d)));
         assert_eq!(c, ErrorClass::Conflict);
         assert!(
@@ -1268,14 +1231,7 @@ mod tests {
         let mut b = MirBuilder::new();
         for i in 0..3000 {
             let access = [Access::Read, Access::Deny, Access::DenyWrite][i % 3];
-            b.add_rule(
-                access,
-                RootKind::Workspace,
-                &format!("e{i:04}"),
-                Scope::Tree,
-                Missing::Skip,
-            )
-            .unwrap();
+            ws_tree(&mut b, access, &format!("e{i:04}"), Missing::Skip);
         }
         let m = b.build().unwrap();
         assert_eq!(m.rules().len(), 3000);
@@ -1292,22 +1248,8 @@ mod tests {
         assert_eq!(again, r);
         // Two missing targets with missing: error, far apart: the first is named.
         let mut b = m.to_builder();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "a-first-missing",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "z-last-missing",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Read, "a-first-missing", Missing::Error);
+        ws_tree(&mut b, Access::Read, "z-last-missing", Missing::Error);
         let (c, msg) = class(resolve(&b.build().unwrap(), &ws(&d)));
         assert_eq!(c, ErrorClass::Missing);
         assert!(msg.contains("a-first-missing"), "{msg}");
