@@ -555,6 +555,11 @@ mod tests {
         b.build().unwrap()
     }
 
+    /// One tree rule below the workspace.
+    fn ws_one(access: Access, path: &str, missing: Missing) -> Mir {
+        one(access, RootKind::Workspace, path, Scope::Tree, missing)
+    }
+
     fn ws(dir: &str) -> HostBindings {
         HostBindings {
             workspace: Some(dir.into()),
@@ -659,13 +664,7 @@ mod tests {
         assert!(resolve(&m, &HostBindings::default()).is_ok());
         // Through a symlink: the resolved path counts.
         symlink("/sys", format!("{d}/s")).unwrap();
-        let m = one(
-            Access::Write,
-            RootKind::Workspace,
-            "s",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Write, "s", Missing::Error);
         let outside = resolve(&m, &ws(&d));
         assert!(outside.is_err());
         let m = one(
@@ -720,13 +719,7 @@ mod tests {
 
     #[test]
     fn unbound_roots_and_mediator_are_unsupported() {
-        let m = one(
-            Access::Read,
-            RootKind::Workspace,
-            "",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Read, "", Missing::Error);
         let (c, msg) = class(resolve(&m, &HostBindings::default()));
         assert_eq!(c, ErrorClass::Unsupported);
         assert!(msg.contains("workspace binding"), "{msg}");
@@ -825,22 +818,10 @@ mod tests {
         std::fs::write(format!("{d}/file"), b"").unwrap();
         // ENOENT and ENOTDIR both mean missing.
         for rel in ["absent", "absent/deeper", "file/below"] {
-            let m = one(
-                Access::Read,
-                RootKind::Workspace,
-                rel,
-                Scope::Tree,
-                Missing::Error,
-            );
+            let m = ws_one(Access::Read, rel, Missing::Error);
             let (c, msg) = class(resolve(&m, &ws(&d)));
             assert_eq!(c, ErrorClass::Missing, "{rel}: {msg}");
-            let m = one(
-                Access::Write,
-                RootKind::Workspace,
-                rel,
-                Scope::Tree,
-                Missing::Skip,
-            );
+            let m = ws_one(Access::Write, rel, Missing::Skip);
             let r = resolve(&m, &ws(&d)).unwrap();
             assert!(r.rules().is_empty());
             assert_eq!(
@@ -881,7 +862,7 @@ mod tests {
             ("alias/absent/x", format!("{d}/real/absent/x")),
         ] {
             for access in [Access::Deny, Access::DenyWrite] {
-                let m = one(access, RootKind::Workspace, rel, Scope::Tree, Missing::Skip);
+                let m = ws_one(access, rel, Missing::Skip);
                 let r = resolve(&m, &ws(&d)).unwrap();
                 assert_eq!(r.rules().len(), 1);
                 assert_eq!(r.rules()[0].path, name, "{rel}");
@@ -909,24 +890,12 @@ mod tests {
             if rel == "real/plain/x" {
                 std::fs::write(format!("{d}/real/plain"), b"").unwrap();
             }
-            let m = one(
-                Access::Deny,
-                RootKind::Workspace,
-                rel,
-                Scope::Tree,
-                Missing::Skip,
-            );
+            let m = ws_one(Access::Deny, rel, Missing::Skip);
             let (c, msg) = class(resolve(&m, &ws(&d)));
             assert_eq!(c, ErrorClass::Format, "{rel}: {msg}");
         }
         // A present deny is not protect-create.
-        let m = one(
-            Access::Deny,
-            RootKind::Workspace,
-            "real",
-            Scope::Tree,
-            Missing::Skip,
-        );
+        let m = ws_one(Access::Deny, "real", Missing::Skip);
         let r = resolve(&m, &ws(&d)).unwrap();
         assert!(!r.rules()[0].protect_create);
         assert!(!r
@@ -941,24 +910,12 @@ mod tests {
         std::fs::create_dir(format!("{d}/inside")).unwrap();
         symlink(&outside, format!("{d}/out")).unwrap();
         symlink(format!("{d}/inside"), format!("{d}/in")).unwrap();
-        let m = one(
-            Access::Read,
-            RootKind::Workspace,
-            "out",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Read, "out", Missing::Error);
         let (c, msg) = class(resolve(&m, &ws(&d)));
         assert_eq!(c, ErrorClass::Format);
         assert!(msg.contains("outside its root"), "{msg}");
         // Through the protect-create walk too.
-        let m = one(
-            Access::Deny,
-            RootKind::Workspace,
-            "out/absent",
-            Scope::Tree,
-            Missing::Skip,
-        );
+        let m = ws_one(Access::Deny, "out/absent", Missing::Skip);
         assert_eq!(class(resolve(&m, &ws(&d))).0, ErrorClass::Format);
         // Temp and minimal-runtime roots are symbolic roots as well.
         let m = one(
@@ -974,13 +931,7 @@ mod tests {
         };
         assert_eq!(class(resolve(&m, &t)).0, ErrorClass::Format);
         // A symlink that stays inside is fine and resolves to its target.
-        let m = one(
-            Access::Read,
-            RootKind::Workspace,
-            "in",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Read, "in", Missing::Error);
         assert_eq!(
             resolve(&m, &ws(&d)).unwrap().rules()[0].path,
             format!("{d}/inside")
@@ -1006,7 +957,7 @@ mod tests {
         symlink(format!("{d}/a"), format!("{d}/b")).unwrap();
         for missing in [Missing::Error, Missing::Skip] {
             for access in [Access::Read, Access::Deny] {
-                let m = one(access, RootKind::Workspace, "a/x", Scope::Tree, missing);
+                let m = ws_one(access, "a/x", missing);
                 let (c, msg) = class(resolve(&m, &ws(&d)));
                 assert_eq!(c, ErrorClass::Io, "{msg}");
             }
@@ -1024,13 +975,7 @@ mod tests {
     fn check_eacces(d: &str) {
         for missing in [Missing::Error, Missing::Skip] {
             for access in [Access::Read, Access::Deny] {
-                let m = one(
-                    access,
-                    RootKind::Workspace,
-                    "locked/x",
-                    Scope::Tree,
-                    missing,
-                );
+                let m = ws_one(access, "locked/x", missing);
                 let (c, msg) = class(resolve(&m, &ws(d)));
                 assert_eq!(c, ErrorClass::Io, "{msg}");
                 assert!(msg.contains("ermission denied"), "{msg}");
