@@ -132,7 +132,7 @@ mod tests {
             rendered("\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}"),
             "\"\\u000a\\u000d\\u0009\\u0008\\u000c\\u0001\\u001f\\u007f\""
         );
-        // The example of issue 10: DEL, TAB and LF, never raw, never short.
+        // DEL, TAB and LF together: never raw, never a short escape.
         assert_eq!(rendered("a\u{7f}b\tc\nd"), "\"a\\u007fb\\u0009c\\u000ad\"");
         // Every byte below 0x20, and DEL, as \u00xx in lowercase hex.
         for b in (0u8..0x20).chain([0x7f]) {

@@ -1,6 +1,10 @@
 //! terra's policy compiler: JSON source v3 -> canonical MIR v3 -> decision digest
 //! -> host resolution -> capability match -> an immutable SandboxPlan.
 //!
+//! MIR v3 is the canonical binary policy format (byte-compatible with the
+//! public MIR v3 format): one decision has exactly one encoding, and the
+//! SHA-256 of those bytes is the decision digest.
+//!
 //! It refuses; it never guesses. No function returns a partially built object.
 #![forbid(unsafe_code)]
 

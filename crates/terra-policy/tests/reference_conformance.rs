@@ -1,5 +1,5 @@
 //! Conformance with the public reference of MIR v3 where the published vectors
-//! say nothing (issue 10, item 4): minimal-runtime rules with a relative path,
+//! say nothing: minimal-runtime rules with a relative path,
 //! the exact escaping of inspection JSON, and the rule cap counted after
 //! de-duplication. The repository's own vectors are in `tests/vectors`.
 
