@@ -401,26 +401,17 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
     let mut omitted = Vec::new();
     for (index, rule) in mir.rules().iter().enumerate() {
         let t = &rule.target;
+        // A workspace or temp rule without its directory.
+        let unbound = || {
+            PolicyError::Unsupported(format!(
+                "rule {index} ({} {} {:?}) needs a {} binding, and none was given",
+                rule.access, t.root, t.path, t.root
+            ))
+        };
         let bases: Vec<&str> = match t.root {
             RootKind::Host => vec!["/"],
-            RootKind::Workspace => match &b.workspace {
-                Some(w) => vec![w.as_str()],
-                None => {
-                    return Err(PolicyError::Unsupported(format!(
-                        "rule {index} ({} workspace {:?}) needs a workspace binding, and none was given",
-                        rule.access, t.path
-                    )))
-                }
-            },
-            RootKind::Temp => match &b.temp {
-                Some(w) => vec![w.as_str()],
-                None => {
-                    return Err(PolicyError::Unsupported(format!(
-                        "rule {index} ({} temp {:?}) needs a temp binding, and none was given",
-                        rule.access, t.path
-                    )))
-                }
-            },
+            RootKind::Workspace => vec![b.workspace.as_deref().ok_or_else(unbound)?],
+            RootKind::Temp => vec![b.temp.as_deref().ok_or_else(unbound)?],
             RootKind::MinimalRuntime => {
                 if b.minimal_roots.is_empty() {
                     return Err(PolicyError::Unsupported(format!(
