@@ -75,12 +75,12 @@ fn init_logging(level: Option<&str>) {
         .try_init();
 }
 
-/// Exit status for a command line clap rejected: 125 for `terra run` (terra
-/// refused before the workload started), 1 elsewhere, so that 2 keeps meaning
-/// "a valid report with violations" for `terra policy`.
+/// Exit status for a command line clap rejected: `EXIT_REFUSED` (125) for
+/// `terra run` (terra refused before the workload started), 1 elsewhere, so
+/// that 2 keeps meaning "a valid report with violations" for `terra policy`.
 fn usage_error_status() -> u8 {
     match std::env::args_os().nth(1) {
-        Some(first) if first == "run" => 125,
+        Some(first) if first == "run" => terra_supervisor::EXIT_REFUSED,
         _ => 1,
     }
 }

@@ -5,7 +5,6 @@
 //! `terra: <class>: <message>`; with `--json` an object with `ok`, `class` and
 //! `message` also goes to stdout.
 
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -13,7 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use terra_policy::{ErrorClass, Mir, PolicyError};
 
-use super::{EXIT_FAILURE, EXIT_OK, EXIT_VIOLATIONS};
+use super::{print_json, EXIT_FAILURE, EXIT_OK, EXIT_VIOLATIONS};
 
 #[derive(Debug, Subcommand)]
 pub enum FormatCommand {
@@ -138,12 +137,6 @@ impl From<PolicyError> for CmdError {
 
 type CmdResult = Result<(), CmdError>;
 
-fn print_json(v: &Value) {
-    let mut out = io::stdout().lock();
-    let _ = serde_json::to_writer_pretty(&mut out, v);
-    let _ = out.write_all(b"\n");
-}
-
 /// A MIR file: an oversized one is structural damage (format, spec section 2).
 fn read_mir(path: &Path) -> Result<Mir, PolicyError> {
     let bytes = super::read_input(path, PolicyError::Format)?;
@@ -154,21 +147,36 @@ fn sha(hex: &str) -> String {
     format!("sha256:{hex}")
 }
 
+/// The JSON report of `compile` and `validate`: the MIR's size and digest,
+/// and `fields`.
+fn mir_json(mir: &Mir, digest: &str, fields: Value) -> Value {
+    let mut v = json!({
+        "ok": true,
+        "bytes": mir.bytes().len(),
+        "rules": mir.rules().len(),
+        "destinations": mir.destinations().len(),
+        "decisionDigest": digest,
+    });
+    if let (Some(o), Value::Object(extra)) = (v.as_object_mut(), fields) {
+        o.extend(extra);
+    }
+    v
+}
+
 fn compile(a: &CompileArgs) -> CmdResult {
     let source = super::read_input(&a.source, PolicyError::Limit)?;
     let mir = terra_policy::compile_source(&source)?;
     super::write_output(&a.output, mir.bytes(), a.replace)?;
     let digest = sha(&mir.decision_digest());
     if a.json.json {
-        print_json(&json!({
-            "ok": true,
-            "output": a.output.display().to_string(),
-            "bytes": mir.bytes().len(),
-            "rules": mir.rules().len(),
-            "destinations": mir.destinations().len(),
-            "decisionDigest": digest,
-            "sourceArtifactDigest": sha(&terra_policy::digest::artifact_digest(&source)),
-        }));
+        print_json(&mir_json(
+            &mir,
+            &digest,
+            json!({
+                "output": a.output.display().to_string(),
+                "sourceArtifactDigest": sha(&terra_policy::digest::artifact_digest(&source)),
+            }),
+        ));
     } else {
         println!(
             "compiled {} -> {} ({} bytes, {} rules, {} destinations)",
@@ -193,15 +201,11 @@ fn validate(a: &FileArgs) -> CmdResult {
     })?;
     let digest = sha(&mir.decision_digest());
     if a.json.json {
-        print_json(&json!({
-            "ok": true,
-            "valid": true,
-            "file": a.file.display().to_string(),
-            "bytes": mir.bytes().len(),
-            "rules": mir.rules().len(),
-            "destinations": mir.destinations().len(),
-            "decisionDigest": digest,
-        }));
+        print_json(&mir_json(
+            &mir,
+            &digest,
+            json!({ "valid": true, "file": a.file.display().to_string() }),
+        ));
     } else {
         println!("valid: {} is canonical MIR v3 ({digest})", a.file.display());
     }

@@ -1,6 +1,7 @@
 //! `terra policy ...`: format commands (compile, validate, inspect, hashes, init)
 //! and plan commands (capabilities, resolve, evaluate, composition).
 
+use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -29,6 +30,13 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
         PolicyCommand::Format(c) => format::run(c),
         PolicyCommand::Plan(c) => plan::run(c),
     }
+}
+
+/// Prints a JSON report, pretty, with a final newline, in one write.
+fn print_json(v: &serde_json::Value) {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
+    s.push('\n');
+    let _ = io::stdout().write_all(s.as_bytes());
 }
 
 /// Largest input file any policy command (and `terra run --policy`) reads:

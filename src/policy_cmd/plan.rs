@@ -7,7 +7,6 @@
 //! failure, 2 a valid report with violations (a failed `--check`, a candidate
 //! that is not contained).
 
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -19,6 +18,8 @@ use terra_policy::{
     capability, codec, compile_source, default_minimal_roots, resolve, CapabilitySet, Destination,
     HostBindings, Mir, PolicyError, Resolution, ResolvedRule,
 };
+
+use super::print_json;
 
 /// Trusted host bindings used to resolve a policy on this host.
 #[derive(Debug, Args, Clone)]
@@ -242,12 +243,6 @@ fn conflict_permissions(message: &str) -> Option<(String, String)> {
     let before = words.next()?.strip_prefix("before=")?;
     let after = words.next()?.strip_prefix("after=")?;
     Some((before.to_string(), after.to_string()))
-}
-
-fn print_json(v: &Value) {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
-    s.push('\n');
-    let _ = io::stdout().write_all(s.as_bytes());
 }
 
 /// Loads a policy: MIR v3 when the file starts with `MMIR`, JSON source v3 otherwise.
@@ -552,25 +547,44 @@ fn region_text(r: &Region, first: &str, second: &str) -> String {
     )
 }
 
+/// A headline, then one line per region.
+fn regions_text(headline: &str, regions: &[Region], first: &str, second: &str) -> String {
+    let mut text = format!("{headline}\n");
+    for r in regions {
+        text.push_str(&region_text(r, first, second));
+    }
+    text
+}
+
+fn regions_json(regions: &[Region], first: &str, second: &str) -> Vec<Value> {
+    regions
+        .iter()
+        .map(|r| region_json(r, first, second))
+        .collect()
+}
+
+/// The two policies a comparison reads, each resolved on this host.
+fn load_two(
+    first: &Path,
+    second: &Path,
+    host: &HostArgs,
+) -> Result<(Resolution, Resolution), PolicyError> {
+    Ok((load_resolved(first, host)?, load_resolved(second, host)?))
+}
+
 fn contains(boundary: &Path, candidate: &Path, host: &HostArgs) -> Result<Outcome, PolicyError> {
-    let b = load_resolved(boundary, host)?;
-    let c = load_resolved(candidate, host)?;
+    let (b, c) = load_two(boundary, candidate, host)?;
     let ContainmentReport {
         contained,
         regions,
         settings,
     } = terra_policy::contains(&b, &c);
-    let mut text = format!(
-        "{}\n",
-        if contained {
-            "contained"
-        } else {
-            "not contained"
-        }
-    );
-    for r in &regions {
-        text.push_str(&region_text(r, "boundary", "candidate"));
-    }
+    let headline = if contained {
+        "contained"
+    } else {
+        "not contained"
+    };
+    let mut text = regions_text(headline, &regions, "boundary", "candidate");
     for s in &settings {
         text.push_str(&format!("  {s}\n"));
     }
@@ -586,7 +600,7 @@ fn contains(boundary: &Path, candidate: &Path, host: &HostArgs) -> Result<Outcom
             "contained": contained,
             "boundaryDigest": b.decision_digest(),
             "candidateDigest": c.decision_digest(),
-            "regions": regions.iter().map(|r| region_json(r, "boundary", "candidate")).collect::<Vec<_>>(),
+            "regions": regions_json(&regions, "boundary", "candidate"),
             "settings": settings,
             "blockers": regions.iter().map(|r| region_text(r, "boundary", "candidate").trim().to_string())
                 .chain(settings.iter().cloned()).collect::<Vec<_>>(),
@@ -602,8 +616,7 @@ fn pair<T: std::fmt::Display>(p: &Option<(T, T)>) -> Value {
 }
 
 fn diff(before: &Path, after: &Path, check: bool, host: &HostArgs) -> Result<Outcome, PolicyError> {
-    let b = load_resolved(before, host)?;
-    let a = load_resolved(after, host)?;
+    let (b, a) = load_two(before, after, host)?;
     let report: DiffReport = terra_policy::diff(&b, &a);
     let violations = check && !report.widened.is_empty();
     let s = &report.settings;
@@ -654,7 +667,7 @@ fn diff(before: &Path, after: &Path, check: bool, host: &HostArgs) -> Result<Out
             "identical": report.is_empty(),
             "beforeDigest": b.decision_digest(),
             "afterDigest": a.decision_digest(),
-            "regions": report.regions.iter().map(|r| region_json(r, "before", "after")).collect::<Vec<_>>(),
+            "regions": regions_json(&report.regions, "before", "after"),
             "network": pair(&s.network),
             "destinationsRemoved": s.destinations_only_first.iter().map(destination_json).collect::<Vec<_>>(),
             "destinationsAdded": s.destinations_only_second.iter().map(destination_json).collect::<Vec<_>>(),
@@ -667,25 +680,19 @@ fn diff(before: &Path, after: &Path, check: bool, host: &HostArgs) -> Result<Out
 }
 
 fn overlaps(first: &Path, second: &Path, host: &HostArgs) -> Result<Outcome, PolicyError> {
-    let f = load_resolved(first, host)?;
-    let s = load_resolved(second, host)?;
+    let (f, s) = load_two(first, second, host)?;
     let OverlapReport {
         overlapping,
         regions,
         network,
         common_destinations,
     } = terra_policy::overlaps(&f, &s);
-    let mut text = format!(
-        "{}\n",
-        if overlapping {
-            "overlapping"
-        } else {
-            "disjoint"
-        }
-    );
-    for r in &regions {
-        text.push_str(&region_text(r, "first", "second"));
-    }
+    let headline = if overlapping {
+        "overlapping"
+    } else {
+        "disjoint"
+    };
+    let mut text = regions_text(headline, &regions, "first", "second");
     if network {
         text.push_str(&format!(
             "network: both reach it ({} / {})\n",
@@ -704,7 +711,7 @@ fn overlaps(first: &Path, second: &Path, host: &HostArgs) -> Result<Outcome, Pol
             "overlapping": overlapping,
             "firstDigest": f.decision_digest(),
             "secondDigest": s.decision_digest(),
-            "regions": regions.iter().map(|r| region_json(r, "first", "second")).collect::<Vec<_>>(),
+            "regions": regions_json(&regions, "first", "second"),
             "network": network,
             "commonDestinations": common_destinations.iter().map(destination_json).collect::<Vec<_>>(),
         }),

@@ -1,4 +1,4 @@
-//! Plan benchmarks (issue 3). `cargo bench -p terra-policy --bench plan`.
+//! Plan benchmarks. `cargo bench -p terra-policy --bench plan`.
 //!
 //! What is measured (wall clock, std::time, median of several runs):
 //! - largest plan: 262,144 resolved rules on absent targets. The JSON source

@@ -421,25 +421,13 @@ pub fn overlaps(first: &Resolution, second: &Resolution) -> OverlapReport {
 mod tests {
     use super::*;
     use crate::evaluate::evaluate_rules;
-    use crate::model::{Missing, RootKind};
+    use crate::model::Missing;
     use proptest::prelude::*;
 
-    use crate::plan::test_rule as r;
+    use crate::testing::{arb_rule, dest, host_tree};
 
     fn arb_rules() -> impl Strategy<Value = Vec<ResolvedRule>> {
-        let seg = prop_oneof![Just("a"), Just("b")];
-        let rule = (
-            prop_oneof![
-                Just(Access::Read),
-                Just(Access::Write),
-                Just(Access::Deny),
-                Just(Access::DenyWrite)
-            ],
-            prop_oneof![Just(Scope::Exact), Just(Scope::Tree)],
-            proptest::collection::vec(seg, 0..=4),
-        )
-            .prop_map(|(a, s, segs)| r(a, s, &format!("/{}", segs.join("/"))));
-        proptest::collection::vec(rule, 0..10)
+        proptest::collection::vec(arb_rule(&["a", "b"]), 0..10)
     }
 
     fn all_paths() -> Vec<String> {
@@ -552,14 +540,7 @@ mod tests {
     #[test]
     fn restrict_rules_and_settings() {
         let base = mir(|b| {
-            b.add_rule(
-                Access::Write,
-                RootKind::Host,
-                "/w",
-                Scope::Tree,
-                Missing::Error,
-            )
-            .unwrap();
+            host_tree(b, Access::Write, "/w", Missing::Error);
             b.set_network(NetworkMode::Mediated);
             b.add_destination("a.example", 443, false, true).unwrap();
             b.add_destination("b.example", 443, false, false).unwrap();
@@ -567,22 +548,8 @@ mod tests {
             b.set_process_tree(ProcessTree::Disabled);
         });
         let overlay = mir(|b| {
-            b.add_rule(
-                Access::Deny,
-                RootKind::Host,
-                "/w/secret",
-                Scope::Tree,
-                Missing::Skip,
-            )
-            .unwrap();
-            b.add_rule(
-                Access::DenyWrite,
-                RootKind::Host,
-                "/w/.git",
-                Scope::Tree,
-                Missing::Skip,
-            )
-            .unwrap();
+            host_tree(b, Access::Deny, "/w/secret", Missing::Skip);
+            host_tree(b, Access::DenyWrite, "/w/.git", Missing::Skip);
             b.set_network(NetworkMode::Mediated);
             b.add_destination("a.example", 443, true, true).unwrap();
             b.add_destination("c.example", 443, false, false).unwrap();
@@ -592,15 +559,7 @@ mod tests {
         let m = restrict(&base, &overlay).unwrap();
         assert_eq!(m.rules().len(), 3);
         assert_eq!(m.network(), NetworkMode::Mediated);
-        assert_eq!(
-            m.destinations(),
-            &[Destination {
-                host: "a.example".into(),
-                port: 443,
-                require_tls_sni: true,
-                allow_private_addresses: true
-            }]
-        );
+        assert_eq!(m.destinations(), &[dest("a.example", 443, true, true)]);
         assert_eq!(m.root_mode(), RootMode::ReadOnly);
         assert_eq!(m.process_tree(), ProcessTree::Disabled);
 

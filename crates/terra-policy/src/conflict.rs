@@ -321,7 +321,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    use crate::plan::test_rule as r;
+    use crate::testing::{arb_rule, r};
 
     /// Quadratic reference: every rule path and its witness, every rule scanned.
     fn reference(rules: &[ResolvedRule]) -> Vec<(String, Permission, Permission)> {
@@ -399,25 +399,10 @@ mod tests {
         v
     }
 
-    fn arb_rule() -> impl Strategy<Value = ResolvedRule> {
-        let seg = prop_oneof![Just("a"), Just("b"), Just("maelys-witness-0")];
-        (
-            prop_oneof![
-                Just(Access::Read),
-                Just(Access::Write),
-                Just(Access::Deny),
-                Just(Access::DenyWrite)
-            ],
-            prop_oneof![Just(Scope::Exact), Just(Scope::Tree)],
-            proptest::collection::vec(seg, 0..=4),
-        )
-            .prop_map(|(access, scope, segs)| r(access, scope, &format!("/{}", segs.join("/"))))
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
         #[test]
-        fn matches_quadratic_reference(rules in proptest::collection::vec(arb_rule(), 0..12)) {
+        fn matches_quadratic_reference(rules in proptest::collection::vec(arb_rule(&["a", "b", "maelys-witness-0"]), 0..12)) {
             let expected = reference(&rules);
             prop_assert_eq!(fast(&rules), expected.clone());
             let mut reversed = rules.clone();

@@ -374,7 +374,7 @@ impl RuleSet {
 mod tests {
     use super::*;
 
-    use crate::plan::test_rule as r;
+    use crate::testing::r;
 
     #[test]
     fn canonical_paths() {

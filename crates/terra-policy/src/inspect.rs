@@ -21,59 +21,36 @@ pub fn inspection_json(mir: &Mir) -> String {
     o.push_str("\"\n  },\n");
     o.push_str("  \"filesystem\": {\n");
     o.push_str("    \"default\": \"deny\",\n");
-    if mir.rules().is_empty() {
-        o.push_str("    \"rules\": []\n");
-    } else {
-        o.push_str("    \"rules\": [\n");
-        for (i, r) in mir.rules().iter().enumerate() {
-            o.push_str("      {\n");
-            let _ = writeln!(o, "        \"access\": \"{}\",", r.access.name());
-            let _ = writeln!(o, "        \"root\": \"{}\",", r.target.root.name());
-            o.push_str("        \"path\": ");
-            push_json_string(&mut o, &r.target.path);
-            o.push_str(",\n");
-            let _ = writeln!(o, "        \"scope\": \"{}\",", r.target.scope.name());
-            let _ = writeln!(o, "        \"missing\": \"{}\"", r.target.missing.name());
-            o.push_str(if i + 1 == mir.rules().len() {
-                "      }\n"
-            } else {
-                "      },\n"
-            });
-        }
-        o.push_str("    ]\n");
-    }
+    push_objects(&mut o, "rules", mir.rules(), |o, r| {
+        let _ = writeln!(o, "        \"access\": \"{}\",", r.access.name());
+        let _ = writeln!(o, "        \"root\": \"{}\",", r.target.root.name());
+        o.push_str("        \"path\": ");
+        push_json_string(o, &r.target.path);
+        o.push_str(",\n");
+        let _ = writeln!(o, "        \"scope\": \"{}\",", r.target.scope.name());
+        let _ = writeln!(o, "        \"missing\": \"{}\"", r.target.missing.name());
+    });
     o.push_str("  },\n");
     o.push_str("  \"network\": {\n");
     let _ = write!(o, "    \"mode\": \"{}\"", mir.network().name());
     if mir.network() == NetworkMode::Mediated {
         // A mediated MIR always holds at least one destination; render `[]`
         // anyway should that ever change, so the output stays valid JSON.
-        if mir.destinations().is_empty() {
-            o.push_str(",\n    \"allow\": []\n");
-        } else {
-            o.push_str(",\n    \"allow\": [\n");
-            for (i, d) in mir.destinations().iter().enumerate() {
-                o.push_str("      {\n");
-                o.push_str("        \"protocol\": \"tcp\",\n");
-                o.push_str("        \"host\": ");
-                push_json_string(&mut o, &d.host);
-                o.push_str(",\n");
-                let _ = write!(o, "        \"port\": {}", d.port);
-                if d.require_tls_sni {
-                    o.push_str(",\n        \"requireTlsSni\": true");
-                }
-                if d.allow_private_addresses {
-                    o.push_str(",\n        \"allowPrivateAddresses\": true");
-                }
-                o.push('\n');
-                o.push_str(if i + 1 == mir.destinations().len() {
-                    "      }\n"
-                } else {
-                    "      },\n"
-                });
+        o.push_str(",\n");
+        push_objects(&mut o, "allow", mir.destinations(), |o, d| {
+            o.push_str("        \"protocol\": \"tcp\",\n");
+            o.push_str("        \"host\": ");
+            push_json_string(o, &d.host);
+            o.push_str(",\n");
+            let _ = write!(o, "        \"port\": {}", d.port);
+            if d.require_tls_sni {
+                o.push_str(",\n        \"requireTlsSni\": true");
             }
-            o.push_str("    ]\n");
-        }
+            if d.allow_private_addresses {
+                o.push_str(",\n        \"allowPrivateAddresses\": true");
+            }
+            o.push('\n');
+        });
     } else {
         o.push('\n');
     }
@@ -90,6 +67,28 @@ pub fn inspection_json(mir: &Mir) -> String {
     o.push_str("  }\n");
     o.push_str("}\n");
     o
+}
+
+/// Appends `"key": [...]` at the second level of indentation: one object per
+/// item, its members written by `members` (each line ending in a newline),
+/// `[]` when there is none.
+fn push_objects<T>(o: &mut String, key: &str, items: &[T], members: impl Fn(&mut String, &T)) {
+    let _ = write!(o, "    \"{key}\": [");
+    if items.is_empty() {
+        o.push_str("]\n");
+        return;
+    }
+    o.push('\n');
+    for (i, item) in items.iter().enumerate() {
+        o.push_str("      {\n");
+        members(o, item);
+        o.push_str(if i + 1 == items.len() {
+            "      }\n"
+        } else {
+            "      },\n"
+        });
+    }
+    o.push_str("    ]\n");
 }
 
 /// Appends `s` as a JSON string exactly as the reference renders it: `"` and
@@ -114,7 +113,8 @@ pub(crate) fn push_json_string(o: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Access, MirBuilder, Missing, RootKind, Scope};
+    use crate::model::{Access, MirBuilder, Missing};
+    use crate::testing::ws_tree;
 
     fn rendered(s: &str) -> String {
         let mut o = String::new();
@@ -131,7 +131,7 @@ mod tests {
             rendered("\n\r\t\u{8}\u{c}\u{1}\u{1f}\u{7f}"),
             "\"\\u000a\\u000d\\u0009\\u0008\\u000c\\u0001\\u001f\\u007f\""
         );
-        // The example of issue 10: DEL, TAB and LF, never raw, never short.
+        // DEL, TAB and LF together: never raw, never a short escape.
         assert_eq!(rendered("a\u{7f}b\tc\nd"), "\"a\\u007fb\\u0009c\\u000ad\"");
         // Every byte below 0x20, and DEL, as \u00xx in lowercase hex.
         for b in (0u8..0x20).chain([0x7f]) {
@@ -152,14 +152,7 @@ mod tests {
     fn any_utf8_path_renders_as_json_that_reads_back() {
         let path = "a\"b\\c\u{1}d\u{7f}é\u{2028}😀\te";
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            path,
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Read, path, Missing::Error);
         let json = inspection_json(&b.build().unwrap());
         // The path line holds the escaped form, every other character verbatim.
         let line = json

@@ -1,6 +1,10 @@
 //! terra's policy compiler: JSON source v3 -> canonical MIR v3 -> decision digest
 //! -> host resolution -> capability match -> an immutable SandboxPlan.
 //!
+//! MIR v3 is the canonical binary policy format (byte-compatible with the
+//! public MIR v3 format): one decision has exactly one encoding, and the
+//! SHA-256 of those bytes is the decision digest.
+//!
 //! It refuses; it never guesses. No function returns a partially built object.
 #![forbid(unsafe_code)]
 
@@ -43,3 +47,6 @@ pub use conflict::{check_conflicts, find_conflicts, Conflict};
 pub use evaluate::{Evaluation, Permission, Reason, RuleSet};
 pub use plan::compile_plan;
 pub use resolve::{default_minimal_roots, resolve, Resolution};
+
+#[cfg(test)]
+mod testing;

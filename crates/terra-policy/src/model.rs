@@ -418,6 +418,7 @@ pub fn normalize_path(root: RootKind, path: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{dest, ws_tree};
 
     #[test]
     fn normalization() {
@@ -445,54 +446,12 @@ mod tests {
     #[test]
     fn merge_table() {
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "a",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Write,
-            RootKind::Workspace,
-            "a",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::DenyWrite,
-            RootKind::Workspace,
-            "a",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Deny,
-            RootKind::Workspace,
-            "b",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Write,
-            RootKind::Workspace,
-            "b",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "a",
-            Scope::Tree,
-            Missing::Skip,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Read, "a", Missing::Error);
+        ws_tree(&mut b, Access::Write, "a", Missing::Error);
+        ws_tree(&mut b, Access::DenyWrite, "a", Missing::Error);
+        ws_tree(&mut b, Access::Deny, "b", Missing::Error);
+        ws_tree(&mut b, Access::Write, "b", Missing::Error);
+        ws_tree(&mut b, Access::Read, "a", Missing::Skip);
         let m = b.build().unwrap();
         let got: Vec<(&str, Access, Missing)> = m
             .rules()
@@ -517,14 +476,6 @@ mod tests {
         b.add_destination("A.example", 443, false, true).unwrap();
         b.add_destination("a.example", 443, true, false).unwrap();
         let m = b.build().unwrap();
-        assert_eq!(
-            m.destinations(),
-            &[Destination {
-                host: "a.example".into(),
-                port: 443,
-                require_tls_sni: true,
-                allow_private_addresses: false
-            }]
-        );
+        assert_eq!(m.destinations(), &[dest("a.example", 443, true, false)]);
     }
 }

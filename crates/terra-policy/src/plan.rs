@@ -38,6 +38,22 @@ pub struct ResolvedRule {
     pub source_root: RootKind,
 }
 
+impl ResolvedRule {
+    /// A rule on a host path that exists, as MIR rule 0 with root `host`
+    /// resolves to (not protect-create). For rule sets written by hand, in
+    /// tests and tools; [`resolve`] makes the rules of a plan.
+    pub fn host(access: Access, scope: Scope, path: &str) -> ResolvedRule {
+        ResolvedRule {
+            access,
+            path: path.into(),
+            scope,
+            protect_create: false,
+            source_rule: 0,
+            source_root: RootKind::Host,
+        }
+    }
+}
+
 /// A grant whose target was missing with `missing: skip`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OmittedGrant {
@@ -113,19 +129,6 @@ pub fn compile_plan(
     declared: CapabilitySet,
 ) -> Result<SandboxPlan> {
     resolve(mir, bindings)?.into_plan(declared)
-}
-
-/// A resolved host rule for unit tests (rule 0, not protect-create).
-#[cfg(test)]
-pub(crate) fn test_rule(access: Access, scope: Scope, path: &str) -> ResolvedRule {
-    ResolvedRule {
-        access,
-        path: path.into(),
-        scope,
-        protect_create: false,
-        source_rule: 0,
-        source_root: RootKind::Host,
-    }
 }
 
 #[cfg(test)]

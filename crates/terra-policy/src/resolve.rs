@@ -401,26 +401,17 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
     let mut omitted = Vec::new();
     for (index, rule) in mir.rules().iter().enumerate() {
         let t = &rule.target;
+        // A workspace or temp rule without its directory.
+        let unbound = || {
+            PolicyError::Unsupported(format!(
+                "rule {index} ({} {} {:?}) needs a {} binding, and none was given",
+                rule.access, t.root, t.path, t.root
+            ))
+        };
         let bases: Vec<&str> = match t.root {
             RootKind::Host => vec!["/"],
-            RootKind::Workspace => match &b.workspace {
-                Some(w) => vec![w.as_str()],
-                None => {
-                    return Err(PolicyError::Unsupported(format!(
-                        "rule {index} ({} workspace {:?}) needs a workspace binding, and none was given",
-                        rule.access, t.path
-                    )))
-                }
-            },
-            RootKind::Temp => match &b.temp {
-                Some(w) => vec![w.as_str()],
-                None => {
-                    return Err(PolicyError::Unsupported(format!(
-                        "rule {index} ({} temp {:?}) needs a temp binding, and none was given",
-                        rule.access, t.path
-                    )))
-                }
-            },
+            RootKind::Workspace => vec![b.workspace.as_deref().ok_or_else(unbound)?],
+            RootKind::Temp => vec![b.temp.as_deref().ok_or_else(unbound)?],
             RootKind::MinimalRuntime => {
                 if b.minimal_roots.is_empty() {
                     return Err(PolicyError::Unsupported(format!(
@@ -546,22 +537,18 @@ mod tests {
     use crate::error::ErrorClass;
     use crate::model::{MirBuilder, Scope};
     use crate::plan::compile_plan;
+    use crate::testing::{tmp, ws_tree};
     use std::os::unix::fs::{symlink, PermissionsExt};
-
-    fn tmp() -> (tempfile::TempDir, String) {
-        let t = tempfile::tempdir().unwrap();
-        let p = std::fs::canonicalize(t.path())
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        (t, p)
-    }
 
     fn one(access: Access, root: RootKind, path: &str, scope: Scope, missing: Missing) -> Mir {
         let mut b = MirBuilder::new();
         b.add_rule(access, root, path, scope, missing).unwrap();
         b.build().unwrap()
+    }
+
+    /// One tree rule below the workspace.
+    fn ws_one(access: Access, path: &str, missing: Missing) -> Mir {
+        one(access, RootKind::Workspace, path, Scope::Tree, missing)
     }
 
     fn ws(dir: &str) -> HostBindings {
@@ -668,13 +655,7 @@ mod tests {
         assert!(resolve(&m, &HostBindings::default()).is_ok());
         // Through a symlink: the resolved path counts.
         symlink("/sys", format!("{d}/s")).unwrap();
-        let m = one(
-            Access::Write,
-            RootKind::Workspace,
-            "s",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Write, "s", Missing::Error);
         let outside = resolve(&m, &ws(&d));
         assert!(outside.is_err());
         let m = one(
@@ -729,13 +710,7 @@ mod tests {
 
     #[test]
     fn unbound_roots_and_mediator_are_unsupported() {
-        let m = one(
-            Access::Read,
-            RootKind::Workspace,
-            "",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Read, "", Missing::Error);
         let (c, msg) = class(resolve(&m, &HostBindings::default()));
         assert_eq!(c, ErrorClass::Unsupported);
         assert!(msg.contains("workspace binding"), "{msg}");
@@ -834,22 +809,10 @@ mod tests {
         std::fs::write(format!("{d}/file"), b"").unwrap();
         // ENOENT and ENOTDIR both mean missing.
         for rel in ["absent", "absent/deeper", "file/below"] {
-            let m = one(
-                Access::Read,
-                RootKind::Workspace,
-                rel,
-                Scope::Tree,
-                Missing::Error,
-            );
+            let m = ws_one(Access::Read, rel, Missing::Error);
             let (c, msg) = class(resolve(&m, &ws(&d)));
             assert_eq!(c, ErrorClass::Missing, "{rel}: {msg}");
-            let m = one(
-                Access::Write,
-                RootKind::Workspace,
-                rel,
-                Scope::Tree,
-                Missing::Skip,
-            );
+            let m = ws_one(Access::Write, rel, Missing::Skip);
             let r = resolve(&m, &ws(&d)).unwrap();
             assert!(r.rules().is_empty());
             assert_eq!(
@@ -890,7 +853,7 @@ mod tests {
             ("alias/absent/x", format!("{d}/real/absent/x")),
         ] {
             for access in [Access::Deny, Access::DenyWrite] {
-                let m = one(access, RootKind::Workspace, rel, Scope::Tree, Missing::Skip);
+                let m = ws_one(access, rel, Missing::Skip);
                 let r = resolve(&m, &ws(&d)).unwrap();
                 assert_eq!(r.rules().len(), 1);
                 assert_eq!(r.rules()[0].path, name, "{rel}");
@@ -918,24 +881,12 @@ mod tests {
             if rel == "real/plain/x" {
                 std::fs::write(format!("{d}/real/plain"), b"").unwrap();
             }
-            let m = one(
-                Access::Deny,
-                RootKind::Workspace,
-                rel,
-                Scope::Tree,
-                Missing::Skip,
-            );
+            let m = ws_one(Access::Deny, rel, Missing::Skip);
             let (c, msg) = class(resolve(&m, &ws(&d)));
             assert_eq!(c, ErrorClass::Format, "{rel}: {msg}");
         }
         // A present deny is not protect-create.
-        let m = one(
-            Access::Deny,
-            RootKind::Workspace,
-            "real",
-            Scope::Tree,
-            Missing::Skip,
-        );
+        let m = ws_one(Access::Deny, "real", Missing::Skip);
         let r = resolve(&m, &ws(&d)).unwrap();
         assert!(!r.rules()[0].protect_create);
         assert!(!r
@@ -950,24 +901,12 @@ mod tests {
         std::fs::create_dir(format!("{d}/inside")).unwrap();
         symlink(&outside, format!("{d}/out")).unwrap();
         symlink(format!("{d}/inside"), format!("{d}/in")).unwrap();
-        let m = one(
-            Access::Read,
-            RootKind::Workspace,
-            "out",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Read, "out", Missing::Error);
         let (c, msg) = class(resolve(&m, &ws(&d)));
         assert_eq!(c, ErrorClass::Format);
         assert!(msg.contains("outside its root"), "{msg}");
         // Through the protect-create walk too.
-        let m = one(
-            Access::Deny,
-            RootKind::Workspace,
-            "out/absent",
-            Scope::Tree,
-            Missing::Skip,
-        );
+        let m = ws_one(Access::Deny, "out/absent", Missing::Skip);
         assert_eq!(class(resolve(&m, &ws(&d))).0, ErrorClass::Format);
         // Temp and minimal-runtime roots are symbolic roots as well.
         let m = one(
@@ -983,13 +922,7 @@ mod tests {
         };
         assert_eq!(class(resolve(&m, &t)).0, ErrorClass::Format);
         // A symlink that stays inside is fine and resolves to its target.
-        let m = one(
-            Access::Read,
-            RootKind::Workspace,
-            "in",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = ws_one(Access::Read, "in", Missing::Error);
         assert_eq!(
             resolve(&m, &ws(&d)).unwrap().rules()[0].path,
             format!("{d}/inside")
@@ -1015,7 +948,7 @@ mod tests {
         symlink(format!("{d}/a"), format!("{d}/b")).unwrap();
         for missing in [Missing::Error, Missing::Skip] {
             for access in [Access::Read, Access::Deny] {
-                let m = one(access, RootKind::Workspace, "a/x", Scope::Tree, missing);
+                let m = ws_one(access, "a/x", missing);
                 let (c, msg) = class(resolve(&m, &ws(&d)));
                 assert_eq!(c, ErrorClass::Io, "{msg}");
             }
@@ -1033,13 +966,7 @@ mod tests {
     fn check_eacces(d: &str) {
         for missing in [Missing::Error, Missing::Skip] {
             for access in [Access::Read, Access::Deny] {
-                let m = one(
-                    access,
-                    RootKind::Workspace,
-                    "locked/x",
-                    Scope::Tree,
-                    missing,
-                );
+                let m = ws_one(access, "locked/x", missing);
                 let (c, msg) = class(resolve(&m, &ws(d)));
                 assert_eq!(c, ErrorClass::Io, "{msg}");
                 assert!(msg.contains("ermission denied"), "{msg}");
@@ -1107,22 +1034,8 @@ mod tests {
     fn capabilities_are_checked_all_at_once() {
         let (_t, d) = tmp();
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Write,
-            RootKind::Workspace,
-            "",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::DenyWrite,
-            RootKind::Workspace,
-            ".git",
-            Scope::Tree,
-            Missing::Skip,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Write, "", Missing::Error);
+        ws_tree(&mut b, Access::DenyWrite, ".git", Missing::Skip);
         b.set_root_mode(RootMode::EphemeralWrite);
         let m = b.build().unwrap();
         let required = resolve(&m, &ws(&d)).unwrap().required_capabilities();
@@ -1172,22 +1085,8 @@ mod tests {
         let (_t, d) = tmp();
         std::fs::create_dir_all(format!("{d}/p/q")).unwrap();
         let mut b = MirBuilder::new();
-        b.add_rule(
-            Access::Deny,
-            RootKind::Workspace,
-            "p",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "p/q",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Deny, "p", Missing::Error);
+        ws_tree(&mut b, Access::Read, "p/q", Missing::Error);
         let (c, msg) = class(resolve(&b.build().unwrap(), &ws(&d)));
         assert_eq!(c, ErrorClass::Conflict);
         assert!(
@@ -1268,14 +1167,7 @@ mod tests {
         let mut b = MirBuilder::new();
         for i in 0..3000 {
             let access = [Access::Read, Access::Deny, Access::DenyWrite][i % 3];
-            b.add_rule(
-                access,
-                RootKind::Workspace,
-                &format!("e{i:04}"),
-                Scope::Tree,
-                Missing::Skip,
-            )
-            .unwrap();
+            ws_tree(&mut b, access, &format!("e{i:04}"), Missing::Skip);
         }
         let m = b.build().unwrap();
         assert_eq!(m.rules().len(), 3000);
@@ -1292,22 +1184,8 @@ mod tests {
         assert_eq!(again, r);
         // Two missing targets with missing: error, far apart: the first is named.
         let mut b = m.to_builder();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "a-first-missing",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
-        b.add_rule(
-            Access::Read,
-            RootKind::Workspace,
-            "z-last-missing",
-            Scope::Tree,
-            Missing::Error,
-        )
-        .unwrap();
+        ws_tree(&mut b, Access::Read, "a-first-missing", Missing::Error);
+        ws_tree(&mut b, Access::Read, "z-last-missing", Missing::Error);
         let (c, msg) = class(resolve(&b.build().unwrap(), &ws(&d)));
         assert_eq!(c, ErrorClass::Missing);
         assert!(msg.contains("a-first-missing"), "{msg}");

@@ -703,6 +703,36 @@ impl<'p, 'a> Object<'p, 'a> {
         }
     }
 
+    fn array(&self, key: &'static str, node: &'p Node<'a>) -> Result<&'p [Node<'a>]> {
+        match &node.value {
+            Value::Array(items) => Ok(items),
+            other => Err(at(
+                &self.child(key),
+                node,
+                format!("expected an array, found {}", other.type_name()),
+            )),
+        }
+    }
+
+    /// The limit on what an array made, counted after de-duplication (so known
+    /// once the whole array is read, whatever the order of its items).
+    fn at_most(
+        &self,
+        key: &'static str,
+        node: &Node<'_>,
+        (count, max): (usize, usize),
+        what: &str,
+    ) -> Result<()> {
+        if count > max {
+            return Err(limit_at(
+                &self.child(key),
+                node,
+                format!("{count} {what} after de-duplication; at most {max} are allowed"),
+            ));
+        }
+        Ok(())
+    }
+
     fn boolean(&self, key: &'static str, node: &Node<'_>) -> Result<bool> {
         match &node.value {
             Value::Bool(b) => Ok(*b),
@@ -852,28 +882,12 @@ fn filesystem(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Re
                 default = Some(());
             }
             "rules" => {
-                let Value::Array(items) = &n.value else {
-                    return Err(at(
-                        &fs.child("rules"),
-                        n,
-                        format!("expected an array, found {}", n.value.type_name()),
-                    ));
-                };
+                let items = fs.array("rules", n)?;
                 for (i, item) in items.iter().enumerate() {
                     rule(builder, Place::Index(&fs.place, "rules", i), item)?;
                 }
-                // The limit counts after de-duplication, so it is known once
-                // the whole array is read, whatever the order of its rules.
-                let count = builder.rule_count();
-                if count > MAX_RULES {
-                    return Err(limit_at(
-                        &fs.child("rules"),
-                        n,
-                        format!(
-                            "{count} filesystem rules after de-duplication; at most {MAX_RULES} are allowed"
-                        ),
-                    ));
-                }
+                let count = (builder.rule_count(), MAX_RULES);
+                fs.at_most("rules", n, count, "filesystem rules")?;
                 rules = Some(());
             }
             _ => return Err(fs.unknown(key, n, &["default", "rules"])),
@@ -1015,13 +1029,7 @@ fn network(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Resul
                         format!("\"allow\" is only allowed when mode is \"mediated\", not \"{m}\""),
                     ));
                 }
-                let Value::Array(items) = &n.value else {
-                    return Err(at(
-                        &net.child("allow"),
-                        n,
-                        format!("expected an array, found {}", n.value.type_name()),
-                    ));
-                };
+                let items = net.array("allow", n)?;
                 if items.is_empty() {
                     return Err(at(
                         &net.child("allow"),
@@ -1032,16 +1040,8 @@ fn network(builder: &mut MirBuilder, place: Place<'_>, node: &Node<'_>) -> Resul
                 for (i, item) in items.iter().enumerate() {
                     destination(builder, Place::Index(&net.place, "allow", i), item)?;
                 }
-                let count = builder.destination_count();
-                if count > MAX_DESTINATIONS {
-                    return Err(limit_at(
-                        &net.child("allow"),
-                        n,
-                        format!(
-                            "{count} destinations after de-duplication; at most {MAX_DESTINATIONS} are allowed"
-                        ),
-                    ));
-                }
+                let count = (builder.destination_count(), MAX_DESTINATIONS);
+                net.at_most("allow", n, count, "destinations")?;
                 allow = Some(());
             }
             _ => return Err(net.unknown(key, n, &["mode", "allow"])),

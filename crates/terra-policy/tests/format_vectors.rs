@@ -2,38 +2,20 @@
 //! judged against an independent reference classifier on every one-byte
 //! mutation, every truncation and every appended byte of every vector.
 
-use std::path::PathBuf;
+mod common;
 
 use terra_policy::host::{classify_host, HostKind};
 use terra_policy::{compile_source, inspection_json, ErrorClass, Mir};
 
-const VECTORS: [&str; 5] = [
-    "minimal",
-    "workspace",
-    "deny-write",
-    "mediated",
-    "mediated-flags",
-];
-
-fn spec_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec"))
-}
+use common::{spec_dir, unhex, VECTORS};
 
 fn read(name: &str, ext: &str) -> Vec<u8> {
     let path = spec_dir().join("vectors").join(format!("{name}.{ext}"));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn unhex(s: &[u8]) -> Vec<u8> {
-    let s = std::str::from_utf8(s).unwrap().trim();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
 fn mir_bytes(name: &str) -> Vec<u8> {
-    unhex(&read(name, "mir.hex"))
+    unhex(std::str::from_utf8(&read(name, "mir.hex")).unwrap())
 }
 
 #[test]

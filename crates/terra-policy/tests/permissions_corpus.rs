@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use terra_policy::evaluate::evaluate_rules;
 use terra_policy::{
     check_conflicts, find_conflicts, resolve, Access, Capability, ErrorClass, HostBindings,
-    MirBuilder, Missing, Permission, Reason, ResolvedRule, RootKind, RuleSet, Scope,
+    MirBuilder, Missing, Permission, PolicyError, Reason, ResolvedRule, RootKind, RuleSet, Scope,
 };
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/corpus/permissions");
@@ -140,6 +140,18 @@ fn extra_required(caps: impl Iterator<Item = Capability>) -> Vec<Capability> {
     v
 }
 
+/// The refusal a case expects: a conflict naming both permissions.
+fn assert_refused(c: &Case, e: &PolicyError, before: Permission, after: Permission) {
+    assert_eq!(e.class(), ErrorClass::Conflict, "{}: {e}", c.name);
+    let want = format!("before={before} after={after}");
+    assert!(
+        e.detail().contains(&want),
+        "{}: {} lacks {want}",
+        c.name,
+        e.detail()
+    );
+}
+
 #[test]
 fn corpus_against_the_evaluator() {
     for c in cases() {
@@ -185,14 +197,7 @@ fn corpus_against_the_evaluator() {
             match (check_conflicts(rules), c.refused) {
                 (Ok(()), None) => assert!(find_conflicts(rules).is_empty()),
                 (Err(e), Some((before, after))) => {
-                    assert_eq!(e.class(), ErrorClass::Conflict, "{}", c.name);
-                    let want = format!("before={before} after={after}");
-                    assert!(
-                        e.detail().contains(&want),
-                        "{}: {} lacks {want}",
-                        c.name,
-                        e.detail()
-                    );
+                    assert_refused(&c, &e, before, after);
                     let first = &find_conflicts(rules)[0];
                     assert_eq!((first.before, first.after), (before, after), "{}", c.name);
                 }
@@ -318,16 +323,7 @@ fn corpus_resolved_on_a_real_filesystem() {
                         );
                     }
                 }
-                (Err(e), Some((before, after))) => {
-                    assert_eq!(e.class(), ErrorClass::Conflict, "{}: {e}", c.name);
-                    let want = format!("before={before} after={after}");
-                    assert!(
-                        e.detail().contains(&want),
-                        "{}: {} lacks {want}",
-                        c.name,
-                        e.detail()
-                    );
-                }
+                (Err(e), Some((before, after))) => assert_refused(&c, &e, before, after),
                 (got, want) => panic!(
                     "{}: resolve gave {got:?}, corpus says refused={want:?}",
                     c.name

@@ -1,7 +1,9 @@
 //! Conformance with the public reference of MIR v3 where the published vectors
-//! say nothing (issue 10, item 4): minimal-runtime rules with a relative path,
+//! say nothing: minimal-runtime rules with a relative path,
 //! the exact escaping of inspection JSON, and the rule cap counted after
 //! de-duplication. The repository's own vectors are in `tests/vectors`.
+
+mod common;
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
@@ -11,19 +13,13 @@ use terra_policy::{
     MirBuilder, Missing, Permission, RootKind, Scope,
 };
 
+use common::{tmp, unhex};
+
 fn vector(name: &str, ext: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/vectors")
         .join(format!("{name}.{ext}"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    let s = s.trim();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
 }
 
 /// The 20-byte header of a MIR with `rules` records, network none, process
@@ -135,16 +131,6 @@ fn the_source_still_cannot_write_a_minimal_runtime_path() {
     }
     let m = compile_source(doc(r#"{"special":"minimal-runtime"}"#).as_bytes()).unwrap();
     assert_eq!(m.rules()[0].target.path, "");
-}
-
-fn tmp() -> (tempfile::TempDir, String) {
-    let t = tempfile::tempdir().unwrap();
-    let p = std::fs::canonicalize(t.path())
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    (t, p)
 }
 
 fn one(access: Access, path: &str, scope: Scope, missing: Missing) -> Mir {
