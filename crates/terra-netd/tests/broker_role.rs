@@ -188,6 +188,26 @@ fn confinement_holds_in_a_child() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // What the child found refused and allowed is what the description
+    // (`terra run --dry-run`) says, from the tables the filters are built from.
+    let refused = terra_netd::confine::REFUSED;
+    for call in ["bind", "execve", "unshare"] {
+        assert!(
+            refused.iter().any(|(n, _)| *n == call),
+            "{call} not in the table"
+        );
+    }
+    let families: Vec<&str> = terra_netd::confine::SOCKET_FAMILIES
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(families.contains(&"AF_INET6"), "{families:?}");
+    assert!(!families.contains(&"AF_UNIX") && !families.contains(&"AF_NETLINK"));
+    let described = terra_netd::confine::describe();
+    assert!(
+        described.contains("socket of a family other than AF_INET AF_INET6"),
+        "{described}"
+    );
     // The confined child asked over UDP, and over TCP after the truncated answer.
     assert!(
         dns.asked("v4.terra-test.example", "udp"),
