@@ -23,9 +23,9 @@ use crate::address::is_private;
 use crate::matcher::{judge, Pattern, Reason, Request, Verdict};
 use crate::proxy::{
     http_head_len, parse_http_head, socks5_greeting, socks5_reply, socks5_request, HttpKind,
-    Protocol, MAX_HTTP_HEAD,
+    Partial, Protocol, ProxyError, MAX_HTTP_HEAD,
 };
-use crate::receipt::{rfc3339, Attempt, ReceiptSink};
+use crate::receipt::{Attempt, ReceiptSink};
 use crate::resolve::Resolver;
 use crate::tls::{read_client_hello, HelloProgress};
 
@@ -171,6 +171,29 @@ impl Conn {
     }
 
     /// Reads exactly enough that `buf` holds at least `n` bytes.
+    /// Reads until `parse` decides on the buffered bytes: its value or its
+    /// error; a refusal when the client closes inside the `what`.
+    fn parse_more<T>(
+        &mut self,
+        what: &str,
+        parse: impl Fn(&[u8]) -> Partial<T>,
+    ) -> Result<Result<(T, usize), ProxyError>, Refusal> {
+        loop {
+            match parse(&self.buf) {
+                Ok(Some(v)) => return Ok(Ok(v)),
+                Ok(None) => {
+                    if !self.fill(512)? {
+                        return Err(Refusal::new(
+                            Reason::MalformedRequest,
+                            format!("client closed inside the {what}"),
+                        ));
+                    }
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
     fn fill_to(&mut self, n: usize, what: &str) -> Result<(), Refusal> {
         while self.buf.len() < n {
             if !self.fill(n)? {
@@ -338,40 +361,17 @@ impl Broker {
         r: &Refusal,
     ) {
         self.receipts.record(&Attempt {
-            time: rfc3339(time),
-            protocol,
-            name: None,
-            port: None,
-            sni: None,
-            resolved: Vec::new(),
-            address: None,
-            verdict: "refused",
             reason: Some(r.reason.as_str()),
             detail: Some(r.detail.clone()),
-            bytes_up: 0,
-            bytes_down: 0,
             duration_ms: start.elapsed().as_millis() as u64,
+            ..Attempt::started(time, protocol)
         });
     }
 
     /// One connection, start to end; always writes exactly one receipt line.
     fn handle(&self, client: TcpStream, over_cap: bool) {
         let start = Instant::now();
-        let mut attempt = Attempt {
-            time: rfc3339(SystemTime::now()),
-            protocol: "unknown",
-            name: None,
-            port: None,
-            sni: None,
-            resolved: Vec::new(),
-            address: None,
-            verdict: "refused",
-            reason: None,
-            detail: None,
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-        };
+        let mut attempt = Attempt::started(SystemTime::now(), "unknown");
         let _ = client.set_nodelay(true);
         let _ = client.set_write_timeout(Some(Duration::from_millis(
             self.limits.handshake_timeout_ms,
@@ -461,23 +461,13 @@ impl Broker {
             }
             Protocol::Socks5 => {
                 attempt.protocol = "socks5";
-                let (no_auth, used) = loop {
-                    match socks5_greeting(&conn.buf) {
-                        Ok(Some(g)) => break g,
-                        Ok(None) => {
-                            if !conn.fill(512)? {
-                                return Err(Refusal::new(
-                                    Reason::MalformedRequest,
-                                    "client closed inside the SOCKS5 greeting",
-                                ));
-                            }
-                        }
-                        Err(e) => {
-                            // Still in method negotiation: "no acceptable method".
-                            let _ = conn.send(&[0x05, 0xff]);
-                            conn.protocol = None;
-                            return Err(Refusal::new(Reason::MalformedRequest, e.0));
-                        }
+                let (no_auth, used) = match conn.parse_more("SOCKS5 greeting", socks5_greeting)? {
+                    Ok(g) => g,
+                    Err(e) => {
+                        // Still in method negotiation: "no acceptable method".
+                        let _ = conn.send(&[0x05, 0xff]);
+                        conn.protocol = None;
+                        return Err(Refusal::new(Reason::MalformedRequest, e.0));
                     }
                 };
                 conn.buf.drain(..used);
@@ -490,20 +480,9 @@ impl Broker {
                     ));
                 }
                 conn.send(&[0x05, 0x00])?;
-                let (req, used) = loop {
-                    match socks5_request(&conn.buf) {
-                        Ok(Some(r)) => break r,
-                        Ok(None) => {
-                            if !conn.fill(512)? {
-                                return Err(Refusal::new(
-                                    Reason::MalformedRequest,
-                                    "client closed inside the SOCKS5 request",
-                                ));
-                            }
-                        }
-                        Err(e) => return Err(Refusal::new(Reason::MalformedRequest, e.0)),
-                    }
-                };
+                let (req, used) = conn
+                    .parse_more("SOCKS5 request", socks5_request)?
+                    .map_err(|e| Refusal::new(Reason::MalformedRequest, e.0))?;
                 conn.buf.drain(..used);
                 if req.command != 0x01 {
                     let mut r = Refusal::new(
