@@ -365,7 +365,10 @@ mod tests {
         // Each table's names, on a line of the rule it belongs to.
         let tables: [(&str, Vec<&str>); 6] = [
             ("seccomp EPERM ", names(REFUSED)),
-            ("seccomp EPERM socket of a family other than ", names(SOCKET_FAMILIES)),
+            (
+                "seccomp EPERM socket of a family other than ",
+                names(SOCKET_FAMILIES),
+            ),
             ("seccomp EPERM ioctl ", names(IOCTLS)),
             ("seccomp EPERM clone with any of ", names(CLONE_NS_FLAGS)),
             ("seccomp ENOSYS ", names(ABSENT)),
@@ -386,10 +389,7 @@ mod tests {
             }
         }
         // Only the listed families are described as allowed.
-        let families = d
-            .lines()
-            .find(|l| l.starts_with(tables[1].0))
-            .unwrap();
+        let families = d.lines().find(|l| l.starts_with(tables[1].0)).unwrap();
         assert!(families.ends_with("AF_INET AF_INET6"), "{families}");
         assert!(d.contains("TCP bind handled, never granted"), "{d}");
         assert!(d.contains("none granted"), "{d}");

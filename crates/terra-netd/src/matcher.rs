@@ -330,7 +330,8 @@ mod tests {
         use WildcardRule as W;
         let wildcard = |why| move |e: &PatternError| matches!(e, PatternError::Wildcard { why: w, .. } if *w == why);
         let host = |e: &PatternError| matches!(e, PatternError::Host(_));
-        let cases: [(&str, bool, bool, &dyn Fn(&PatternError) -> bool); 9] = [
+        type Expected<'a> = &'a dyn Fn(&PatternError) -> bool;
+        let cases: [(&str, bool, bool, Expected); 9] = [
             ("*.com", false, false, &wildcard(W::TopLevelDomain)),
             ("*example.com", false, false, &host),
             ("api.*.example.com", false, false, &host),
