@@ -11,7 +11,6 @@
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 #[cfg(target_os = "linux")]
-use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -720,7 +719,7 @@ fn copy_pump(
 mod splice {
     use super::*;
     use nix::errno::Errno;
-    use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+    use nix::fcntl::{splice, OFlag, SpliceFFlags};
 
     pub enum Outcome {
         Done,
@@ -729,7 +728,7 @@ mod splice {
     }
 
     /// Pipe capacity per direction (pages are only allocated while in use).
-    const PIPE_SIZE: i32 = 256 * 1024;
+    const PIPE_SIZE: usize = 256 * 1024;
 
     pub fn pump(
         from: &TcpStream,
@@ -742,11 +741,11 @@ mod splice {
         let Ok((pipe_r, pipe_w)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else {
             return Outcome::Unsupported;
         };
-        let _ = fcntl(pipe_w.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
+        let _ = rustix::pipe::fcntl_setpipe_size(&pipe_w, PIPE_SIZE);
         let flags = SpliceFFlags::SPLICE_F_MOVE;
         let mut first = true;
         loop {
-            let n = match splice(from, None, &pipe_w, None, PIPE_SIZE as usize, flags) {
+            let n = match splice(from, None, &pipe_w, None, PIPE_SIZE, flags) {
                 Ok(0) => {
                     let _ = to.shutdown(Shutdown::Write);
                     return Outcome::Done;

@@ -450,14 +450,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn response_with_compression_and_chain() {
-        let mut m = header(7, 0x8180, 1, 3);
+    /// A response `id` with `answers` records announced: www.example CNAME
+    /// edge.example (pointer to "example" at 16), edge.example A `a`. Also
+    /// returns the offset of edge.example's name, for more records.
+    fn www_via_edge(id: u16, answers: u16, a: [u8; 4]) -> (Vec<u8>, usize) {
+        let mut m = header(id, 0x8180, 1, answers);
         question(&mut m, "www.example", TYPE_A);
-        // www.example CNAME edge.example (pointer to "example" at 16).
         rr(&mut m, b"\xC0\x0C", TYPE_CNAME, b"\x04edge\xC0\x10");
         let edge = m.len() - 7;
-        rr(&mut m, &[0xC0, edge as u8], TYPE_A, &[93, 184, 216, 34]);
+        rr(&mut m, &[0xC0, edge as u8], TYPE_A, &a);
+        (m, edge)
+    }
+
+    #[test]
+    fn response_with_compression_and_chain() {
+        let (mut m, edge) = www_via_edge(7, 3, [93, 184, 216, 34]);
         rr(&mut m, &[0xC0, edge as u8], 16, b"\x03txt"); // TXT: skipped
         let r = parse_response(&m).unwrap();
         assert_eq!(r.id, 7);
@@ -547,11 +554,7 @@ mod tests {
     /// fuzz target netd_dns_response does the same with coverage.)
     #[test]
     fn mutated_responses_never_panic() {
-        let mut seed = header(9, 0x8180, 1, 2);
-        question(&mut seed, "www.example", TYPE_A);
-        rr(&mut seed, b"\xC0\x0C", TYPE_CNAME, b"\x04edge\xC0\x10");
-        let edge = seed.len() - 7;
-        rr(&mut seed, &[0xC0, edge as u8], TYPE_A, &[10, 0, 0, 1]);
+        let (seed, _) = www_via_edge(9, 2, [10, 0, 0, 1]);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = || {
             x ^= x << 13;

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -79,11 +79,7 @@ impl Harness {
     /// Simulates the broker dying: its end of the channel is shut down, so its
     /// serve loop ends and the box service's sends fail from then on.
     pub fn kill_broker(&self) {
-        nix::sys::socket::shutdown(
-            self.broker_end.as_raw_fd(),
-            nix::sys::socket::Shutdown::Both,
-        )
-        .unwrap();
+        rustix::net::shutdown(&*self.broker_end, rustix::net::Shutdown::Both).unwrap();
     }
 
     /// Waits (bounded) until `n` receipt lines exist, then returns them all.
