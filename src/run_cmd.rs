@@ -674,66 +674,10 @@ fn dry_run_text(p: &Prepared) -> String {
     }
     if plan.network() == NetworkMode::Mediated {
         let _ = writeln!(s, "network broker (terra __network):");
-        for line in broker_program_text().lines() {
+        for line in terra_netd::describe().lines() {
             let _ = writeln!(s, "  {line}");
         }
     }
-    s
-}
-
-/// The broker part of the program, for `--dry-run`.
-fn broker_program_text() -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let addr = terra_netd::proxy_listen_addr();
-    let limits = terra_netd::StartupConfig::default();
-    let _ = writeln!(
-        s,
-        "box side: a service in the box accepts on {addr} (HTTP CONNECT, plain HTTP, SOCKS5) and passes \
-         each socket, unread, over fd {} (SCM_RIGHTS)",
-        terra_netd::BROKER_CHANNEL_FD
-    );
-    let _ = writeln!(s, "workload environment: HTTP_PROXY, HTTPS_PROXY, ALL_PROXY (and lowercase) = http://{addr}; NO_PROXY empty");
-    let _ = writeln!(
-        s,
-        "started by the supervisor before the box: namespaces user, pid, mount, ipc, uts; host network"
-    );
-    let files: Vec<String> = terra_netd::resolver_files()
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect();
-    let _ = writeln!(
-        s,
-        "root tmpfs, read-only, holding only (read-only): {}",
-        files.join(" ")
-    );
-    let _ = writeln!(
-        s,
-        "descriptors: 0,1 /dev/null; 2 terra's stderr; {} box<->broker socketpair; {} startup channel \
-         (canonical MIR, re-validated by the broker; it confirms once it serves); {} network receipt \
-         <state-dir>/network.jsonl (0600, append)",
-        terra_netd::BROKER_CHANNEL_FD,
-        terra_netd::STARTUP_FD,
-        terra_netd::RECEIPT_FD
-    );
-    let _ = writeln!(
-        s,
-        "environment cleared; all capabilities dropped; no_new_privs"
-    );
-    let _ = writeln!(s, "landlock: no file access (resolv.conf and hosts are read before it confines itself); TCP bind never granted; abstract UNIX sockets and signals scoped");
-    let _ = writeln!(s, "seccomp: sockets AF_INET/AF_INET6 only; no bind, listen, accept, exec, mount, unshare, ptrace, bpf, io_uring");
-    let _ = writeln!(
-        s,
-        "limits: {} flows, {} refusers, handshake {} ms, idle {} ms, connect {} ms, resolve {} ms, {} lookups in flight",
-        limits.limits.max_flows,
-        limits.limits.max_refusers,
-        limits.limits.handshake_timeout_ms,
-        limits.limits.idle_timeout_ms,
-        limits.limits.connect_timeout_ms,
-        limits.resolve_timeout_ms,
-        limits.max_resolves
-    );
-    let _ = writeln!(s, "failure: the run is refused (exit 125) when the broker does not start; if it ends mid-run, connections fail (no restart, no fallback)");
     s
 }
 

@@ -1067,6 +1067,14 @@ fn allow_net_adds_mediated_destinations_and_dry_run_shows_the_broker() {
         );
         assert!(out.contains("mediator:        terra-netd/1"), "{out}");
         assert!(out.contains("network broker (terra __network):"), "{out}");
+        // The broker's part is what terra_netd describes (generated from the
+        // tables its filters are built from), line for line.
+        for line in terra_netd::describe().lines() {
+            assert!(
+                out.contains(&format!("  {line}\n")),
+                "{line:?} missing:\n{out}"
+            );
+        }
         assert!(out.contains("HTTPS_PROXY=http://127.0.0.1:3128"), "{out}");
         assert!(out.contains("network-mediated"), "{out}");
         // A real run: --allow-net does not allow private addresses, and

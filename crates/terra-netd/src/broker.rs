@@ -11,7 +11,6 @@
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 #[cfg(target_os = "linux")]
-use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,9 +22,9 @@ use crate::address::is_private;
 use crate::matcher::{judge, Pattern, Reason, Request, Verdict};
 use crate::proxy::{
     http_head_len, parse_http_head, socks5_greeting, socks5_reply, socks5_request, HttpKind,
-    Protocol, MAX_HTTP_HEAD,
+    Partial, Protocol, ProxyError, MAX_HTTP_HEAD,
 };
-use crate::receipt::{rfc3339, Attempt, ReceiptSink};
+use crate::receipt::{Attempt, ReceiptSink};
 use crate::resolve::Resolver;
 use crate::tls::{read_client_hello, HelloProgress};
 
@@ -171,6 +170,29 @@ impl Conn {
     }
 
     /// Reads exactly enough that `buf` holds at least `n` bytes.
+    /// Reads until `parse` decides on the buffered bytes: its value or its
+    /// error; a refusal when the client closes inside the `what`.
+    fn parse_more<T>(
+        &mut self,
+        what: &str,
+        parse: impl Fn(&[u8]) -> Partial<T>,
+    ) -> Result<Result<(T, usize), ProxyError>, Refusal> {
+        loop {
+            match parse(&self.buf) {
+                Ok(Some(v)) => return Ok(Ok(v)),
+                Ok(None) => {
+                    if !self.fill(512)? {
+                        return Err(Refusal::new(
+                            Reason::MalformedRequest,
+                            format!("client closed inside the {what}"),
+                        ));
+                    }
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
     fn fill_to(&mut self, n: usize, what: &str) -> Result<(), Refusal> {
         while self.buf.len() < n {
             if !self.fill(n)? {
@@ -338,40 +360,17 @@ impl Broker {
         r: &Refusal,
     ) {
         self.receipts.record(&Attempt {
-            time: rfc3339(time),
-            protocol,
-            name: None,
-            port: None,
-            sni: None,
-            resolved: Vec::new(),
-            address: None,
-            verdict: "refused",
             reason: Some(r.reason.as_str()),
             detail: Some(r.detail.clone()),
-            bytes_up: 0,
-            bytes_down: 0,
             duration_ms: start.elapsed().as_millis() as u64,
+            ..Attempt::started(time, protocol)
         });
     }
 
     /// One connection, start to end; always writes exactly one receipt line.
     fn handle(&self, client: TcpStream, over_cap: bool) {
         let start = Instant::now();
-        let mut attempt = Attempt {
-            time: rfc3339(SystemTime::now()),
-            protocol: "unknown",
-            name: None,
-            port: None,
-            sni: None,
-            resolved: Vec::new(),
-            address: None,
-            verdict: "refused",
-            reason: None,
-            detail: None,
-            bytes_up: 0,
-            bytes_down: 0,
-            duration_ms: 0,
-        };
+        let mut attempt = Attempt::started(SystemTime::now(), "unknown");
         let _ = client.set_nodelay(true);
         let _ = client.set_write_timeout(Some(Duration::from_millis(
             self.limits.handshake_timeout_ms,
@@ -461,23 +460,13 @@ impl Broker {
             }
             Protocol::Socks5 => {
                 attempt.protocol = "socks5";
-                let (no_auth, used) = loop {
-                    match socks5_greeting(&conn.buf) {
-                        Ok(Some(g)) => break g,
-                        Ok(None) => {
-                            if !conn.fill(512)? {
-                                return Err(Refusal::new(
-                                    Reason::MalformedRequest,
-                                    "client closed inside the SOCKS5 greeting",
-                                ));
-                            }
-                        }
-                        Err(e) => {
-                            // Still in method negotiation: "no acceptable method".
-                            let _ = conn.send(&[0x05, 0xff]);
-                            conn.protocol = None;
-                            return Err(Refusal::new(Reason::MalformedRequest, e.0));
-                        }
+                let (no_auth, used) = match conn.parse_more("SOCKS5 greeting", socks5_greeting)? {
+                    Ok(g) => g,
+                    Err(e) => {
+                        // Still in method negotiation: "no acceptable method".
+                        let _ = conn.send(&[0x05, 0xff]);
+                        conn.protocol = None;
+                        return Err(Refusal::new(Reason::MalformedRequest, e.0));
                     }
                 };
                 conn.buf.drain(..used);
@@ -490,20 +479,9 @@ impl Broker {
                     ));
                 }
                 conn.send(&[0x05, 0x00])?;
-                let (req, used) = loop {
-                    match socks5_request(&conn.buf) {
-                        Ok(Some(r)) => break r,
-                        Ok(None) => {
-                            if !conn.fill(512)? {
-                                return Err(Refusal::new(
-                                    Reason::MalformedRequest,
-                                    "client closed inside the SOCKS5 request",
-                                ));
-                            }
-                        }
-                        Err(e) => return Err(Refusal::new(Reason::MalformedRequest, e.0)),
-                    }
-                };
+                let (req, used) = conn
+                    .parse_more("SOCKS5 request", socks5_request)?
+                    .map_err(|e| Refusal::new(Reason::MalformedRequest, e.0))?;
                 conn.buf.drain(..used);
                 if req.command != 0x01 {
                     let mut r = Refusal::new(
@@ -741,7 +719,7 @@ fn copy_pump(
 mod splice {
     use super::*;
     use nix::errno::Errno;
-    use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+    use nix::fcntl::{splice, OFlag, SpliceFFlags};
 
     pub enum Outcome {
         Done,
@@ -750,7 +728,7 @@ mod splice {
     }
 
     /// Pipe capacity per direction (pages are only allocated while in use).
-    const PIPE_SIZE: i32 = 256 * 1024;
+    const PIPE_SIZE: usize = 256 * 1024;
 
     pub fn pump(
         from: &TcpStream,
@@ -763,11 +741,11 @@ mod splice {
         let Ok((pipe_r, pipe_w)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else {
             return Outcome::Unsupported;
         };
-        let _ = fcntl(pipe_w.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
+        let _ = rustix::pipe::fcntl_setpipe_size(&pipe_w, PIPE_SIZE);
         let flags = SpliceFFlags::SPLICE_F_MOVE;
         let mut first = true;
         loop {
-            let n = match splice(from, None, &pipe_w, None, PIPE_SIZE as usize, flags) {
+            let n = match splice(from, None, &pipe_w, None, PIPE_SIZE, flags) {
                 Ok(0) => {
                     let _ = to.shutdown(Shutdown::Write);
                     return Outcome::Done;

@@ -22,6 +22,25 @@ const MAX_NAME_WIRE: usize = 255;
 const MAX_LABEL: usize = 63;
 const HEADER_LEN: usize = 12;
 
+/// Which rule of a dotted name [`Name::from_dotted`] found broken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NameRule {
+    #[error("a name has 1 to 253 bytes")]
+    Length,
+    #[error("a label has 1 to 63 bytes")]
+    LabelLength,
+    #[error("labels hold only letters, digits, '-' and '_'")]
+    LabelBytes,
+}
+
+/// A dotted name that is not a name DNS can ask for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?}: {why}")]
+pub struct NameError {
+    pub text: String,
+    pub why: NameRule,
+}
+
 /// A domain name in uncompressed wire form, ASCII letters lowercased
 /// (DNS compares names case-insensitively), ending with the root's zero byte.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -30,22 +49,24 @@ pub struct Name(Vec<u8>);
 impl Name {
     /// A name from its dotted text form (no trailing dot; labels 1..63 bytes
     /// of letters, digits, '-' and '_'; at most 253 bytes of text).
-    pub fn from_dotted(text: &str) -> Result<Name, String> {
+    pub fn from_dotted(text: &str) -> Result<Name, NameError> {
+        let refuse = |why| NameError {
+            text: text.to_owned(),
+            why,
+        };
         if text.is_empty() || text.len() > 253 {
-            return Err(format!("{text:?}: a name has 1 to 253 bytes"));
+            return Err(refuse(NameRule::Length));
         }
         let mut wire = Vec::with_capacity(text.len() + 2);
         for label in text.split('.') {
             if label.is_empty() || label.len() > MAX_LABEL {
-                return Err(format!("{text:?}: a label has 1 to 63 bytes"));
+                return Err(refuse(NameRule::LabelLength));
             }
             if !label
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             {
-                return Err(format!(
-                    "{text:?}: labels hold only letters, digits, '-' and '_'"
-                ));
+                return Err(refuse(NameRule::LabelBytes));
             }
             wire.push(label.len() as u8);
             wire.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
@@ -325,9 +346,18 @@ pub enum Answer {
     NoData,
 }
 
+/// A CNAME chain in one response longer than the resolver follows (or a loop).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("CNAME chain longer than {max_hops} aliases from {from}")]
+pub struct ChainTooLong {
+    pub max_hops: usize,
+    /// The name the chain starts at (the question's).
+    pub from: Name,
+}
+
 /// Follows the answer section from `qname` through CNAME records to the
 /// records of `qtype`. Err when the chain is longer than `max_hops` (or loops).
-pub fn follow(resp: &Response, qtype: u16, max_hops: usize) -> Result<Answer, String> {
+pub fn follow(resp: &Response, qtype: u16, max_hops: usize) -> Result<Answer, ChainTooLong> {
     let mut current = resp.qname.clone();
     let mut hops = 0;
     loop {
@@ -352,10 +382,10 @@ pub fn follow(resp: &Response, qtype: u16, max_hops: usize) -> Result<Answer, St
             Some(t) => {
                 hops += 1;
                 if hops > max_hops {
-                    return Err(format!(
-                        "CNAME chain longer than {max_hops} aliases from {}",
-                        resp.qname
-                    ));
+                    return Err(ChainTooLong {
+                        max_hops,
+                        from: resp.qname.clone(),
+                    });
                 }
                 current = t;
             }
@@ -408,20 +438,33 @@ mod tests {
             q,
             b"\xBE\xEF\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03pkg\x07example\x00\x00\x1C\x00\x01"
         );
-        assert!(Name::from_dotted("a..b").is_err());
-        assert!(Name::from_dotted(&"a".repeat(64)).is_err());
-        assert!(Name::from_dotted("a b").is_err());
-        assert!(Name::from_dotted("").is_err());
+        let why = |t: &str| Name::from_dotted(t).unwrap_err().why;
+        assert_eq!(why("a..b"), NameRule::LabelLength);
+        assert_eq!(why(&"a".repeat(64)), NameRule::LabelLength);
+        assert_eq!(why("a b"), NameRule::LabelBytes);
+        assert_eq!(why(""), NameRule::Length);
+        assert_eq!(why(&"a.".repeat(127)), NameRule::Length);
+        assert_eq!(
+            Name::from_dotted("a b").unwrap_err().to_string(),
+            "\"a b\": labels hold only letters, digits, '-' and '_'"
+        );
+    }
+
+    /// A response `id` with `answers` records announced: www.example CNAME
+    /// edge.example (pointer to "example" at 16), edge.example A `a`. Also
+    /// returns the offset of edge.example's name, for more records.
+    fn www_via_edge(id: u16, answers: u16, a: [u8; 4]) -> (Vec<u8>, usize) {
+        let mut m = header(id, 0x8180, 1, answers);
+        question(&mut m, "www.example", TYPE_A);
+        rr(&mut m, b"\xC0\x0C", TYPE_CNAME, b"\x04edge\xC0\x10");
+        let edge = m.len() - 7;
+        rr(&mut m, &[0xC0, edge as u8], TYPE_A, &a);
+        (m, edge)
     }
 
     #[test]
     fn response_with_compression_and_chain() {
-        let mut m = header(7, 0x8180, 1, 3);
-        question(&mut m, "www.example", TYPE_A);
-        // www.example CNAME edge.example (pointer to "example" at 16).
-        rr(&mut m, b"\xC0\x0C", TYPE_CNAME, b"\x04edge\xC0\x10");
-        let edge = m.len() - 7;
-        rr(&mut m, &[0xC0, edge as u8], TYPE_A, &[93, 184, 216, 34]);
+        let (mut m, edge) = www_via_edge(7, 3, [93, 184, 216, 34]);
         rr(&mut m, &[0xC0, edge as u8], 16, b"\x03txt"); // TXT: skipped
         let r = parse_response(&m).unwrap();
         assert_eq!(r.id, 7);
@@ -450,7 +493,9 @@ mod tests {
         let b = m.len() - 4;
         rr(&mut m, &[0xC0, b as u8], TYPE_CNAME, b"\xC0\x0C");
         let r = parse_response(&m).unwrap();
-        assert!(follow(&r, TYPE_A, 8).unwrap_err().contains("longer than 8"));
+        let e = follow(&r, TYPE_A, 8).unwrap_err();
+        assert_eq!((e.max_hops, e.from.clone()), (8, r.qname.clone()));
+        assert!(e.to_string().contains("longer than 8"), "{e}");
     }
 
     #[test]
@@ -509,11 +554,7 @@ mod tests {
     /// fuzz target netd_dns_response does the same with coverage.)
     #[test]
     fn mutated_responses_never_panic() {
-        let mut seed = header(9, 0x8180, 1, 2);
-        question(&mut seed, "www.example", TYPE_A);
-        rr(&mut seed, b"\xC0\x0C", TYPE_CNAME, b"\x04edge\xC0\x10");
-        let edge = seed.len() - 7;
-        rr(&mut seed, &[0xC0, edge as u8], TYPE_A, &[10, 0, 0, 1]);
+        let (seed, _) = www_via_edge(9, 2, [10, 0, 0, 1]);
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         let mut next = || {
             x ^= x << 13;

@@ -1,14 +1,17 @@
 //! Descriptor passing between the box-side service and the broker (fd 7), and
-//! adopting the broker's fixed descriptors. The only module with `unsafe`.
-#![allow(unsafe_code)]
+//! adopting the broker's fixed descriptors. The only module with `unsafe`
+//! (one block: taking ownership of an inherited descriptor number).
 
 use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 
-use nix::sys::socket::{
-    getsockopt, recvmsg, sendmsg, socketpair, sockopt, AddressFamily, ControlMessage,
-    ControlMessageOwned, MsgFlags, SockFlag, SockType,
+use nix::errno::Errno;
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use rustix::net::{
+    recvmsg, sendmsg, sockopt, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketType,
 };
 
 /// Most descriptors the broker accepts in one message (the box sends one).
@@ -28,14 +31,18 @@ pub fn broker_socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sends `stream` over `chan` with SCM_RIGHTS (never raises SIGPIPE).
 pub fn send_stream(chan: &OwnedFd, stream: &TcpStream) -> io::Result<()> {
-    let fds = [stream.as_raw_fd()];
+    let fds = [stream.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::other("SCM_RIGHTS message does not fit"));
+    }
     let payload = [0u8];
-    sendmsg::<()>(
-        chan.as_raw_fd(),
+    sendmsg(
+        chan,
         &[IoSlice::new(&payload)],
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
+        &mut control,
+        SendFlags::NOSIGNAL,
     )
     .map(|_| ())
     .map_err(io::Error::from)
@@ -53,28 +60,20 @@ pub enum Received {
 /// kept only when it is an internet stream socket.
 pub fn recv_streams(chan: &OwnedFd) -> io::Result<Received> {
     let mut byte = [0u8; 1];
-    let mut iov = [IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FDS_PER_MESSAGE]);
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_MESSAGE))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
     let msg = loop {
-        match recvmsg::<()>(
-            chan.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
+        let mut iov = [IoSliceMut::new(&mut byte)];
+        match recvmsg(chan, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
             Ok(m) => break m,
-            Err(nix::errno::Errno::EINTR) => continue,
+            Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
     };
     let mut owned: Vec<OwnedFd> = Vec::new();
-    for cmsg in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(fds) = cmsg {
-            for fd in fds {
-                // SAFETY: the kernel just installed `fd` in this process for this
-                // message; nothing else refers to it, so we take sole ownership.
-                owned.push(unsafe { OwnedFd::from_raw_fd(fd) });
-            }
+    for cmsg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = cmsg {
+            owned.extend(fds);
         }
     }
     if msg.bytes == 0 && owned.is_empty() {
@@ -83,7 +82,7 @@ pub fn recv_streams(chan: &OwnedFd) -> io::Result<Received> {
     let mut streams = Vec::new();
     let mut dropped = 0;
     for fd in owned {
-        let is_stream = matches!(getsockopt(&fd, sockopt::SockType), Ok(SockType::Stream));
+        let is_stream = matches!(sockopt::socket_type(&fd), Ok(SocketType::STREAM));
         let stream = TcpStream::from(fd);
         if is_stream && stream.local_addr().is_ok() {
             streams.push(stream);
@@ -94,17 +93,56 @@ pub fn recv_streams(chan: &OwnedFd) -> io::Result<Received> {
     Ok(Received::Streams(streams, dropped))
 }
 
-/// Takes ownership of an inherited fixed descriptor (7 or 8) after checking
-/// that it is open.
-pub fn adopt_fd(fd: RawFd) -> io::Result<OwnedFd> {
-    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("descriptor {fd} is not open: {e}"),
-        )
-    })?;
+/// A fixed descriptor the broker expected to inherit is not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("descriptor {fd} is not open: {errno}")]
+pub struct NotOpen {
+    pub fd: RawFd,
+    /// What fcntl(F_GETFD) said (EBADF).
+    pub errno: Errno,
+}
+
+/// Takes ownership of an inherited fixed descriptor (7, 8 or 9) after
+/// checking that it is open.
+pub fn adopt_fd(fd: RawFd) -> Result<OwnedFd, NotOpen> {
+    nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).map_err(|errno| NotOpen { fd, errno })?;
     // SAFETY: the launcher placed `fd` in this process for this role (fixed
     // descriptor numbers, DESIGN.md); it is open (checked above) and adopted
     // exactly once, at startup, before any other code could use the number.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    #[allow(unsafe_code)]
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_stream_passes_and_the_closed_channel_is_seen() {
+        let (a, b) = broker_socketpair().unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        send_stream(&a, &s).unwrap();
+        match recv_streams(&b).unwrap() {
+            Received::Streams(got, 0) => {
+                assert_eq!(got.len(), 1);
+                assert_eq!(got[0].local_addr().unwrap(), s.local_addr().unwrap());
+            }
+            _ => panic!("expected one stream"),
+        }
+        drop(a);
+        assert!(matches!(recv_streams(&b).unwrap(), Received::Closed));
+    }
+
+    #[test]
+    fn adopting_a_closed_descriptor_names_it() {
+        let e = adopt_fd(1_000_000).unwrap_err();
+        assert_eq!(e.errno, Errno::EBADF);
+        assert!(
+            e.to_string().starts_with("descriptor 1000000 is not open"),
+            "{e}"
+        );
+    }
 }

@@ -115,33 +115,67 @@ pub fn box_service(listener: TcpListener, broker: OwnedFd) -> ! {
 /// The broker role's body (what `spawn_confined_role` runs): startup message
 /// from fd 8, confinement, then serve fd 7 until the box closes it.
 /// Returns 0 when the box closed the channel, 125 when startup was refused,
-/// 1 when serving failed.
+/// 1 when serving failed ([`BrokerError::exit_code`]).
 #[cfg(target_os = "linux")]
 pub fn broker_main() -> i32 {
     match broker_run() {
         Ok(()) => 0,
-        Err((code, msg)) => {
-            eprintln!("terra __network: {msg}");
-            code
+        Err(e) => {
+            eprintln!("terra __network: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Why the broker role did not start, or stopped serving.
+#[cfg(target_os = "linux")]
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// A fixed descriptor (startup channel, box channel) is not open.
+    #[error(transparent)]
+    Descriptor(#[from] fdpass::NotOpen),
+    /// The startup message was refused.
+    #[error(transparent)]
+    Startup(#[from] startup::StartupError),
+    /// The startup config names a receipt descriptor that is not open.
+    #[error("receipt: {0}")]
+    Receipt(fdpass::NotOpen),
+    /// resolv.conf or hosts could not be read.
+    #[error("resolver configuration: {0}")]
+    ResolverConfig(#[from] resolvconf::ConfigError),
+    /// Landlock or seccomp could not be applied.
+    #[error(transparent)]
+    Confine(#[from] confine::ConfineError),
+    /// Receiving from the box channel failed.
+    #[error("serving: {0}")]
+    Serve(std::io::Error),
+}
+
+#[cfg(target_os = "linux")]
+impl BrokerError {
+    /// The role's exit status: 1 when serving failed, 125 (startup refused)
+    /// otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            BrokerError::Serve(_) => 1,
+            _ => 125,
         }
     }
 }
 
 #[cfg(target_os = "linux")]
-fn broker_run() -> Result<(), (i32, String)> {
+fn broker_run() -> Result<(), BrokerError> {
     use std::sync::Arc;
-    let refuse = |m: String| (125, m);
-    let startup_fd = fdpass::adopt_fd(STARTUP_FD).map_err(|e| refuse(e.to_string()))?;
+    let startup_fd = fdpass::adopt_fd(STARTUP_FD)?;
     let mut startup_file = std::fs::File::from(startup_fd);
-    let (mir, config) =
-        startup::read_startup(&mut startup_file).map_err(|e| refuse(e.to_string()))?;
+    let (mir, config) = startup::read_startup(&mut startup_file)?;
     let receipt_fd = config.receipt_fd.unwrap_or(RECEIPT_FD);
     let receipts = match fdpass::adopt_fd(receipt_fd) {
         Ok(fd) => ReceiptSink::new(Box::new(std::fs::File::from(fd))),
-        Err(e) if config.receipt_fd.is_some() => return Err(refuse(format!("receipt: {e}"))),
+        Err(e) if config.receipt_fd.is_some() => return Err(BrokerError::Receipt(e)),
         Err(_) => ReceiptSink::discard(),
     };
-    let channel = fdpass::adopt_fd(BROKER_CHANNEL_FD).map_err(|e| refuse(e.to_string()))?;
+    let channel = fdpass::adopt_fd(BROKER_CHANNEL_FD)?;
     // Each flow holds two sockets and two pipes: use the whole hard limit.
     if let Ok((_, hard)) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
@@ -154,9 +188,8 @@ fn broker_run() -> Result<(), (i32, String)> {
     let resolver_config = ResolverConfig::load(
         config.resolv_conf.as_deref().map(std::path::Path::new),
         config.hosts.as_deref().map(std::path::Path::new),
-    )
-    .map_err(|e| refuse(format!("resolver configuration: {e}")))?;
-    let confinement = confine::apply(&[]).map_err(refuse)?;
+    )?;
+    let confinement = confine::apply_broker()?;
     tracing::debug!("terra __network: landlock {}", confinement.landlock);
     let resolver = Arc::new(DnsResolver::new(
         resolver_config,
@@ -165,15 +198,9 @@ fn broker_run() -> Result<(), (i32, String)> {
     ));
     let broker = Broker::from_mir(&mir, resolver, receipts, config.limits);
     // Tell the supervisor we serve (MSG_NOSIGNAL: it may be gone already).
-    let _ = nix::sys::socket::send(
-        std::os::fd::AsRawFd::as_raw_fd(&startup_file),
-        READY,
-        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-    );
+    let _ = rustix::net::send(&startup_file, READY, rustix::net::SendFlags::NOSIGNAL);
     drop(startup_file);
-    broker
-        .serve_channel(&channel)
-        .map_err(|e| (1, format!("serving: {e}")))?;
+    broker.serve_channel(&channel).map_err(BrokerError::Serve)?;
     // The box is gone (it closed the channel): let the connections still
     // open end and write their receipt lines, bounded by DRAIN_LIMIT.
     if !broker.drain(DRAIN_LIMIT) {
@@ -184,6 +211,83 @@ fn broker_run() -> Result<(), (i32, String)> {
         );
     }
     Ok(())
+}
+
+/// The broker's program, for `terra run --dry-run`: what the box side does,
+/// the descriptors, the confinement ([`confine::describe`], written from the
+/// tables the filters are built from) and the default limits.
+#[cfg(target_os = "linux")]
+pub fn describe() -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let addr = proxy_listen_addr();
+    let config = StartupConfig::default();
+    let _ = writeln!(
+        s,
+        "box side: a service in the box accepts on {addr} (HTTP CONNECT, plain HTTP, SOCKS5) and passes \
+         each socket, unread, over fd {BROKER_CHANNEL_FD} (SCM_RIGHTS)"
+    );
+    let env = proxy_env(addr);
+    let set: Vec<&str> = env
+        .iter()
+        .filter(|(k, v)| !v.is_empty() && k.chars().all(|c| !c.is_ascii_lowercase()))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let empty: Vec<&str> = env
+        .iter()
+        .filter(|(k, v)| v.is_empty() && k.chars().all(|c| !c.is_ascii_lowercase()))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let _ = writeln!(
+        s,
+        "workload environment: {} (and lowercase) = http://{addr}; {} empty",
+        set.join(", "),
+        empty.join(", ")
+    );
+    // The role itself (namespaces, root, capabilities) is terra-sandbox's
+    // `spawn_confined_role`, which the supervisor calls with these files.
+    let _ = writeln!(
+        s,
+        "started by the supervisor before the box: namespaces user, pid, mount, ipc, uts; host network"
+    );
+    let files: Vec<String> = resolver_files()
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let _ = writeln!(
+        s,
+        "root tmpfs, read-only, holding only (read-only): {}",
+        files.join(" ")
+    );
+    let _ = writeln!(
+        s,
+        "descriptors: 0,1 /dev/null; 2 terra's stderr; {BROKER_CHANNEL_FD} box<->broker socketpair; \
+         {STARTUP_FD} startup channel (canonical MIR, re-validated by the broker; it confirms once it \
+         serves); {RECEIPT_FD} network receipt <state-dir>/network.jsonl (0600, append)"
+    );
+    let _ = writeln!(
+        s,
+        "environment cleared; all capabilities dropped; no_new_privs"
+    );
+    s.push_str(&confine::describe());
+    let l = &config.limits;
+    let _ = writeln!(
+        s,
+        "limits: {} flows, {} refusers, handshake {} ms, idle {} ms, connect {} ms, resolve {} ms, {} lookups in flight",
+        l.max_flows,
+        l.max_refusers,
+        l.handshake_timeout_ms,
+        l.idle_timeout_ms,
+        l.connect_timeout_ms,
+        config.resolve_timeout_ms,
+        config.max_resolves
+    );
+    let _ = writeln!(
+        s,
+        "failure: the run is refused (exit 125) when the broker does not start; if it ends mid-run, \
+         connections fail (no restart, no fallback)"
+    );
+    s
 }
 
 /// How long the broker waits, once the box closed its channel, for open

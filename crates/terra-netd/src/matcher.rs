@@ -100,6 +100,33 @@ pub struct Pattern {
     pub allow_private_addresses: bool,
 }
 
+/// Which wildcard rule a destination breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WildcardRule {
+    #[error("is longer than 253 bytes")]
+    TooLong,
+    #[error("over an IPv4 literal")]
+    OverIpv4Literal,
+    #[error("covers a whole top-level domain")]
+    TopLevelDomain,
+    #[error("cannot allow private addresses")]
+    PrivateAddresses,
+}
+
+/// Why [`Pattern::parse`] refused a destination.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PatternError {
+    #[error("port must be 1..65535")]
+    Port,
+    /// The host (or a wildcard's suffix) is not in the host grammar.
+    #[error(transparent)]
+    Host(terra_policy::PolicyError),
+    #[error("wildcard {host:?} {why}")]
+    Wildcard { host: String, why: WildcardRule },
+    #[error("{host}: an IPv4 literal cannot require TLS SNI")]
+    LiteralWithSni { host: String },
+}
+
 impl Pattern {
     /// The pattern of one MIR destination (always exact).
     pub fn from_destination(d: &Destination) -> Pattern {
@@ -121,33 +148,35 @@ impl Pattern {
         port: u16,
         require_tls_sni: bool,
         allow_private_addresses: bool,
-    ) -> Result<Pattern, String> {
+    ) -> Result<Pattern, PatternError> {
         if port == 0 {
-            return Err("port must be 1..65535".into());
+            return Err(PatternError::Port);
         }
         let host = host.to_ascii_lowercase();
         let pattern = if let Some(suffix) = host.strip_prefix("*.") {
+            let refuse = |why| PatternError::Wildcard {
+                host: host.clone(),
+                why,
+            };
             if host.len() > MAX_HOST_LEN {
-                return Err(format!("wildcard {host:?} is longer than 253 bytes"));
+                return Err(refuse(WildcardRule::TooLong));
             }
             match classify_host(suffix) {
                 Ok(HostKind::Name) => {}
-                Ok(HostKind::Ipv4Literal) => {
-                    return Err(format!("wildcard {host:?} over an IPv4 literal"))
-                }
-                Err(e) => return Err(e.to_string()),
+                Ok(HostKind::Ipv4Literal) => return Err(refuse(WildcardRule::OverIpv4Literal)),
+                Err(e) => return Err(PatternError::Host(e)),
             }
             if !suffix.contains('.') {
-                return Err(format!("wildcard {host:?} covers a whole top-level domain"));
+                return Err(refuse(WildcardRule::TopLevelDomain));
             }
             if allow_private_addresses {
-                return Err(format!("wildcard {host:?} cannot allow private addresses"));
+                return Err(refuse(WildcardRule::PrivateAddresses));
             }
             HostPattern::Wildcard(suffix.to_owned())
         } else {
-            let kind = classify_host(&host).map_err(|e| e.to_string())?;
+            let kind = classify_host(&host).map_err(PatternError::Host)?;
             if kind == HostKind::Ipv4Literal && require_tls_sni {
-                return Err(format!("{host}: an IPv4 literal cannot require TLS SNI"));
+                return Err(PatternError::LiteralWithSni { host });
             }
             HostPattern::Exact(host)
         };
@@ -298,20 +327,41 @@ mod tests {
 
     #[test]
     fn parse_refuses_bad_patterns() {
-        for (h, sni, private) in [
-            ("*.com", false, false),
-            ("*example.com", false, false),
-            ("api.*.example.com", false, false),
-            ("*.example.com", false, true),
-            ("*.0x7f.0x1", false, false),
-            ("127.1", false, false),
-            ("1.2.3.4", true, false),
-            ("**.example.com", false, false),
-            ("*", false, false),
-        ] {
-            assert!(Pattern::parse(h, 443, sni, private).is_err(), "{h}");
+        use WildcardRule as W;
+        let wildcard = |why| move |e: &PatternError| matches!(e, PatternError::Wildcard { why: w, .. } if *w == why);
+        let host = |e: &PatternError| matches!(e, PatternError::Host(_));
+        type Expected<'a> = &'a dyn Fn(&PatternError) -> bool;
+        let cases: [(&str, bool, bool, Expected); 9] = [
+            ("*.com", false, false, &wildcard(W::TopLevelDomain)),
+            ("*example.com", false, false, &host),
+            ("api.*.example.com", false, false, &host),
+            ("*.example.com", false, true, &wildcard(W::PrivateAddresses)),
+            ("*.0x7f.0x1", false, false, &host),
+            ("127.1", false, false, &host),
+            (
+                "1.2.3.4",
+                true,
+                false,
+                &|e: &PatternError| matches!(e, PatternError::LiteralWithSni { host } if host == "1.2.3.4"),
+            ),
+            ("**.example.com", false, false, &host),
+            ("*", false, false, &host),
+        ];
+        for (h, sni, private, expected) in cases {
+            let e = Pattern::parse(h, 443, sni, private).unwrap_err();
+            assert!(expected(&e), "{h}: {e:?}");
         }
-        assert!(Pattern::parse("a.example", 0, false, false).is_err());
+        assert_eq!(
+            Pattern::parse("a.example", 0, false, false).unwrap_err(),
+            PatternError::Port
+        );
+        let long = format!("*.{}.example", "a".repeat(250));
+        assert!(wildcard(W::TooLong)(
+            &Pattern::parse(&long, 443, false, false).unwrap_err()
+        ));
+        assert!(wildcard(W::OverIpv4Literal)(
+            &Pattern::parse("*.1.2.3.4", 443, false, false).unwrap_err()
+        ));
     }
 
     #[test]

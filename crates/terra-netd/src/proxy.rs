@@ -363,6 +363,25 @@ pub fn socks5_reply(code: u8) -> [u8; 10] {
 mod tests {
     use super::*;
 
+    /// Every one of `heads` is refused.
+    fn all_refused(heads: &[&[u8]]) {
+        for bad in heads {
+            assert!(
+                parse_http_head(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    /// The head forwarded for an absolute-form request.
+    fn forwarded(raw: &[u8]) -> Vec<u8> {
+        match parse_http_head(raw).unwrap().kind {
+            HttpKind::Forward { head } => head,
+            other => panic!("{other:?} for {}", String::from_utf8_lossy(raw)),
+        }
+    }
+
     #[test]
     fn connect() {
         let r = parse_http_head(b"CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\nUser-Agent: x\r\n\r\n").unwrap();
@@ -370,7 +389,7 @@ mod tests {
         assert_eq!((r.host.as_str(), r.port), ("api.example.com", 443));
         let r = parse_http_head(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n").unwrap();
         assert_eq!((r.host.as_str(), r.port), ("::1", 8443));
-        for bad in [
+        all_refused(&[
             &b"CONNECT api.example.com HTTP/1.1\r\n\r\n"[..],
             b"CONNECT api.example.com:0 HTTP/1.1\r\n\r\n",
             b"CONNECT api.example.com:65536 HTTP/1.1\r\n\r\n",
@@ -387,40 +406,24 @@ mod tests {
             b"CONNECT a:443 HTTP/1.1\r\n\r\n\r\n",
             b"CONNECT a:443 HTTP/1.1\r\nX: \x01\r\n\r\n",
             b"CONNECT a\xff:443 HTTP/1.1\r\n\r\n",
-        ] {
-            assert!(
-                parse_http_head(bad).is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
-        }
+        ]);
     }
 
     #[test]
     fn absolute_form() {
-        let r = parse_http_head(b"GET http://a.example:8080/x?y HTTP/1.1\r\nHost: a.example:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n").unwrap();
+        let raw = b"GET http://a.example:8080/x?y HTTP/1.1\r\nHost: a.example:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n";
+        let r = parse_http_head(raw).unwrap();
         assert_eq!((r.host.as_str(), r.port), ("a.example", 8080));
-        let HttpKind::Forward { head } = r.kind else {
-            panic!()
-        };
         assert_eq!(
-            String::from_utf8(head).unwrap(),
+            String::from_utf8(forwarded(raw)).unwrap(),
             "GET /x?y HTTP/1.1\r\nHost: a.example:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
-        let r =
-            parse_http_head(b"GET http://a.example HTTP/1.1\r\nHost: a.example\r\n\r\n").unwrap();
-        assert_eq!(r.port, 80);
-        let HttpKind::Forward { head } = r.kind else {
-            panic!()
-        };
-        assert!(head.starts_with(b"GET / HTTP/1.1\r\n"));
-        let r = parse_http_head(b"GET http://a.example?q HTTP/1.1\r\nHost: a.example:80\r\n\r\n")
-            .unwrap();
-        let HttpKind::Forward { head } = r.kind else {
-            panic!()
-        };
-        assert!(head.starts_with(b"GET /?q HTTP/1.1\r\n"));
-        for bad in [
+        let raw = b"GET http://a.example HTTP/1.1\r\nHost: a.example\r\n\r\n";
+        assert_eq!(parse_http_head(raw).unwrap().port, 80);
+        assert!(forwarded(raw).starts_with(b"GET / HTTP/1.1\r\n"));
+        let raw = b"GET http://a.example?q HTTP/1.1\r\nHost: a.example:80\r\n\r\n";
+        assert!(forwarded(raw).starts_with(b"GET /?q HTTP/1.1\r\n"));
+        all_refused(&[
             &b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n"[..],
             b"GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
             b"GET http://a.example/ HTTP/1.1\r\n\r\n",
@@ -430,13 +433,7 @@ mod tests {
             b"GET http://u@a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n",
             b"GET http://a.example/#f HTTP/1.1\r\nHost: a.example\r\n\r\n",
             b"get http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n\r\n",
-        ] {
-            assert!(
-                parse_http_head(bad).is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
-        }
+        ]);
     }
 
     #[test]

@@ -36,6 +36,27 @@ pub struct Attempt {
     pub duration_ms: u64,
 }
 
+impl Attempt {
+    /// An attempt that started at `time`: refused, nothing known yet.
+    pub fn started(time: SystemTime, protocol: &'static str) -> Attempt {
+        Attempt {
+            time: rfc3339(time),
+            protocol,
+            name: None,
+            port: None,
+            sni: None,
+            resolved: Vec::new(),
+            address: None,
+            verdict: "refused",
+            reason: None,
+            detail: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration_ms: 0,
+        }
+    }
+}
+
 /// Where attempts go: a shared, line-atomic writer.
 #[derive(Clone)]
 pub struct ReceiptSink {
@@ -100,7 +121,8 @@ impl MemoryReceipt {
     }
 }
 
-/// `t` as RFC 3339 UTC with milliseconds, e.g. `2026-12-01T22:05:40.123Z`.
+/// `t` as RFC 3339 UTC with milliseconds, e.g. `2026-12-01T22:05:40.123Z`
+/// (also the run receipt's format: terra-supervisor re-exports it).
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
@@ -140,7 +162,14 @@ mod tests {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_millis(951_782_400_000 + 1); // 2000-02-29
         assert_eq!(rfc3339(t), "2000-02-29T00:00:00.001Z");
+        let t = UNIX_EPOCH + Duration::from_millis(951_782_400_500);
+        assert_eq!(rfc3339(t), "2000-02-29T00:00:00.500Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_796_083_199);
         assert_eq!(rfc3339(t), "2026-11-30T23:59:59.000Z");
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_162_722);
+        assert_eq!(rfc3339(t), "2026-12-01T22:05:22.000Z");
+        // Before the epoch (a clock set back): the epoch, not a panic.
+        let t = UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(rfc3339(t), "1970-01-01T00:00:00.000Z");
     }
 }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dns::Name;
@@ -111,7 +111,7 @@ impl ResolverConfig {
     pub fn load(
         resolv_conf: Option<&Path>,
         hosts: Option<&Path>,
-    ) -> Result<ResolverConfig, String> {
+    ) -> Result<ResolverConfig, ConfigError> {
         Ok(ResolverConfig::parse(
             &read_optional(resolv_conf)?,
             &read_optional(hosts)?,
@@ -143,21 +143,41 @@ impl ResolverConfig {
     }
 }
 
-fn read_optional(path: Option<&Path>) -> Result<String, String> {
+/// Why a resolver file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// open(2) or read(2) failed (a missing file included).
+    #[error("{}: cannot {op}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is over [`MAX_FILE`] (refused, not cut).
+    #[error("{}: larger than {} MiB", path.display(), MAX_FILE >> 20)]
+    TooLarge { path: PathBuf },
+}
+
+fn read_optional(path: Option<&Path>) -> Result<String, ConfigError> {
     let Some(path) = path else {
         return Ok(String::new());
     };
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let io = |op| {
+        move |source| ConfigError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let file = std::fs::File::open(path).map_err(io("open"))?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(io("read"))?;
     if bytes.len() as u64 > MAX_FILE {
-        return Err(format!(
-            "{}: larger than {} MiB",
-            path.display(),
-            MAX_FILE >> 20
-        ));
+        return Err(ConfigError::TooLarge {
+            path: path.to_owned(),
+        });
     }
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
@@ -262,8 +282,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = ResolverConfig::load(None, None).unwrap();
         assert_eq!(c, ResolverConfig::default());
-        let e = ResolverConfig::load(Some(&dir.path().join("none")), None).unwrap_err();
-        assert!(e.contains("none"), "{e}");
+        let none = dir.path().join("none");
+        let e = ResolverConfig::load(Some(&none), None).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Io { op: "open", path, source }
+                if *path == none && source.kind() == std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("none"), "{e}");
         std::fs::write(dir.path().join("r"), "nameserver 10.1.2.3\n").unwrap();
         std::fs::write(dir.path().join("h"), "10.9.9.9 x.test\n").unwrap();
         let c =
@@ -277,6 +303,10 @@ mod tests {
         let f = std::fs::File::create(&big).unwrap();
         f.set_len(MAX_FILE + 1).unwrap();
         let e = ResolverConfig::load(None, Some(&big)).unwrap_err();
-        assert!(e.contains("larger than"), "{e}");
+        assert!(
+            matches!(&e, ConfigError::TooLarge { path } if *path == big),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("larger than 32 MiB"), "{e}");
     }
 }

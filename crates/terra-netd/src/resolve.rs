@@ -173,25 +173,23 @@ fn rcode_name(rcode: u8) -> String {
     }
 }
 
+/// The kernel gave no random bytes for a query id.
+#[cfg(target_os = "linux")]
+#[derive(Debug, thiserror::Error)]
+#[error("no random query id (getrandom: {})", io_text(.0))]
+struct NoRandom(std::io::Error);
+
 /// `n` random message ids from the kernel (getrandom(2)).
 #[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn random_ids(n: usize) -> Result<Vec<u16>, String> {
+fn random_ids(n: usize) -> Result<Vec<u16>, NoRandom> {
     let mut buf = vec![0u8; n * 2];
     let mut filled = 0;
     while filled < buf.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`,
-        // which stays alive and exclusively borrowed for the call.
-        let r =
-            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(format!("no random query id (getrandom: {})", io_text(&e)));
+        match rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(got) => filled += got,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(NoRandom(e.into())),
         }
-        filled += r as usize;
     }
     Ok(buf
         .chunks_exact(2)
@@ -203,23 +201,13 @@ fn random_ids(n: usize) -> Result<Vec<u16>, String> {
 /// random ephemeral port, and the kernel delivers it only `server`'s datagrams.
 #[cfg(target_os = "linux")]
 fn connected_udp(server: SocketAddr) -> std::io::Result<UdpSocket> {
-    use nix::sys::socket::{
-        connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6,
+    use rustix::net::{connect, socket_with, AddressFamily, SocketFlags, SocketType};
+    let family = match server {
+        SocketAddr::V4(_) => AddressFamily::INET,
+        SocketAddr::V6(_) => AddressFamily::INET6,
     };
-    use std::os::fd::AsRawFd;
-    let open = |family| socket(family, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None);
-    let fd = match server {
-        SocketAddr::V4(a) => {
-            let fd = open(AddressFamily::Inet)?;
-            connect(fd.as_raw_fd(), &SockaddrIn::from(a))?;
-            fd
-        }
-        SocketAddr::V6(a) => {
-            let fd = open(AddressFamily::Inet6)?;
-            connect(fd.as_raw_fd(), &SockaddrIn6::from(a))?;
-            fd
-        }
-    };
+    let fd = socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+    connect(&fd, &server)?;
     Ok(UdpSocket::from(fd))
 }
 
@@ -328,7 +316,7 @@ impl DnsResolver {
         deadline: Instant,
     ) -> Result<Got, Fail> {
         use std::io::Write;
-        let id = random_ids(1).map_err(Fail::Server)?[0];
+        let id = random_ids(1).map_err(|e| Fail::Server(e.to_string()))?[0];
         let query = dns::encode_query(id, name, qtype);
         let timeout = |what: &str| Fail::Timeout(format!("{server} (TCP): no {what} in time"));
         let left = deadline.saturating_duration_since(Instant::now());
@@ -389,7 +377,7 @@ impl DnsResolver {
         let fail_all = |f: Fail| qtypes.iter().map(|_| Err(f.clone())).collect::<Vec<_>>();
         let ids = match random_ids(qtypes.len()) {
             Ok(ids) => ids,
-            Err(e) => return fail_all(Fail::Server(e)),
+            Err(e) => return fail_all(Fail::Server(e.to_string())),
         };
         let sock = match connected_udp(server) {
             Ok(s) => s,

@@ -59,8 +59,18 @@ impl Default for StartupConfig {
 /// Why the startup message was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("startup message: {0}")]
-    Format(String),
+    #[error("startup message: bad magic")]
+    BadMagic,
+    #[error("startup message: {what} of {len} bytes (at most {max})")]
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("startup message: config: {0}")]
+    Config(serde_json::Error),
+    #[error("startup message: config: caps must be at least 1")]
+    ZeroCap,
     #[error("startup message: policy refused: {0}")]
     Policy(#[from] terra_policy::PolicyError),
     #[error("startup message: the broker serves only a mediated policy (got {0})")]
@@ -81,14 +91,12 @@ pub fn encode_startup(mir_bytes: &[u8], config: &StartupConfig) -> Vec<u8> {
     out
 }
 
-fn read_block(r: &mut impl Read, max: usize, what: &str) -> Result<Vec<u8>, StartupError> {
+fn read_block(r: &mut impl Read, max: usize, what: &'static str) -> Result<Vec<u8>, StartupError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_be_bytes(len) as usize;
     if len > max {
-        return Err(StartupError::Format(format!(
-            "{what} of {len} bytes (at most {max})"
-        )));
+        return Err(StartupError::TooLarge { what, len, max });
     }
     let mut buf = vec![0u8; len];
     r.read_exact(&mut buf)?;
@@ -100,7 +108,7 @@ pub fn read_startup(r: &mut impl Read) -> Result<(Mir, StartupConfig), StartupEr
     let mut magic = [0u8; 6];
     r.read_exact(&mut magic)?;
     if &magic != MAGIC {
-        return Err(StartupError::Format("bad magic".into()));
+        return Err(StartupError::BadMagic);
     }
     let mir_bytes = read_block(r, MAX_MIR, "MIR")?;
     let config_bytes = read_block(r, MAX_CONFIG, "config")?;
@@ -108,12 +116,10 @@ pub fn read_startup(r: &mut impl Read) -> Result<(Mir, StartupConfig), StartupEr
     if mir.network() != NetworkMode::Mediated {
         return Err(StartupError::NotMediated(mir.network()));
     }
-    let config: StartupConfig = serde_json::from_slice(&config_bytes)
-        .map_err(|e| StartupError::Format(format!("config: {e}")))?;
+    let config: StartupConfig =
+        serde_json::from_slice(&config_bytes).map_err(StartupError::Config)?;
     if config.limits.max_flows == 0 || config.max_resolves == 0 {
-        return Err(StartupError::Format(
-            "config: caps must be at least 1".into(),
-        ));
+        return Err(StartupError::ZeroCap);
     }
     Ok((mir, config))
 }
@@ -162,10 +168,16 @@ mod tests {
         ));
         // Truncated, bad magic, unknown config key.
         let good = encode_startup(mediated().bytes(), &cfg);
-        assert!(read_startup(&mut &good[..good.len() - 1]).is_err());
+        assert!(matches!(
+            read_startup(&mut &good[..good.len() - 1]),
+            Err(StartupError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof
+        ));
         let mut bad = good.clone();
         bad[0] = b'X';
-        assert!(read_startup(&mut bad.as_slice()).is_err());
+        assert!(matches!(
+            read_startup(&mut bad.as_slice()),
+            Err(StartupError::BadMagic)
+        ));
         let mut odd = MAGIC.to_vec();
         let m = mediated();
         odd.extend_from_slice(&(m.bytes().len() as u32).to_be_bytes());
@@ -173,13 +185,26 @@ mod tests {
         let json = br#"{"limits":{"max_flows":1,"max_refusers":1,"handshake_timeout_ms":1,"idle_timeout_ms":1,"connect_timeout_ms":1},"receipt_fd":null,"resolve_timeout_ms":1,"max_resolves":1,"extra":1}"#;
         odd.extend_from_slice(&(json.len() as u32).to_be_bytes());
         odd.extend_from_slice(json);
-        assert!(read_startup(&mut odd.as_slice()).is_err());
+        assert!(matches!(
+            read_startup(&mut odd.as_slice()),
+            Err(StartupError::Config(_))
+        ));
+        // A cap of zero.
+        let zero = StartupConfig {
+            max_resolves: 0,
+            ..StartupConfig::default()
+        };
+        let bytes = encode_startup(mediated().bytes(), &zero);
+        assert!(matches!(
+            read_startup(&mut bytes.as_slice()),
+            Err(StartupError::ZeroCap)
+        ));
         // Oversized length prefix.
         let mut big = MAGIC.to_vec();
         big.extend_from_slice(&(2u32 << 20).to_be_bytes());
         assert!(matches!(
             read_startup(&mut big.as_slice()),
-            Err(StartupError::Format(_))
+            Err(StartupError::TooLarge { what: "MIR", .. })
         ));
     }
 }

@@ -10,18 +10,8 @@ use terra_netd::tls::build_client_hello;
 
 #[test]
 fn plain_http_absolute_form_admitted() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, false, true)],
-        &["svc.test"],
-        limits(),
-    );
-    let (code, body) = curl(&[
-        "-x",
-        &format!("http://{}", h.proxy),
-        &format!("http://svc.test:{port}/hello?x=1"),
-    ]);
+    let Served { server, port, h } = served(false, true);
+    let (code, body) = curl_http_proxy(h.proxy, &[&format!("http://svc.test:{port}/hello?x=1")]);
     assert_eq!(code, 0, "{body}");
     assert_eq!(body, "hello /hello?x=1\n");
     assert_eq!(server.hits(), 1);
@@ -40,18 +30,12 @@ fn plain_http_absolute_form_admitted() {
 
 #[test]
 fn socks5_domain_admitted() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, false, true)],
-        &["svc.test"],
-        limits(),
-    );
-    let (code, body) = curl(&[
-        "--socks5-hostname",
-        &h.proxy.to_string(),
-        &format!("http://svc.test:{port}/s"),
-    ]);
+    let Served {
+        server: _server,
+        port,
+        h,
+    } = served(false, true);
+    let (code, body) = curl_socks_proxy(h.proxy, &[&format!("http://svc.test:{port}/s")]);
     assert_eq!(code, 0);
     assert_eq!(body, "hello /s\n");
     let lines = h.receipts_at_least(1);
@@ -66,20 +50,13 @@ fn socks5_ip_literal_only_when_listed() {
     let port = server.addr.port();
     let h = Harness::start(vec![pat("127.0.0.1", port, false, true)], &[], limits());
     // curl --socks5 resolves locally and sends the IPv4 address (ATYP 1).
-    let (code, body) = curl(&[
-        "--socks5",
-        &h.proxy.to_string(),
-        &format!("http://127.0.0.1:{port}/ip"),
-    ]);
+    let socks5_local = |url: &str| curl(&["--socks5", &h.proxy.to_string(), url]);
+    let (code, body) = socks5_local(&format!("http://127.0.0.1:{port}/ip"));
     assert_eq!(code, 0);
     assert_eq!(body, "hello /ip\n");
     // The same literal on a port that is not listed.
     let other = HttpServer::start();
-    let (code, _) = curl(&[
-        "--socks5",
-        &h.proxy.to_string(),
-        &format!("http://127.0.0.1:{}/ip", other.addr.port()),
-    ]);
+    let (code, _) = socks5_local(&format!("http://127.0.0.1:{}/ip", other.addr.port()));
     assert_ne!(code, 0);
     assert_eq!(other.hits(), 0);
     let lines = h.receipts_at_least(2);
@@ -97,7 +74,7 @@ fn connect_with_tls_sni_admitted_curl_and_openssl() {
         limits(),
     );
     let url = format!("https://svc.test:{}/", tls.port);
-    let (code, body) = curl(&["-k", "--proxy", &format!("http://{}", h.proxy), &url]);
+    let (code, body) = curl_http_proxy(h.proxy, &["-k", &url]);
     assert_eq!(code, 0, "curl through the broker failed");
     assert!(body.contains("s_server"), "{body}");
     let lines = h.receipts_at_least(1);
@@ -107,7 +84,7 @@ fn connect_with_tls_sni_admitted_curl_and_openssl() {
     assert_eq!(r["verdict"], "allowed");
 
     // SOCKS5 with the name: success reply first, then the ClientHello decides.
-    let (code, body) = curl(&["-k", "--socks5-hostname", &h.proxy.to_string(), &url]);
+    let (code, body) = curl_socks_proxy(h.proxy, &["-k", &url]);
     assert_eq!(code, 0, "curl through SOCKS5 failed");
     assert!(body.contains("s_server"), "{body}");
     let lines = h.receipts_at_least(2);
@@ -139,34 +116,20 @@ fn unlisted_name_refused_without_lookup() {
         &["svc.test", "other.test"],
         limits(),
     );
-    let (code, body) = curl(&[
-        "-x",
-        &format!("http://{}", h.proxy),
-        "-w",
-        "%{http_code}",
-        &format!("http://other.test:{port}/"),
-    ]);
+    let (code, body) = curl_http_proxy(
+        h.proxy,
+        &["-w", "%{http_code}", &format!("http://other.test:{port}/")],
+    );
     assert_eq!(code, 0);
     assert!(body.contains("no-destination"), "{body}");
     assert!(body.ends_with("403"), "{body}");
     // CONNECT to an unlisted name: curl reports the refused tunnel.
-    let (code, _) = curl(&[
-        "-k",
-        "-x",
-        &format!("http://{}", h.proxy),
-        &format!("https://other.test:{port}/"),
-    ]);
+    let (code, _) = curl_http_proxy(h.proxy, &["-k", &format!("https://other.test:{port}/")]);
     assert_eq!(code, 56);
     // SOCKS5: reply 0x02.
-    let mut s = raw(h.proxy);
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).unwrap();
-    assert_eq!(m, [5, 0]);
-    let mut req = vec![5, 1, 0, 3, 10];
-    req.extend_from_slice(b"other.test");
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).unwrap();
+    let mut s = socks5_greeted(h.proxy);
+    s.write_all(&socks5_request(1, &socks5_domain("other.test"), port))
+        .unwrap();
     let reply = read_all(&mut s);
     assert_eq!(&reply[..2], &[5, 2]);
     assert_eq!(server.hits(), 0);
@@ -189,11 +152,7 @@ fn listed_name_on_another_port_refused() {
         &["svc.test"],
         limits(),
     );
-    let (_, body) = curl(&[
-        "-x",
-        &format!("http://{}", h.proxy),
-        &format!("http://svc.test:{port}/"),
-    ]);
+    let (_, body) = curl_http_proxy(h.proxy, &[&format!("http://svc.test:{port}/")]);
     assert!(body.contains("no-destination"), "{body}");
     assert_eq!(server.hits(), 0);
     assert_eq!(h.receipts_at_least(1)[0]["reason"], "no-destination");
@@ -201,13 +160,7 @@ fn listed_name_on_another_port_refused() {
 
 #[test]
 fn sni_absent_and_mismatched_refused() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, true, true)],
-        &["svc.test"],
-        limits(),
-    );
+    let Served { server, port, h } = served(true, true);
     let target = format!("svc.test:{port}");
 
     // Plain bytes after CONNECT: no ClientHello, no SNI.
@@ -230,11 +183,7 @@ fn sni_absent_and_mismatched_refused() {
     assert!(read_all(&mut s).is_empty());
 
     // Plain HTTP to an SNI-only destination: refused before anything.
-    let (_, body) = curl(&[
-        "-x",
-        &format!("http://{}", h.proxy),
-        &format!("http://svc.test:{port}/"),
-    ]);
+    let (_, body) = curl_http_proxy(h.proxy, &[&format!("http://svc.test:{port}/")]);
     assert!(body.contains("sni-absent"), "{body}");
 
     // openssl s_client with a mismatched -servername.
@@ -277,24 +226,10 @@ fn sni_absent_and_mismatched_refused() {
 
 #[test]
 fn private_address_needs_the_flag() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, false, false)],
-        &["svc.test"],
-        limits(),
-    );
-    let (_, body) = curl(&[
-        "-x",
-        &format!("http://{}", h.proxy),
-        &format!("http://svc.test:{port}/"),
-    ]);
+    let Served { server, port, h } = served(false, false);
+    let (_, body) = curl_http_proxy(h.proxy, &[&format!("http://svc.test:{port}/")]);
     assert!(body.contains("private-address"), "{body}");
-    let (code, _) = curl(&[
-        "--socks5-hostname",
-        &h.proxy.to_string(),
-        &format!("http://svc.test:{port}/"),
-    ]);
+    let (code, _) = curl_socks_proxy(h.proxy, &[&format!("http://svc.test:{port}/")]);
     assert_ne!(code, 0);
     assert_eq!(server.hits(), 0);
     let lines = h.receipts_at_least(2);
@@ -307,13 +242,7 @@ fn private_address_needs_the_flag() {
 
 #[test]
 fn malformed_input_is_refused_and_recorded() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, true, true)],
-        &["svc.test"],
-        limits(),
-    );
+    let Served { server, port, h } = served(true, true);
     let target = format!("svc.test:{port}");
 
     // SOCKS4 and other unknown first bytes.
@@ -327,10 +256,7 @@ fn malformed_input_is_refused_and_recorded() {
         assert!(read_all(&mut s).is_empty());
     }
     // SOCKS5 request with a bad version after a good greeting.
-    let mut s = raw(h.proxy);
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).unwrap();
+    let mut s = socks5_greeted(h.proxy);
     s.write_all(&[4, 1, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
     assert_eq!(&read_all(&mut s)[..2], &[5, 1]);
     // Oversized header.
@@ -388,23 +314,17 @@ fn malformed_input_is_refused_and_recorded() {
 
 #[test]
 fn broker_gone_means_no_network() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, false, true)],
-        &["svc.test"],
-        limits(),
-    );
+    let Served { server, port, h } = served(false, true);
     let url = format!("http://svc.test:{port}/");
-    let (code, body) = curl(&["-x", &format!("http://{}", h.proxy), &url]);
+    let (code, body) = curl_http_proxy(h.proxy, &[&url]);
     assert_eq!((code, body.as_str()), (0, "hello /\n"));
     h.kill_broker();
     for _ in 0..3 {
-        let (code, body) = curl(&["-x", &format!("http://{}", h.proxy), &url]);
+        let (code, body) = curl_http_proxy(h.proxy, &[&url]);
         assert_ne!(code, 0, "{body}");
         assert!(body.is_empty());
     }
-    let (code, _) = curl(&["--socks5-hostname", &h.proxy.to_string(), &url]);
+    let (code, _) = curl_socks_proxy(h.proxy, &[&url]);
     assert_ne!(code, 0);
     assert_eq!(
         server.hits(),
@@ -481,31 +401,16 @@ fn idle_flows_are_closed() {
 
 #[test]
 fn socks5_ipv6_and_other_commands_refused() {
-    let server = HttpServer::start();
-    let port = server.addr.port();
-    let h = Harness::start(
-        vec![pat("svc.test", port, false, true)],
-        &["svc.test"],
-        limits(),
-    );
+    let Served { server, port, h } = served(false, true);
     // IPv6 literal request: the host grammar has no IPv6 literal.
-    let mut s = raw(h.proxy);
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    s.read_exact(&mut m).unwrap();
-    let mut req = vec![5, 1, 0, 4];
-    req.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).unwrap();
+    let mut s = socks5_greeted(h.proxy);
+    let ipv6 = [&[4u8][..], &std::net::Ipv6Addr::LOCALHOST.octets()].concat();
+    s.write_all(&socks5_request(1, &ipv6, port)).unwrap();
     assert_eq!(&read_all(&mut s)[..2], &[5, 2]);
     // BIND (command 2): not supported.
-    let mut s = raw(h.proxy);
-    s.write_all(&[5, 1, 0]).unwrap();
-    s.read_exact(&mut m).unwrap();
-    let mut req = vec![5, 2, 0, 3, 8];
-    req.extend_from_slice(b"svc.test");
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).unwrap();
+    let mut s = socks5_greeted(h.proxy);
+    s.write_all(&socks5_request(2, &socks5_domain("svc.test"), port))
+        .unwrap();
     assert_eq!(&read_all(&mut s)[..2], &[5, 7]);
     // A greeting that offers no method at all.
     let mut s = raw(h.proxy);

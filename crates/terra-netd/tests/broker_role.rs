@@ -3,7 +3,9 @@
 //! real box service; then killed, after which nothing reaches the network.
 //!
 //! The child is this test binary re-executed with an environment variable
-//! that selects the role (no launcher needed).
+//! that selects its role (no launcher needed). The binary has its own
+//! `main` (`harness = false` in Cargo.toml): a role is not a test, so it is
+//! not listed as one that passes; the tests below run through [`TESTS`].
 #![allow(unsafe_code)]
 
 mod common;
@@ -14,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -26,20 +28,77 @@ const ROLE_ENV: &str = "TERRA_NETD_TEST_ROLE";
 /// The parent's DNS server address, for the confine child.
 const DNS_ENV: &str = "TERRA_NETD_TEST_DNS";
 
-/// In the child: run the broker role and exit with its code.
-#[test]
-fn role_child_broker() {
-    if std::env::var(ROLE_ENV).as_deref() == Ok("broker") {
-        std::process::exit(terra_netd::broker_main());
+/// The tests of this binary, by name.
+const TESTS: &[(&str, fn())] = &[
+    ("confinement_holds_in_a_child", confinement_holds_in_a_child),
+    (
+        "broker_process_serves_then_dies_without_fallback",
+        broker_process_serves_then_dies_without_fallback,
+    ),
+    (
+        "broker_refuses_a_non_mediated_startup",
+        broker_refuses_a_non_mediated_startup,
+    ),
+];
+
+/// A child runs its role; otherwise the tests run (those whose name contains
+/// a non-flag argument, all without one; `--list` lists them, `--ignored`
+/// runs none: there are no ignored tests).
+fn main() -> ExitCode {
+    match std::env::var(ROLE_ENV).as_deref() {
+        Ok("broker") => std::process::exit(terra_netd::broker_main()),
+        Ok("confine") => role_confine(),
+        Ok(other) => {
+            eprintln!("{ROLE_ENV}={other}: no such role");
+            return ExitCode::from(2);
+        }
+        Err(_) => {}
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filters: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected: Vec<&(&str, fn())> = TESTS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f)))
+        .collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in &selected {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--ignored") {
+        println!("test result: ok. 0 passed; 0 failed (no ignored tests)");
+        return ExitCode::SUCCESS;
+    }
+    println!("\nrunning {} tests", selected.len());
+    let mut failed = Vec::new();
+    for (name, test) in &selected {
+        let ok = std::panic::catch_unwind(*test).is_ok();
+        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+        if !ok {
+            failed.push(*name);
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        selected.len() - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("failures: {failed:?}");
+        ExitCode::FAILURE
     }
 }
 
 /// In the child: apply the broker's confinement, then probe it.
-#[test]
-fn role_child_confine() {
-    if std::env::var(ROLE_ENV).as_deref() != Ok("confine") {
-        return;
-    }
+fn role_confine() -> ! {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     // The parent's DNS server (it binds and accepts; the confined broker
@@ -148,37 +207,30 @@ fn role_child_confine() {
 
 /// Moves each `(from, to)` descriptor to its fixed number. Every source is
 /// first duplicated above 100 so that placing one cannot clobber another.
-/// Runs between fork and exec: only fcntl and dup2 (async-signal-safe).
+/// Runs between fork and exec: only fcntl and dup2 (async-signal-safe; the
+/// nix wrappers allocate nothing).
 fn place_fds(fds: &[(i32, i32)]) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg};
     let mut high = [0i32; 8];
     for (i, (from, _)) in fds.iter().enumerate() {
-        // SAFETY: plain descriptor syscalls on descriptors open in this process.
-        high[i] = unsafe { libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 100) };
-        if high[i] < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        high[i] = fcntl(*from, FcntlArg::F_DUPFD_CLOEXEC(100))?;
     }
     for (i, (_, to)) in fds.iter().enumerate() {
-        // SAFETY: as above; dup2 clears close-on-exec on the target.
-        if unsafe { libc::dup2(high[i], *to) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        // dup2 clears close-on-exec on the target.
+        nix::unistd::dup2(high[i], *to)?;
     }
     Ok(())
 }
 
-fn child(role: &str, test: &str) -> Command {
+fn child(role: &str) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(ROLE_ENV, role)
-        .stdin(Stdio::null());
+    cmd.env(ROLE_ENV, role).stdin(Stdio::null());
     cmd
 }
 
-#[test]
 fn confinement_holds_in_a_child() {
     let dns = dns_server::DnsServer::start("127.0.0.1:0".parse().unwrap(), dns_server::test_zone());
-    let out = child("confine", "role_child_confine")
+    let out = child("confine")
         .env(DNS_ENV, dns.addr.to_string())
         .output()
         .unwrap();
@@ -187,6 +239,26 @@ fn confinement_holds_in_a_child() {
         out.status.success() && stdout.contains("CONFINE-OK"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // What the child found refused and allowed is what the description
+    // (`terra run --dry-run`) says, from the tables the filters are built from.
+    let refused = terra_netd::confine::REFUSED;
+    for call in ["bind", "execve", "unshare"] {
+        assert!(
+            refused.iter().any(|(n, _)| *n == call),
+            "{call} not in the table"
+        );
+    }
+    let families: Vec<&str> = terra_netd::confine::SOCKET_FAMILIES
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(families.contains(&"AF_INET6"), "{families:?}");
+    assert!(!families.contains(&"AF_UNIX") && !families.contains(&"AF_NETLINK"));
+    let described = terra_netd::confine::describe();
+    assert!(
+        described.contains("socket of a family other than AF_INET AF_INET6"),
+        "{described}"
     );
     // The confined child asked over UDP, and over TCP after the truncated answer.
     assert!(
@@ -201,7 +273,6 @@ fn confinement_holds_in_a_child() {
     );
 }
 
-#[test]
 fn broker_process_serves_then_dies_without_fallback() {
     let server = HttpServer::start();
     let port = server.addr.port();
@@ -224,7 +295,7 @@ fn broker_process_serves_then_dies_without_fallback() {
         (startup_r.as_raw_fd(), 8),
         (receipt.as_raw_fd(), 9),
     ];
-    let mut cmd = child("broker", "role_child_broker");
+    let mut cmd = child("broker");
     cmd.stdout(Stdio::null());
     // SAFETY: between fork and exec the closure only calls fcntl and dup2,
     // which are async-signal-safe, on descriptors that stay open in the parent
@@ -290,12 +361,11 @@ fn broker_process_serves_then_dies_without_fallback() {
     assert_eq!(server.hits(), 1);
 }
 
-#[test]
 fn broker_refuses_a_non_mediated_startup() {
     let (_box_end, broker_end) = broker_socketpair().unwrap();
     let (startup_r, startup_w): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
     let fds = [(broker_end.as_raw_fd(), 7), (startup_r.as_raw_fd(), 8)];
-    let mut cmd = child("broker", "role_child_broker");
+    let mut cmd = child("broker");
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     // SAFETY: as above, only fcntl and dup2 between fork and exec.
     unsafe {

@@ -137,7 +137,7 @@ fn every_request_line_in_both_orders() {
     let mut judged = 0;
     for (file, case) in cases() {
         let mode = case.mode.unwrap_or(NetworkMode::Mediated);
-        let patterns: Result<Vec<Pattern>, String> = case
+        let patterns: Result<Vec<Pattern>, terra_netd::matcher::PatternError> = case
             .dests
             .iter()
             .map(|d| Pattern::parse(&d.host, d.port, d.sni, d.private))

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -79,11 +79,7 @@ impl Harness {
     /// Simulates the broker dying: its end of the channel is shut down, so its
     /// serve loop ends and the box service's sends fail from then on.
     pub fn kill_broker(&self) {
-        nix::sys::socket::shutdown(
-            self.broker_end.as_raw_fd(),
-            nix::sys::socket::Shutdown::Both,
-        )
-        .unwrap();
+        rustix::net::shutdown(&*self.broker_end, rustix::net::Shutdown::Both).unwrap();
     }
 
     /// Waits (bounded) until `n` receipt lines exist, then returns them all.
@@ -102,6 +98,27 @@ impl Harness {
     pub fn lookups(&self) -> usize {
         self.resolver.lookups.load(Ordering::SeqCst)
     }
+}
+
+/// A [`HttpServer`] and a [`Harness`] whose one destination is `svc.test`
+/// on the server's port (resolving to 127.0.0.1).
+pub struct Served {
+    pub server: HttpServer,
+    pub port: u16,
+    pub h: Harness,
+}
+
+/// See [`Served`]: the destination with `require_tls_sni` = `sni` and
+/// `allow_private_addresses` = `private`, default [`limits`].
+pub fn served(sni: bool, private: bool) -> Served {
+    let server = HttpServer::start();
+    let port = server.addr.port();
+    let h = Harness::start(
+        vec![pat("svc.test", port, sni, private)],
+        &["svc.test"],
+        limits(),
+    );
+    Served { server, port, h }
 }
 
 pub fn pat(host: &str, port: u16, sni: bool, private: bool) -> Pattern {
@@ -270,6 +287,46 @@ pub fn curl(args: &[&str]) -> (i32, String) {
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
+}
+
+/// curl with `proxy` as its HTTP proxy (`-x`); `args` follow.
+pub fn curl_http_proxy(proxy: SocketAddr, args: &[&str]) -> (i32, String) {
+    let url = format!("http://{proxy}");
+    curl(&[&["-x", url.as_str()], args].concat())
+}
+
+/// curl with `proxy` as its SOCKS5 proxy, names sent to the proxy
+/// (`--socks5-hostname`); `args` follow.
+pub fn curl_socks_proxy(proxy: SocketAddr, args: &[&str]) -> (i32, String) {
+    let addr = proxy.to_string();
+    curl(&[&["--socks5-hostname", addr.as_str()], args].concat())
+}
+
+/// A connection to the proxy past the SOCKS5 greeting (one method offered,
+/// "no authentication", and accepted).
+pub fn socks5_greeted(proxy: SocketAddr) -> TcpStream {
+    let mut s = raw(proxy);
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).unwrap();
+    assert_eq!(m, [5, 0], "SOCKS5 method reply");
+    s
+}
+
+/// A SOCKS5 request: version 5, `command`, the address (type byte first),
+/// the port.
+pub fn socks5_request(command: u8, address: &[u8], port: u16) -> Vec<u8> {
+    let mut req = vec![5, command, 0];
+    req.extend_from_slice(address);
+    req.extend_from_slice(&port.to_be_bytes());
+    req
+}
+
+/// A SOCKS5 domain-name address (type 3, length, name).
+pub fn socks5_domain(name: &str) -> Vec<u8> {
+    let mut a = vec![3, name.len() as u8];
+    a.extend_from_slice(name.as_bytes());
+    a
 }
 
 /// Opens a raw connection to the proxy.
