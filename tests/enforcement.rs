@@ -14,18 +14,18 @@
 
 mod common;
 
-use common::{is_root, users, User, NOBODY};
+use common::{command_as, is_root, run_bounded, show, terra_as, terra_bin, users, RunDirs, User};
+use terra_test_support::process::HANG_LIMIT;
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A uid that owns nothing else on the host, for "another user's file".
@@ -33,8 +33,6 @@ const OTHER_UID: u32 = 4242;
 const BLOCKED: &str = "TERRA-PROBE-BLOCKED";
 const ESCAPED: &str = "TERRA-PROBE-ESCAPED";
 const OK: &str = "TERRA-PROBE-OK";
-/// A run that takes longer than this is killed and the test fails (a hang, not a timing check).
-const HANG_LIMIT: Duration = Duration::from_secs(120);
 
 /// Shell helpers every probe script starts with.
 const PRELUDE: &str = r#"
@@ -195,40 +193,15 @@ else:
     sys.exit("unknown action " + act)
 "##;
 
-// ------------------------------------------------------------------ users
-
-fn uid_of(user: User) -> u32 {
-    match user {
-        User::Caller => nix::unistd::geteuid().as_raw(),
-        User::Nobody => NOBODY,
-    }
-}
-
-/// The binary, copied into a world-readable 0755 directory for 65534. The
-/// copy is named after the build (size and mtime), so repeated runs of the
-/// suite reuse it instead of leaving a copy each; stale copies are removed.
-fn terra_bin(user: User) -> PathBuf {
-    static COPY: OnceLock<PathBuf> = OnceLock::new();
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
-    match user {
-        User::Caller => built,
-        User::Nobody => COPY
-            .get_or_init(|| common::world_readable_terra("terra-enf-bin-"))
-            .clone(),
-    }
-}
-
 // ------------------------------------------------------------------ fixture
 
 /// One run's host-side world: a workspace, things outside every grant, a fake
 /// home with secrets, the state directory, host processes and sockets.
 struct Fx {
-    user: User,
-    root: PathBuf,
-    ws: PathBuf,
+    /// The workspace, state, runtime, home and temp directories, and the user.
+    dirs: RunDirs,
+    /// Outside every grant.
     out: PathBuf,
-    home: PathBuf,
-    state: PathBuf,
     terra_args: Vec<String>,
     box_env: Vec<(String, String)>,
     policy: Option<String>,
@@ -248,23 +221,20 @@ struct Fx {
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
+impl std::ops::Deref for Fx {
+    type Target = RunDirs;
+    fn deref(&self) -> &RunDirs {
+        &self.dirs
+    }
+}
+
 impl Fx {
     fn new(name: &str, user: User) -> Fx {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let root = PathBuf::from(format!(
-            "/tmp/terra-enf-{}-{name}-{user:?}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let dirs = RunDirs::new("terra-enf", name, user);
         let fx = Fx {
-            user,
-            ws: root.join("ws"),
-            out: root.join("out"),
-            home: root.join("home"),
-            state: root.join("state"),
-            root,
+            out: dirs.root.join("out"),
+            dirs,
             terra_args: Vec::new(),
             box_env: Vec::new(),
             policy: None,
@@ -279,15 +249,7 @@ impl Fx {
             groups: None,
             cleanup: Vec::new(),
         };
-        for d in [
-            &fx.ws,
-            &fx.out,
-            &fx.home,
-            &fx.state,
-            &fx.home.join(".ssh"),
-            &fx.root.join("tmp"),
-            &fx.root.join("runtime"),
-        ] {
+        for d in [&fx.out, &fx.home.join(".ssh")] {
             fs::create_dir_all(d).unwrap();
         }
         fx.write("ws/readme", "the workspace readme\n");
@@ -302,33 +264,10 @@ impl Fx {
         fx
     }
 
-    fn write(&self, rel: &str, text: &str) -> PathBuf {
-        let p = self.root.join(rel);
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).unwrap();
-        }
-        fs::write(&p, text).unwrap();
-        p
-    }
-
-    /// Hands every fixture file to the run's user (65534 runs own their workspace).
+    /// Hands every fixture file to the run's user (65534 runs own their
+    /// workspace), but for another user's files.
     fn chown_all(&self) {
-        let uid = uid_of(self.user);
-        if !is_root() {
-            return;
-        }
-        fn walk(p: &Path, uid: u32) {
-            let meta = fs::symlink_metadata(p).unwrap();
-            if std::os::unix::fs::MetadataExt::uid(&meta) != OTHER_UID {
-                let _ = std::os::unix::fs::lchown(p, Some(uid), Some(uid));
-            }
-            if meta.is_dir() {
-                for e in fs::read_dir(p).unwrap().flatten() {
-                    walk(&e.path(), uid);
-                }
-            }
-        }
-        walk(&self.root, uid);
+        self.chown_to_user(Some(OTHER_UID));
     }
 
     fn env(&mut self, k: &str, v: impl Into<String>) {
@@ -359,24 +298,7 @@ impl Fx {
         self.chown_all();
         let user = self.user;
         let groups = self.groups.clone().filter(|_| is_root());
-        let mut cmd = match (user, groups) {
-            (User::Caller, None) => Command::new(terra_bin(user)),
-            (User::Caller, Some(g)) => {
-                let mut c = Command::new("setpriv");
-                c.arg(format!("--groups={g}")).arg(terra_bin(user));
-                c
-            }
-            (User::Nobody, g) => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534"]);
-                match g {
-                    Some(g) => c.arg(format!("--groups={g}")),
-                    None => c.arg("--clear-groups"),
-                };
-                c.arg(terra_bin(user));
-                c
-            }
-        };
+        let mut cmd = command_as(user, groups.as_deref(), &[], &terra_bin(user));
         if self.pty {
             let mut c = Command::new("/usr/bin/python3");
             c.arg("-c").arg(PTY_WRAPPER).arg(cmd.get_program());
@@ -409,13 +331,7 @@ impl Fx {
             .arg("/bin/sh")
             .arg("-c")
             .arg(format!("{PRELUDE}\n{script}"));
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-            .env("HOME", &self.home)
-            .env("XDG_STATE_HOME", &self.state)
-            .env("TMPDIR", self.root.join("tmp"))
-            .env("LANG", "C.UTF-8")
-            .current_dir(&self.ws);
+        self.run_env(&mut cmd, "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
         run_bounded(cmd)
     }
 }
@@ -426,7 +342,6 @@ impl Drop for Fx {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = fs::remove_dir_all(&self.root);
         for p in &self.cleanup {
             let _ = fs::remove_file(p);
         }
@@ -452,51 +367,6 @@ _, st = os.waitpid(pid, 0)
 sys.stdout.buffer.write(out.replace(b"\r\n", b"\n"))
 sys.exit(os.waitstatus_to_exitcode(st) & 255)
 "#;
-
-/// Runs a command with a hang limit; stdout and stderr are collected.
-fn run_bounded(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn terra");
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > HANG_LIMIT {
-            let _ = child.kill();
-            panic!("terra hung for more than {HANG_LIMIT:?}: {cmd:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn assert_blocked(fx: &Fx, out: &Output) {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -943,7 +813,7 @@ fn setid_sources(fx: &mut Fx) {
     fs::copy("/usr/bin/id", src.join("tool")).unwrap();
     fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
     if is_root() {
-        let u = uid_of(fx.user);
+        let u = fx.user.uid();
         std::os::unix::fs::chown(src.join("tool"), Some(u), Some(u)).unwrap();
         // chown clears the set-id bits: set them again.
         fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
@@ -952,7 +822,7 @@ fn setid_sources(fx: &mut Fx) {
         // A program with a file capability (cap_net_raw, v2 format), for cp -a and tar --xattrs.
         let capped = src.join("capped");
         fs::copy("/usr/bin/id", &capped).unwrap();
-        let u = uid_of(fx.user);
+        let u = fx.user.uid();
         std::os::unix::fs::chown(&capped, Some(u), Some(u)).unwrap();
         set_file_caps(&capped);
         assert!(
@@ -979,7 +849,7 @@ fn setid_sources(fx: &mut Fx) {
     })
     .unwrap_or("/usr/bin/id");
     fx.env("HOSTSUID", host);
-    let uid = uid_of(fx.user);
+    let uid = fx.user.uid();
     let script = format!(
         r##"
 import io, tarfile, sys
@@ -1620,16 +1490,7 @@ fn at_least_forty_probes() {
 /// the marker in its command line; returns the CLI child.
 fn start_long_run(fx: &mut Fx) -> Child {
     fx.chown_all();
-    let user = fx.user;
-    let mut cmd = match user {
-        User::Caller => Command::new(terra_bin(user)),
-        User::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(terra_bin(user));
-            c
-        }
-    };
+    let mut cmd = terra_as(fx.user, &[]);
     cmd.arg("run")
         .arg("--workspace")
         .arg(&fx.ws)
@@ -1640,18 +1501,11 @@ fn start_long_run(fx: &mut Fx) -> Child {
             "cp /bin/sleep /tmp/{m}-sleep; ( setsid /tmp/{m}-sleep 3600 </dev/null >/dev/null 2>&1 & ); echo started; exec /tmp/{m}-sleep 3601",
             m = fx.marker
         ))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &fx.home)
-        .env("XDG_STATE_HOME", &fx.state)
-        // A run killed with -9 leaves its temp and runtime directories: keep
-        // them in the fixture.
-        .env("TMPDIR", fx.root.join("tmp"))
-        .env("XDG_RUNTIME_DIR", fx.root.join("runtime"))
-        .current_dir(&fx.ws)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
+    // A run killed with -9 leaves its temp and runtime directories: they are
+    // the fixture's.
+    fx.run_env(&mut cmd, "/usr/bin:/bin");
     cmd.spawn().unwrap()
 }
 
