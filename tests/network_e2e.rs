@@ -1337,7 +1337,9 @@ fn with_resolv_conf(cmd: &Command, resolv: &Path) -> Command {
 #[test]
 #[ignore = "needs root: port 53, mount namespace"]
 fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
-    require_root("dns_names_only_a_test_server_knows_resolve_through_the_broker (port 53, mount namespace)");
+    require_root(
+        "dns_names_only_a_test_server_knows_resolve_through_the_broker (port 53, mount namespace)",
+    );
     let hosts = fs::read_to_string("/etc/hosts").unwrap_or_default();
     assert!(
         !hosts.contains("terra-test.example"),

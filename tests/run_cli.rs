@@ -926,8 +926,7 @@ fn terminal_input_and_ctrl_c_reach_the_workload_once() {
         .arg(PTY_DRIVER)
         .arg("hello box")
         .arg(env!("CARGO_BIN_EXE_terra"))
-        .args(["run", "--", "python3", "-c", CTRL_C_COUNTER])
-;
+        .args(["run", "--", "python3", "-c", CTRL_C_COUNTER]);
     e.run_env(&mut c, "/usr/bin:/bin");
     c.env("TERM", "xterm");
     let o = run_bounded(c);

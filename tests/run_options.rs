@@ -27,7 +27,6 @@ impl Scratch {
     }
 }
 
-
 #[test]
 fn a_mistyped_option_runs_nothing() {
     let s = Scratch::new("typo");

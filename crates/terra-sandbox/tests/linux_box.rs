@@ -11,28 +11,14 @@ use common::probe::{parse, probe};
 use common::*;
 use terra_policy::{Access, NetworkMode, RootMode, Scope};
 use terra_sandbox::linux::{describe_spec, spawn_box_spec, BoxExit};
+use terra_test_support::users::require_root;
 
-/// Entry point of the in-box probes (does nothing in a normal test run).
-#[test]
-fn probe_entry() {
-    let Ok(list) = std::env::var("TERRA_PROBE") else {
-        return;
-    };
-    for name in list.split(',') {
-        println!("PROBE {name}={}", probe(name));
-    }
-}
-
-/// Runs the probes inside a box made from `w` (the test binary granted).
+/// Runs the probes inside a box made from `w` (the probe program granted).
 fn run_probes(w: &mut World, names: &[&str]) -> std::collections::BTreeMap<String, String> {
-    let exe = std::env::current_exe().unwrap();
+    let exe = probe_exe();
     w.rules.push(rule(Access::Read, &exe, Scope::Exact));
     w.env.push(("TERRA_PROBE".into(), names.join(",").into()));
-    let cmd = format!(
-        "{} --exact probe_entry --nocapture --test-threads=1",
-        exe.display()
-    );
-    let r = w.sh(&cmd);
+    let r = w.sh(&exe.display().to_string());
     ok(&r);
     let m = parse(&r.1);
     assert_eq!(m.len(), names.len(), "probe output:\n{}", r.1);
@@ -523,11 +509,9 @@ fn seccomp_allows_only_the_plan_socket_families() {
 /// the launcher shape: the test harness has several threads). Only this
 /// test's thread gets the extra group, through the raw system call.
 #[test]
+#[ignore = "needs root: an unprivileged caller cannot drop them (SECURITY.md)"]
 fn supplementary_groups_are_dropped_as_root() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return; // an unprivileged caller cannot drop them (SECURITY.md)
-    }
+    require_root("supplementary_groups_are_dropped_as_root");
     let mut w = World::new();
     let before = probe("groups");
     let set = |groups: &[libc::gid_t]| {
@@ -843,6 +827,7 @@ fn host_support_reports_user_namespaces() {
 
 /// As root: the whole suite again as an unprivileged user (uid/gid 65534).
 #[test]
+#[ignore = "needs root: runs this suite again as uid 65534"]
 fn as_unprivileged_user() {
     rerun_unprivileged("as_unprivileged_user");
 }

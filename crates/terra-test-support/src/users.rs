@@ -111,7 +111,9 @@ pub fn world_readable_copy(built: &Path, prefix: &str) -> PathBuf {
         .as_nanos();
     let name = format!("{prefix}{}-{mtime:x}", meta.len());
     let dir = PathBuf::from("/tmp").join(&name);
-    let file_name = built.file_name().expect("an executable's path names a file");
+    let file_name = built
+        .file_name()
+        .expect("an executable's path names a file");
     let dst = dir.join(file_name);
     if fs::metadata(&dst).map(|m| m.len()).ok() != Some(meta.len()) {
         for e in fs::read_dir("/tmp").unwrap().flatten() {
