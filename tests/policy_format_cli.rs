@@ -2,27 +2,12 @@
 //! inspect, hash, artifact-hash, init; --replace and atomic output; exit codes;
 //! the 1 MiB input limit; and every destination corpus case's compile verdict.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn spec_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/spec"))
-}
-
-fn vector(name: &str, ext: &str) -> Vec<u8> {
-    let p = spec_dir().join("vectors").join(format!("{name}.{ext}"));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn unhex(s: &[u8]) -> Vec<u8> {
-    let s = std::str::from_utf8(s).unwrap().trim();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+use terra_test_support::data::{corpus_cases, own_vector, unhex, vector};
 
 const VECTORS: [&str; 5] = [
     "minimal",
@@ -475,23 +460,11 @@ fn corpus_source(case: &str) -> (String, bool) {
 
 #[test]
 fn destination_corpus_compile_verdicts() {
-    let corpus = spec_dir().join("corpus/destinations");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&corpus)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "case"))
-        .collect();
-    cases.sort();
-    assert!(
-        cases.len() >= 20,
-        "expected the destination corpus at {}",
-        corpus.display()
-    );
+    let cases = corpus_cases("destinations", 20);
     let dir = tempfile::tempdir().unwrap();
     let (mut accepted, mut refused) = (0, 0);
-    for case in &cases {
-        let name = case.file_name().unwrap().to_string_lossy().into_owned();
-        let (src, expect_accepted) = corpus_source(&std::fs::read_to_string(case).unwrap());
+    for (name, text) in &cases {
+        let (src, expect_accepted) = corpus_source(text);
         let src_path = dir.path().join(format!("{name}.json"));
         std::fs::write(&src_path, &src).unwrap();
         let out = dir.path().join(format!("{name}.mir"));
@@ -669,12 +642,7 @@ fn inspect_prints_control_bytes_and_del_as_the_reference_does() {
 
 #[test]
 fn inspect_validate_and_hash_a_minimal_runtime_relative_vector() {
-    let vectors =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/terra-policy/tests/vectors");
-    let read = |ext: &str| {
-        let p = vectors.join(format!("minimal-runtime-relative.{ext}"));
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-    };
+    let read = |ext: &str| own_vector("minimal-runtime-relative", ext);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.mir");
     std::fs::write(&file, unhex(&read("mir.hex"))).unwrap();

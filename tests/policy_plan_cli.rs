@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+use terra_test_support::data::corpus_cases;
 
 const TERRA: &str = env!("CARGO_BIN_EXE_terra");
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/corpus/permissions");
 
 fn terra(args: &[&str]) -> Output {
     Command::new(TERRA).args(args).output().expect("run terra")
@@ -59,21 +59,9 @@ struct Case {
 }
 
 fn cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(CORPUS)
-        .unwrap_or_else(|e| panic!("corpus {CORPUS}: {e}"))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "case"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 26,
-        "expected the whole corpus, found {}",
-        files.len()
-    );
-    files
-        .iter()
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+    corpus_cases("permissions", 26)
+        .into_iter()
+        .map(|(name, text)| {
             let mut c = Case {
                 name,
                 rules: vec![],
@@ -82,12 +70,7 @@ fn cases() -> Vec<Case> {
                 queries: vec![],
                 refused: None,
             };
-            for line in std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-            {
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
                 let w: Vec<&str> = line.split_whitespace().collect();
                 match w[0] {
                     "rule" => c.rules.push((

@@ -2,10 +2,9 @@
 //! judged against an independent reference classifier on every one-byte
 //! mutation, every truncation and every appended byte of every vector.
 
-use std::path::PathBuf;
-
 use terra_policy::host::{classify_host, HostKind};
 use terra_policy::{compile_source, inspection_json, ErrorClass, Mir};
+use terra_test_support::data::{unhex, vector as read};
 
 const VECTORS: [&str; 5] = [
     "minimal",
@@ -14,23 +13,6 @@ const VECTORS: [&str; 5] = [
     "mediated",
     "mediated-flags",
 ];
-
-fn spec_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec"))
-}
-
-fn read(name: &str, ext: &str) -> Vec<u8> {
-    let path = spec_dir().join("vectors").join(format!("{name}.{ext}"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn unhex(s: &[u8]) -> Vec<u8> {
-    let s = std::str::from_utf8(s).unwrap().trim();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
 
 fn mir_bytes(name: &str) -> Vec<u8> {
     unhex(&read(name, "mir.hex"))

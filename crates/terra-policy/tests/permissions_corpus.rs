@@ -8,13 +8,13 @@
 
 use std::path::{Path, PathBuf};
 
+use terra_test_support::data::corpus_cases;
+
 use terra_policy::evaluate::evaluate_rules;
 use terra_policy::{
     check_conflicts, find_conflicts, resolve, Access, Capability, ErrorClass, HostBindings,
     MirBuilder, Missing, Permission, Reason, ResolvedRule, RootKind, RuleSet, Scope,
 };
-
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/corpus/permissions");
 
 #[derive(Debug)]
 struct Case {
@@ -84,25 +84,9 @@ fn parse(name: &str, text: &str) -> Case {
 }
 
 fn cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(CORPUS)
-        .unwrap_or_else(|e| panic!("corpus {CORPUS}: {e}"))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "case"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 26,
-        "expected the whole corpus, found {} cases",
-        files.len()
-    );
-    files
+    corpus_cases("permissions", 26)
         .iter()
-        .map(|p| {
-            parse(
-                &p.file_name().unwrap().to_string_lossy(),
-                &std::fs::read_to_string(p).unwrap(),
-            )
-        })
+        .map(|(name, text)| parse(name, text))
         .collect()
 }
 

@@ -6,24 +6,15 @@
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
+use terra_test_support::data::{own_vector, unhex};
+
 use terra_policy::{
     compile_source, inspection_json, resolve, Access, Capability, ErrorClass, HostBindings, Mir,
     MirBuilder, Missing, Permission, RootKind, Scope,
 };
 
 fn vector(name: &str, ext: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/vectors")
-        .join(format!("{name}.{ext}"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    let s = s.trim();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    String::from_utf8(own_vector(name, ext)).unwrap()
 }
 
 /// The 20-byte header of a MIR with `rules` records, network none, process

@@ -3,15 +3,32 @@
 
 use std::path::{Path, PathBuf};
 
-/// The repository's `spec/` directory.
-pub fn spec_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec")
+/// `rel` under the repository's root.
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
-/// The bytes of `spec/vectors/<name>.<ext>`.
+/// The repository's `spec/` directory: the published vectors and corpora.
+pub fn spec_dir() -> PathBuf {
+    repo_path("spec")
+}
+
+/// The bytes of `path`; fails naming it.
+pub fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The bytes of the published vector `spec/vectors/<name>.<ext>`.
 pub fn vector(name: &str, ext: &str) -> Vec<u8> {
-    let p = spec_dir().join("vectors").join(format!("{name}.{ext}"));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    read(&spec_dir().join("vectors").join(format!("{name}.{ext}")))
+}
+
+/// The bytes of `crates/terra-policy/tests/vectors/<name>.<ext>`: the
+/// vectors this repository adds where the published ones say nothing.
+pub fn own_vector(name: &str, ext: &str) -> Vec<u8> {
+    read(&repo_path("crates/terra-policy/tests/vectors").join(format!("{name}.{ext}")))
 }
 
 /// Decodes hex text (surrounding white space ignored); panics on anything else.
@@ -29,13 +46,15 @@ pub fn unhex(s: impl AsRef<[u8]>) -> Vec<u8> {
         .collect()
 }
 
-/// The `*.<ext>` files of `dir`, sorted; fails unless there are at least `min`
-/// (the whole corpus, not a stray subset).
-pub fn corpus_files(dir: &Path, ext: &str, min: usize) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+/// The cases of `spec/corpus/<corpus>` (its `*.case` files, sorted): each
+/// file's name and text. Fails unless there are at least `min` (the whole
+/// corpus, not a stray subset).
+pub fn corpus_cases(corpus: &str, min: usize) -> Vec<(String, String)> {
+    let dir = spec_dir().join("corpus").join(corpus);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .filter(|p| p.extension().is_some_and(|x| x == "case"))
         .collect();
     files.sort();
     assert!(
@@ -45,4 +64,11 @@ pub fn corpus_files(dir: &Path, ext: &str, min: usize) -> Vec<PathBuf> {
         files.len()
     );
     files
+        .iter()
+        .map(|p| {
+            let text =
+                String::from_utf8(read(p)).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p.file_name().unwrap().to_string_lossy().into_owned(), text)
+        })
+        .collect()
 }

@@ -172,3 +172,26 @@ pub fn rerun_as_nobody(skip: &str, env: &[(&str, &OsStr)]) {
     assert!(text.contains("test result: ok"), "{text}");
     assert!(!text.contains(" 0 passed"), "{text}");
 }
+
+/// As root: runs `f` on a thread of its own whose filesystem uid and gid are
+/// 65534 (`setfsuid`/`setfsgid` change only the calling thread). Leaving
+/// filesystem uid 0 drops root's file-permission capabilities on that
+/// thread, so every path check in `f` is made as 65534's. No re-executed
+/// test binary and no setpriv: the rest of the process keeps its identity.
+pub fn with_nobody_file_access<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    require_root("checking file access as uid 65534 (setfsuid)");
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| {
+            let nobody_uid = nix::unistd::Uid::from_raw(NOBODY);
+            let nobody_gid = nix::unistd::Gid::from_raw(NOBODY);
+            nix::unistd::setfsgid(nobody_gid);
+            nix::unistd::setfsuid(nobody_uid);
+            // Each call returns the previous id: asking again confirms it took.
+            assert_eq!(nix::unistd::setfsuid(nobody_uid), nobody_uid, "setfsuid");
+            assert_eq!(nix::unistd::setfsgid(nobody_gid), nobody_gid, "setfsgid");
+            f()
+        })
+        .join()
+    });
+    outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
