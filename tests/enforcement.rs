@@ -15,7 +15,7 @@
 mod common;
 
 use common::{command_as, is_root, run_bounded, show, terra_as, terra_bin, users, RunDirs, User};
-use terra_test_support::process::HANG_LIMIT;
+use terra_test_support::process::{children, HANG_LIMIT};
 
 use std::collections::HashSet;
 use std::fs;
@@ -1517,14 +1517,6 @@ fn wait_started(child: &mut Child) {
     assert_eq!(line.trim(), "started", "the workload did not start");
 }
 
-fn children_of(pid: u32) -> Vec<u32> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|s| s.parse().ok())
-        .collect()
-}
-
 /// Every process of the run is gone (bounded wait for the kernel to finish the kills).
 fn assert_nothing_left(fx: &mut Fx, cli: u32, pids: &[u32]) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1567,7 +1559,7 @@ fn kill9_cli_while_workload_runs() {
         let mut child = start_long_run(&mut fx);
         wait_started(&mut child);
         let cli = child.id(); // setpriv execs terra: same pid
-        let sup = children_of(cli);
+        let sup = children(cli);
         assert!(
             !processes_with(&fx.marker).is_empty(),
             "the workload is not visible before the kill"
@@ -1585,10 +1577,10 @@ fn kill9_supervisor_while_workload_runs() {
         let mut child = start_long_run(&mut fx);
         wait_started(&mut child);
         let cli = child.id(); // setpriv execs terra: same pid
-        let sups = children_of(cli);
+        let sups = children(cli);
         assert_eq!(sups.len(), 1, "expected one supervisor under the CLI");
         let sup = sups[0];
-        let under: Vec<u32> = children_of(sup);
+        let under: Vec<u32> = children(sup);
         kill9(sup);
         let status = child.wait().unwrap();
         assert_ne!(
@@ -1613,9 +1605,9 @@ fn kill9_cli_at_startup_phases() {
             std::thread::sleep(Duration::from_millis(delay_ms));
             let cli = child.id(); // setpriv execs terra: same pid
             let mut tree = vec![cli];
-            for s in children_of(cli) {
+            for s in children(cli) {
                 tree.push(s);
-                tree.extend(children_of(s));
+                tree.extend(children(s));
             }
             kill9(cli);
             if cli != child.id() {
@@ -1638,7 +1630,7 @@ fn kill9_supervisor_at_startup_phases() {
             let cli = child.id(); // setpriv execs terra: same pid
             let appeared = Instant::now();
             let sup = loop {
-                if let Some(s) = children_of(cli).first().copied() {
+                if let Some(s) = children(cli).first().copied() {
                     break s;
                 }
                 assert!(
@@ -1649,7 +1641,7 @@ fn kill9_supervisor_at_startup_phases() {
             };
             std::thread::sleep(Duration::from_millis(delay_ms));
             let mut tree = vec![cli, sup];
-            tree.extend(children_of(sup));
+            tree.extend(children(sup));
             kill9(sup);
             let status = child.wait().unwrap();
             assert_ne!(

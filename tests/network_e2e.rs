@@ -676,11 +676,9 @@ fn broker_pid(fx: &BoxWorld) -> i32 {
 
 /// Direct children of `pid`.
 fn children(pid: i32) -> Vec<i32> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+    let pid = u32::try_from(pid).expect("a process id");
+    let kids = terra_test_support::process::children(pid);
+    kids.into_iter().map(|p| p as i32).collect()
 }
 
 /// Alive and not a zombie.

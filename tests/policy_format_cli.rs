@@ -7,15 +7,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use terra_test_support::data::{corpus_cases, own_vector, unhex, vector};
-
-const VECTORS: [&str; 5] = [
-    "minimal",
-    "workspace",
-    "deny-write",
-    "mediated",
-    "mediated-flags",
-];
+use terra_test_support::data::{
+    corpus_cases, own_vector, unhex, vector, PUBLISHED_VECTORS as VECTORS,
+};
 
 fn terra(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_terra"))

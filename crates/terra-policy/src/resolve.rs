@@ -548,15 +548,7 @@ mod tests {
     use crate::plan::compile_plan;
     use std::os::unix::fs::{symlink, PermissionsExt};
 
-    fn tmp() -> (tempfile::TempDir, String) {
-        let t = tempfile::tempdir().unwrap();
-        let p = std::fs::canonicalize(t.path())
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_string();
-        (t, p)
-    }
+    use terra_test_support::dirs::canonical_tempdir as tmp;
 
     fn one(access: Access, root: RootKind, path: &str, scope: Scope, missing: Missing) -> Mir {
         let mut b = MirBuilder::new();

@@ -128,15 +128,7 @@ fn the_source_still_cannot_write_a_minimal_runtime_path() {
     assert_eq!(m.rules()[0].target.path, "");
 }
 
-fn tmp() -> (tempfile::TempDir, String) {
-    let t = tempfile::tempdir().unwrap();
-    let p = std::fs::canonicalize(t.path())
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
-    (t, p)
-}
+use terra_test_support::dirs::canonical_tempdir as tmp;
 
 fn one(access: Access, path: &str, scope: Scope, missing: Missing) -> Mir {
     let mut b = MirBuilder::new();

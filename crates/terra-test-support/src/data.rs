@@ -31,6 +31,15 @@ pub fn own_vector(name: &str, ext: &str) -> Vec<u8> {
     read(&repo_path("crates/terra-policy/tests/vectors").join(format!("{name}.{ext}")))
 }
 
+/// The names of the published vectors (`spec/vectors/<name>.*`).
+pub const PUBLISHED_VECTORS: [&str; 5] = [
+    "minimal",
+    "workspace",
+    "deny-write",
+    "mediated",
+    "mediated-flags",
+];
+
 /// Decodes hex text (surrounding white space ignored); panics on anything else.
 pub fn unhex(s: impl AsRef<[u8]>) -> Vec<u8> {
     let s = std::str::from_utf8(s.as_ref())

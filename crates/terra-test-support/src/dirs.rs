@@ -97,6 +97,18 @@ impl Drop for RunDirs {
     }
 }
 
+/// A fresh temporary directory and its canonical path (what resolution
+/// compares rule paths with).
+pub fn canonical_tempdir() -> (tempfile::TempDir, String) {
+    let t = tempfile::tempdir().unwrap();
+    let p = fs::canonicalize(t.path())
+        .unwrap()
+        .into_os_string()
+        .into_string()
+        .unwrap();
+    (t, p)
+}
+
 /// Gives `p` and everything under it (links not followed) to `uid`, except
 /// what `keep_owner` owns.
 fn chown_tree(p: &Path, uid: u32, keep_owner: Option<u32>) {

@@ -59,6 +59,15 @@ pub fn show(out: &Output) -> String {
     )
 }
 
+/// The direct children of process `pid` (none when it is gone).
+pub fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
 /// Polls `cond` every 20 ms until it holds; fails the test after two minutes.
 pub fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
     let start = Instant::now();

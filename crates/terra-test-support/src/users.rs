@@ -4,7 +4,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -103,13 +103,12 @@ pub fn command_as(user: User, groups: Option<&str>, via: &[&str], program: &Path
 /// each other's copy.
 pub fn world_readable_copy(built: &Path, prefix: &str) -> PathBuf {
     let meta = fs::metadata(built).unwrap_or_else(|e| panic!("{}: {e}", built.display()));
-    let mtime = meta
-        .modified()
-        .unwrap()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let name = format!("{prefix}{}-{mtime:x}", meta.len());
+    let name = format!(
+        "{prefix}{}-{:x}.{:x}",
+        meta.len(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    );
     let dir = PathBuf::from("/tmp").join(&name);
     let file_name = built
         .file_name()

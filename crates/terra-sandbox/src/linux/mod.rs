@@ -50,10 +50,12 @@ pub enum SandboxError {
 /// socketpair, and never returns.
 pub type BoxService = fn(listener: std::net::TcpListener, broker: OwnedFd) -> !;
 
-/// Everything the launcher needs to start one box.
-pub struct BoxConfig {
+/// Everything the launcher needs to start one box. `P` is the plan: the
+/// resolved, capability-checked [`SandboxPlan`] (the only one `spawn_box`
+/// takes), or in the tests the launcher's view of a hand-made one.
+pub struct BoxConfig<P = SandboxPlan> {
     /// The resolved, capability-checked plan (never grant more than it says).
-    pub plan: SandboxPlan,
+    pub plan: P,
     /// The workload: argv[0] is looked up on the box's PATH.
     pub argv: Vec<OsString>,
     /// Working directory inside the box (the workspace, at its real path).
@@ -76,6 +78,24 @@ pub struct BoxConfig {
     pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
     /// Host name inside the box's UTS namespace.
     pub hostname: String,
+}
+
+impl<P> BoxConfig<P> {
+    /// The same box over another plan.
+    fn with_plan<Q>(self, plan: Q) -> BoxConfig<Q> {
+        BoxConfig {
+            plan,
+            argv: self.argv,
+            cwd: self.cwd,
+            env: self.env,
+            temp_dir: self.temp_dir,
+            canary_path: self.canary_path,
+            canary_tcp: self.canary_tcp,
+            canary_gate: self.canary_gate,
+            mediated: self.mediated,
+            hostname: self.hostname,
+        }
+    }
 }
 
 /// How the box ended.
