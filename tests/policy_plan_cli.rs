@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
-use terra_test_support::data::corpus_cases;
+use terra_test_support::data::{permission_cases, under, PermissionCase};
 
 const TERRA: &str = env!("CARGO_BIN_EXE_terra");
 
@@ -49,88 +49,7 @@ fn assert_refused(o: &Output, class: &str) -> Value {
     v
 }
 
-struct Case {
-    name: String,
-    rules: Vec<(String, String, String, bool)>,
-    nodes: Vec<(String, String)>,
-    requires: Vec<String>,
-    queries: Vec<(String, String, String)>,
-    refused: Option<(String, String)>,
-}
-
-fn cases() -> Vec<Case> {
-    corpus_cases("permissions", 26)
-        .into_iter()
-        .map(|(name, text)| {
-            let mut c = Case {
-                name,
-                rules: vec![],
-                nodes: vec![],
-                requires: vec![],
-                queries: vec![],
-                refused: None,
-            };
-            for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-                let w: Vec<&str> = line.split_whitespace().collect();
-                match w[0] {
-                    "rule" => c.rules.push((
-                        w[1].into(),
-                        w[2].into(),
-                        w[3].into(),
-                        match w.get(4) {
-                            None => false,
-                            Some(&"protect-create") => true,
-                            Some(x) => panic!("{}: rule flag {x}", c.name),
-                        },
-                    )),
-                    "node" => c.nodes.push((w[1].into(), w[2].into())),
-                    "requires" => c.requires.push(w[1].into()),
-                    "query" => c.queries.push((w[1].into(), w[2].into(), w[3].into())),
-                    "compile" if w[1] == "accepted" => {}
-                    "compile" if w[1] == "refused" => {
-                        c.refused = Some((
-                            w[2].strip_prefix("before=").unwrap().into(),
-                            w[3].strip_prefix("after=").unwrap().into(),
-                        ))
-                    }
-                    x => panic!("{}: directive {x}", c.name),
-                }
-            }
-            c
-        })
-        .collect()
-}
-
-fn under(prefix: &str, path: &str) -> String {
-    if path == "/" {
-        prefix.to_string()
-    } else {
-        format!("{prefix}{path}")
-    }
-}
-
-/// Creates the case's nodes under `root` (absent nodes are not created;
-/// unnamed rule targets are directories).
-fn make_nodes(c: &Case, root: &str) {
-    for (kind, path) in &c.nodes {
-        let p = PathBuf::from(under(root, path));
-        match kind.as_str() {
-            "directory" => std::fs::create_dir_all(&p).unwrap(),
-            "file" => {
-                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-                std::fs::write(&p, b"x").unwrap();
-            }
-            "absent" => {}
-            k => panic!("{}: node kind {k}", c.name),
-        }
-    }
-    for (_, _, path, pc) in &c.rules {
-        let p = PathBuf::from(under(root, path));
-        if !pc && !p.exists() {
-            std::fs::create_dir_all(&p).unwrap();
-        }
-    }
-}
+type Case = PermissionCase;
 
 fn source(c: &Case, root: &str, reversed: bool) -> String {
     let mut rules: Vec<Value> = c
@@ -159,13 +78,13 @@ fn source(c: &Case, root: &str, reversed: bool) -> String {
 
 #[test]
 fn permissions_corpus_end_to_end() {
-    for c in cases() {
+    for c in permission_cases() {
         let tmp = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
         let root = base.join("fs");
         std::fs::create_dir(&root).unwrap();
         let root = root.to_str().unwrap().to_string();
-        make_nodes(&c, &root);
+        c.make_nodes(&root);
         for reversed in [false, true] {
             let src = base.join(format!("policy-{reversed}.json"));
             std::fs::write(&src, source(&c, &root, reversed)).unwrap();
