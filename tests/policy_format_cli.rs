@@ -10,6 +10,7 @@ use serde_json::Value;
 use terra_test_support::data::{
     corpus_cases, own_vector, unhex, vector, PUBLISHED_VECTORS as VECTORS,
 };
+use terra_test_support::users::make_null_device;
 
 fn terra(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_terra"))
@@ -692,11 +693,6 @@ fn compile_reports_the_first_of_two_refusals() {
     }
 }
 
-/// Whoever runs the suite can make a character device only as root.
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 #[test]
 fn compile_output_is_never_a_symlink_fifo_or_device() {
     use std::os::unix::fs::FileTypeExt;
@@ -716,14 +712,8 @@ fn compile_output_is_never_a_symlink_fifo_or_device() {
     let mut outputs = vec![(link.clone(), "a symlink"), (fifo.clone(), "a FIFO")];
     // A character device of our own (the same node as /dev/null), as root.
     let dev = dir.path().join("null");
-    if is_root() {
-        nix::sys::stat::mknod(
-            &dev,
-            nix::sys::stat::SFlag::S_IFCHR,
-            nix::sys::stat::Mode::from_bits_truncate(0o666),
-            nix::sys::stat::makedev(1, 3),
-        )
-        .unwrap();
+    let has_dev = make_null_device(&dev);
+    if has_dev {
         outputs.push((dev.clone(), "a character device"));
     }
     for (out, kind) in &outputs {
@@ -756,14 +746,14 @@ fn compile_output_is_never_a_symlink_fifo_or_device() {
         .unwrap()
         .file_type()
         .is_fifo());
-    if is_root() {
+    if has_dev {
         assert!(std::fs::symlink_metadata(&dev)
             .unwrap()
             .file_type()
             .is_char_device());
     }
     let mut expected = vec!["fifo", "link", "p.json", "target"];
-    if is_root() {
+    if has_dev {
         expected.insert(2, "null");
     }
     assert_eq!(listing(dir.path()), expected, "no temporary file left");

@@ -12,6 +12,7 @@ use serde_json::Value;
 mod common;
 
 use common::{require_root, run_bounded, terra_as, RunDirs, User, NOBODY};
+use terra_test_support::users::make_null_device;
 
 /// A workspace, state and runtime directories, a home and a temp directory,
 /// removed at drop.
@@ -945,16 +946,6 @@ fn terminal_input_and_ctrl_c_reach_the_workload_once() {
 // ------------------------------------------------------------ outputs and inputs
 
 /// A character device of the test's own (the node of /dev/null), as root.
-fn own_char_device(p: &Path) {
-    nix::sys::stat::mknod(
-        p,
-        nix::sys::stat::SFlag::S_IFCHR,
-        nix::sys::stat::Mode::from_bits_truncate(0o666),
-        nix::sys::stat::makedev(1, 3),
-    )
-    .unwrap();
-}
-
 #[test]
 fn receipt_is_never_a_symlink_fifo_or_device() {
     use std::os::unix::fs::FileTypeExt;
@@ -969,8 +960,8 @@ fn receipt_is_never_a_symlink_fifo_or_device() {
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let mut outputs = vec![(link.clone(), "a symlink"), (fifo.clone(), "a FIFO")];
     let dev = e.root.join("null");
-    if nix::unistd::geteuid().is_root() {
-        own_char_device(&dev);
+    let has_dev = make_null_device(&dev);
+    if has_dev {
         outputs.push((dev.clone(), "a character device"));
     }
     for (out, kind) in &outputs {
@@ -1003,7 +994,7 @@ fn receipt_is_never_a_symlink_fifo_or_device() {
         .file_type()
         .is_symlink());
     assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
-    if nix::unistd::geteuid().is_root() {
+    if has_dev {
         assert!(fs::symlink_metadata(&dev)
             .unwrap()
             .file_type()

@@ -54,6 +54,23 @@ pub fn users() -> Vec<User> {
     vec![User::Caller]
 }
 
+/// As root: makes a character device at `path`, the node /dev/null is
+/// (1,3), for the cases that must refuse devices; true when it did. Not root
+/// (mknod needs CAP_MKNOD), that case cannot be made: under CI that fails,
+/// elsewhere it is said on standard error and false returned.
+pub fn make_null_device(path: &Path) -> bool {
+    if !is_root() {
+        assert!(!in_ci(), "making a device needs root: CI must run as root");
+        eprintln!("not root: no character device at {}", path.display());
+        return false;
+    }
+    let mode = nix::sys::stat::Mode::from_bits_truncate(0o666);
+    let dev = nix::sys::stat::makedev(1, 3);
+    nix::sys::stat::mknod(path, nix::sys::stat::SFlag::S_IFCHR, mode, dev)
+        .unwrap_or_else(|e| panic!("mknod {}: {e}", path.display()));
+    true
+}
+
 /// The first line of a test that needs root (it is `#[ignore = "needs root"]`
 /// and runs with `--include-ignored`, which `make test` passes as root): run
 /// without root, it fails and says why instead of passing untested.
