@@ -197,7 +197,7 @@ else:
 
 /// One run's host-side world: a workspace, things outside every grant, a fake
 /// home with secrets, the state directory, host processes and sockets.
-struct Fx {
+struct BoxWorld {
     /// The workspace, state, runtime, home and temp directories, and the user.
     dirs: RunDirs,
     /// Outside every grant.
@@ -221,18 +221,18 @@ struct Fx {
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-impl std::ops::Deref for Fx {
+impl std::ops::Deref for BoxWorld {
     type Target = RunDirs;
     fn deref(&self) -> &RunDirs {
         &self.dirs
     }
 }
 
-impl Fx {
-    fn new(name: &str, user: User) -> Fx {
+impl BoxWorld {
+    fn new(name: &str, user: User) -> BoxWorld {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let dirs = RunDirs::new("terra-enf", name, user);
-        let fx = Fx {
+        let fx = BoxWorld {
             out: dirs.root.join("out"),
             dirs,
             terra_args: Vec::new(),
@@ -336,7 +336,7 @@ impl Fx {
     }
 }
 
-impl Drop for Fx {
+impl Drop for BoxWorld {
     fn drop(&mut self) {
         for c in &mut self.children {
             let _ = c.kill();
@@ -368,7 +368,7 @@ sys.stdout.buffer.write(out.replace(b"\r\n", b"\n"))
 sys.exit(os.waitstatus_to_exitcode(st) & 255)
 "#;
 
-fn assert_blocked(fx: &Fx, out: &Output) {
+fn assert_blocked(fx: &BoxWorld, out: &Output) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.code() == Some(0) && text.contains(BLOCKED) && !text.contains(ESCAPED),
@@ -378,7 +378,7 @@ fn assert_blocked(fx: &Fx, out: &Output) {
     );
 }
 
-fn assert_ok(fx: &Fx, out: &Output) {
+fn assert_ok(fx: &BoxWorld, out: &Output) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.code() == Some(0) && text.contains(OK),
@@ -393,17 +393,17 @@ fn assert_ok(fx: &Fx, out: &Output) {
 /// One escape probe: host-side setup, the attack, its positive twin, and an
 /// optional host-side check after the attack (returns what escaped).
 struct Probe {
-    setup: fn(&mut Fx),
+    setup: fn(&mut BoxWorld),
     attack: &'static str,
     twin: &'static str,
-    after: Option<fn(&mut Fx) -> Option<String>>,
+    after: Option<fn(&mut BoxWorld) -> Option<String>>,
 }
 
-fn no_setup(_: &mut Fx) {}
+fn no_setup(_: &mut BoxWorld) {}
 
 fn run_attack(name: &str, p: &Probe) {
     for user in users() {
-        let mut fx = Fx::new(name, user);
+        let mut fx = BoxWorld::new(name, user);
         (p.setup)(&mut fx);
         let out = fx.run(p.attack);
         assert_blocked(&fx, &out);
@@ -417,7 +417,7 @@ fn run_attack(name: &str, p: &Probe) {
 
 fn run_twin(name: &str, p: &Probe) {
     for user in users() {
-        let mut fx = Fx::new(name, user);
+        let mut fx = BoxWorld::new(name, user);
         (p.setup)(&mut fx);
         let out = fx.run(p.twin);
         assert_ok(&fx, &out);
@@ -443,7 +443,7 @@ macro_rules! probes {
 }
 
 /// A policy with a deny-write tree and a deny tree inside the writable workspace.
-fn deny_write_policy(fx: &mut Fx) {
+fn deny_write_policy(fx: &mut BoxWorld) {
     fx.write("ws/a/protected/file", "protected content\n");
     fx.write("ws/a/protected/sub/inner", "inner\n");
     fx.write("ws/secret/key", "workspace secret\n");
@@ -466,7 +466,7 @@ fn deny_write_policy(fx: &mut Fx) {
     );
 }
 
-fn nested_deny_policy(fx: &mut Fx) {
+fn nested_deny_policy(fx: &mut BoxWorld) {
     fx.write("ws/d/secret/key", "nested secret\n");
     fx.policy = Some(
         r#"{
@@ -486,7 +486,7 @@ fn nested_deny_policy(fx: &mut Fx) {
 }
 
 /// The nested denied file is still where it was, with its content.
-fn nested_secret_in_place(fx: &mut Fx) -> Option<String> {
+fn nested_secret_in_place(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.ws.join("d/secret/key");
     match fs::read_to_string(&p) {
         Ok(s) if s == "nested secret\n" => None,
@@ -496,7 +496,7 @@ fn nested_secret_in_place(fx: &mut Fx) -> Option<String> {
 }
 
 /// The deny-write target is unchanged after an attack.
-fn protected_unchanged(fx: &mut Fx) -> Option<String> {
+fn protected_unchanged(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.ws.join("a/protected/file");
     match fs::read_to_string(&p) {
         Ok(s) if s == "protected content\n" => {}
@@ -529,7 +529,7 @@ fn protected_unchanged(fx: &mut Fx) -> Option<String> {
 /// Another user's files: as root, files in the workspace owned by an unused
 /// uid (0600 and 0644); as an unprivileged caller (who cannot chown), root's
 /// files under a `--read /etc` grant.
-fn other_user_files(fx: &mut Fx) {
+fn other_user_files(fx: &mut BoxWorld) {
     if !is_root() {
         fx.terra_args.extend(["--read".into(), "/etc".into()]);
         fx.env("OTHER_SECRET", "/etc/shadow");
@@ -546,7 +546,7 @@ fn other_user_files(fx: &mut Fx) {
     fx.env("OTHER_PUBLIC", public.display().to_string());
 }
 
-fn read_only_grant(fx: &mut Fx) {
+fn read_only_grant(fx: &mut BoxWorld) {
     let ro = fx.root.join("ro");
     fx.write("ro/file", "read-only grant\n");
     fx.terra_args
@@ -554,7 +554,7 @@ fn read_only_grant(fx: &mut Fx) {
     fx.env("RO", ro.display().to_string());
 }
 
-fn read_only_unchanged(fx: &mut Fx) -> Option<String> {
+fn read_only_unchanged(fx: &mut BoxWorld) -> Option<String> {
     let ro = fx.root.join("ro");
     if fs::read_to_string(ro.join("file")).ok().as_deref() != Some("read-only grant\n") {
         return Some("the read-only file changed or vanished".into());
@@ -565,7 +565,7 @@ fn read_only_unchanged(fx: &mut Fx) -> Option<String> {
     None
 }
 
-fn plant_symlinks(fx: &mut Fx) {
+fn plant_symlinks(fx: &mut BoxWorld) {
     std::os::unix::fs::symlink(fx.out.join("secret"), fx.ws.join("link")).unwrap();
     std::os::unix::fs::symlink(&fx.out, fx.ws.join("dirlink")).unwrap();
     std::os::unix::fs::symlink(fx.home.join(".ssh/id_ed25519"), fx.ws.join("keylink")).unwrap();
@@ -574,7 +574,7 @@ fn plant_symlinks(fx: &mut Fx) {
     std::os::unix::fs::symlink("readme", fx.ws.join("rellink")).unwrap();
 }
 
-fn host_tmp_file(fx: &mut Fx) {
+fn host_tmp_file(fx: &mut BoxWorld) {
     let p = PathBuf::from(format!("/tmp/{}-hosttmp", fx.marker));
     fs::write(&p, "host tmp secret\n").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
@@ -582,25 +582,25 @@ fn host_tmp_file(fx: &mut Fx) {
     fx.cleanup.push(p);
 }
 
-fn sleeper(fx: &mut Fx) {
+fn sleeper(fx: &mut BoxWorld) {
     fx.host_sleeper();
 }
 
-fn sleeper_alive(fx: &mut Fx) -> Option<String> {
+fn sleeper_alive(fx: &mut BoxWorld) -> Option<String> {
     let c = fx.children.last_mut().unwrap();
     c.try_wait()
         .unwrap()
         .map(|st| format!("the host process was killed: {st:?}"))
 }
 
-fn tcp_listener(fx: &mut Fx) {
+fn tcp_listener(fx: &mut BoxWorld) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.set_nonblocking(true).unwrap();
     fx.env("PORT", l.local_addr().unwrap().port().to_string());
     fx.tcp = Some(l);
 }
 
-fn tcp_not_accepted(fx: &mut Fx) -> Option<String> {
+fn tcp_not_accepted(fx: &mut BoxWorld) -> Option<String> {
     match fx.tcp.as_ref().unwrap().accept() {
         Ok((_, peer)) => Some(format!(
             "the host listener accepted a connection from {peer}"
@@ -609,14 +609,14 @@ fn tcp_not_accepted(fx: &mut Fx) -> Option<String> {
     }
 }
 
-fn udp_socket(fx: &mut Fx) {
+fn udp_socket(fx: &mut BoxWorld) {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_nonblocking(true).unwrap();
     fx.env("PORT", s.local_addr().unwrap().port().to_string());
     fx.udp = Some(s);
 }
 
-fn udp_not_received(fx: &mut Fx) -> Option<String> {
+fn udp_not_received(fx: &mut BoxWorld) -> Option<String> {
     let mut buf = [0u8; 64];
     match fx.udp.as_ref().unwrap().recv_from(&mut buf) {
         Ok((n, peer)) => Some(format!("the host received {n} bytes from {peer}")),
@@ -624,7 +624,7 @@ fn udp_not_received(fx: &mut Fx) -> Option<String> {
     }
 }
 
-fn abstract_listener(fx: &mut Fx) {
+fn abstract_listener(fx: &mut BoxWorld) {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("{}-abstract", fx.marker);
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
@@ -635,7 +635,7 @@ fn abstract_listener(fx: &mut Fx) {
     fx.abstract_sock = Some(l);
 }
 
-fn abstract_not_accepted(fx: &mut Fx) -> Option<String> {
+fn abstract_not_accepted(fx: &mut BoxWorld) -> Option<String> {
     fx.abstract_sock
         .as_ref()
         .unwrap()
@@ -644,7 +644,7 @@ fn abstract_not_accepted(fx: &mut Fx) -> Option<String> {
         .map(|_| "the host abstract socket accepted".to_string())
 }
 
-fn unix_listener(fx: &mut Fx) {
+fn unix_listener(fx: &mut BoxWorld) {
     let p = fx.out.join("host.sock");
     let l = UnixListener::bind(&p).unwrap();
     l.set_nonblocking(true).unwrap();
@@ -653,7 +653,7 @@ fn unix_listener(fx: &mut Fx) {
     fx.unix = Some(l);
 }
 
-fn unix_not_accepted(fx: &mut Fx) -> Option<String> {
+fn unix_not_accepted(fx: &mut BoxWorld) -> Option<String> {
     fx.unix
         .as_ref()
         .unwrap()
@@ -662,7 +662,7 @@ fn unix_not_accepted(fx: &mut Fx) -> Option<String> {
         .map(|_| "the host unix socket accepted".to_string())
 }
 
-fn setuid_copy(fx: &mut Fx) {
+fn setuid_copy(fx: &mut BoxWorld) {
     let dst = fx.ws.join("suid-id");
     fs::copy("/usr/bin/id", &dst).unwrap();
     fs::copy("/usr/bin/id", fx.ws.join("plain-id")).unwrap();
@@ -673,7 +673,7 @@ fn setuid_copy(fx: &mut Fx) {
     fs::set_permissions(&dst, fs::Permissions::from_mode(0o4755)).unwrap();
 }
 
-fn block_devices(fx: &mut Fx) {
+fn block_devices(fx: &mut BoxWorld) {
     let mut devs: Vec<String> = fs::read_dir("/sys/block")
         .map(|rd| {
             rd.flatten()
@@ -686,7 +686,7 @@ fn block_devices(fx: &mut Fx) {
 }
 
 /// No process on the host carries the marker in its command line.
-fn marker_gone(fx: &mut Fx) -> Option<String> {
+fn marker_gone(fx: &mut BoxWorld) -> Option<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let alive = processes_with(&fx.marker);
@@ -715,7 +715,7 @@ fn processes_with(marker: &str) -> Vec<u32> {
     v
 }
 
-fn state_has_receipt(fx: &mut Fx) -> Option<String> {
+fn state_has_receipt(fx: &mut BoxWorld) -> Option<String> {
     let runs = fx.state.join("terra/runs");
     let found = fs::read_dir(&runs)
         .map(|rd| {
@@ -733,21 +733,21 @@ fn state_has_receipt(fx: &mut Fx) -> Option<String> {
     }
 }
 
-fn receipt_outside(fx: &mut Fx) {
+fn receipt_outside(fx: &mut BoxWorld) {
     let p = fx.out.join("receipt.json");
     fx.terra_args
         .extend(["--receipt".into(), p.display().to_string()]);
     fx.env("RECEIPT", p.display().to_string());
 }
 
-fn receipt_inside(fx: &mut Fx) {
+fn receipt_inside(fx: &mut BoxWorld) {
     let p = fx.ws.join("receipt.json");
     fx.terra_args
         .extend(["--receipt".into(), p.display().to_string()]);
     fx.env("RECEIPT", p.display().to_string());
 }
 
-fn receipt_is_genuine(fx: &mut Fx, path: &Path) -> Option<String> {
+fn receipt_is_genuine(fx: &mut BoxWorld, path: &Path) -> Option<String> {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => return Some(format!("no receipt at {}: {e}", path.display())),
@@ -767,18 +767,18 @@ fn receipt_is_genuine(fx: &mut Fx, path: &Path) -> Option<String> {
     None
 }
 
-fn receipt_outside_genuine(fx: &mut Fx) -> Option<String> {
+fn receipt_outside_genuine(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.out.join("receipt.json");
     receipt_is_genuine(fx, &p)
 }
 
-fn receipt_inside_genuine(fx: &mut Fx) -> Option<String> {
+fn receipt_inside_genuine(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.ws.join("receipt.json");
     receipt_is_genuine(fx, &p)
 }
 
 /// `--receipt` in a directory of the workspace, which the box may replace.
-fn receipt_in_workspace_dir(fx: &mut Fx) {
+fn receipt_in_workspace_dir(fx: &mut BoxWorld) {
     fs::create_dir_all(fx.ws.join("rcpt")).unwrap();
     let p = fx.ws.join("rcpt/receipt.json");
     fx.terra_args
@@ -788,7 +788,7 @@ fn receipt_in_workspace_dir(fx: &mut Fx) {
 
 /// Nothing was written through the symlink the box left, and the receipt is
 /// in the directory terra opened before the run (now `rcpt.orig`).
-fn receipt_not_redirected(fx: &mut Fx) -> Option<String> {
+fn receipt_not_redirected(fx: &mut BoxWorld) -> Option<String> {
     let outside = fx.out.join("receipt.json");
     if outside.exists() {
         return Some(format!(
@@ -800,14 +800,14 @@ fn receipt_not_redirected(fx: &mut Fx) -> Option<String> {
     receipt_is_genuine(fx, &p)
 }
 
-fn pty(fx: &mut Fx) {
+fn pty(fx: &mut BoxWorld) {
     fx.pty = true;
 }
 
 /// A read-only grant holding a set-user-ID and set-group-ID file owned by the
 /// run's user (the source for `cp -p`), and tar archives built on the host:
 /// one with set-id members, one plain.
-fn setid_sources(fx: &mut Fx) {
+fn setid_sources(fx: &mut BoxWorld) {
     let src = fx.root.join("suidsrc");
     fs::create_dir_all(&src).unwrap();
     fs::copy("/usr/bin/id", src.join("tool")).unwrap();
@@ -878,7 +878,7 @@ with tarfile.open(sys.argv[2], "w") as t:
 }
 
 /// No file in the workspace carries a set-id bit or a file capability.
-fn no_setid_in_workspace(fx: &mut Fx) -> Option<String> {
+fn no_setid_in_workspace(fx: &mut BoxWorld) -> Option<String> {
     fn walk(p: &Path, found: &mut Vec<String>) {
         let Ok(meta) = fs::symlink_metadata(p) else {
             return;
@@ -946,14 +946,14 @@ fn has_file_caps(p: &Path) -> bool {
 }
 
 /// Network `none`; IPv6 is tried only where the kernel has it.
-fn socket_families(fx: &mut Fx) {
+fn socket_families(fx: &mut BoxWorld) {
     if Path::new("/proc/net/if_inet6").exists() {
         fx.env("V6", "1");
     }
 }
 
 /// Root mode `ephemeral-write`, which leaves the box root writable.
-fn ephemeral_root(fx: &mut Fx) {
+fn ephemeral_root(fx: &mut BoxWorld) {
     fx.policy = Some(
         r#"{
   "formatVersion": 3,
@@ -971,14 +971,14 @@ fn ephemeral_root(fx: &mut Fx) {
 }
 
 /// /sys shown read-only in the box.
-fn sys_read_grant(fx: &mut Fx) {
+fn sys_read_grant(fx: &mut BoxWorld) {
     fx.terra_args.extend(["--read".into(), "/sys".into()]);
 }
 
 /// A supplementary group the run starts with (ssl-cert where it exists), and,
 /// as root, a workspace file readable only by that group and owned by another
 /// user: with the group dropped, the box's root (no capabilities) cannot read it.
-fn supplementary_group(fx: &mut Fx) {
+fn supplementary_group(fx: &mut BoxWorld) {
     let gid = fs::read_to_string("/etc/group")
         .unwrap_or_default()
         .lines()
@@ -1402,7 +1402,7 @@ probes! {
 #[test]
 fn cli_grant_through_planted_symlink() {
     for user in users() {
-        let mut fx = Fx::new("cli-planted", user);
+        let mut fx = BoxWorld::new("cli-planted", user);
         let cache = fx.root.join("cachedir");
         fs::create_dir_all(&cache).unwrap();
         fx.terra_args = vec!["--write".into(), cache.display().to_string()];
@@ -1442,7 +1442,7 @@ fn cli_grant_through_planted_symlink() {
 #[test]
 fn cli_grant_through_planted_symlink_twin() {
     for user in users() {
-        let mut fx = Fx::new("cli-planted-twin", user);
+        let mut fx = BoxWorld::new("cli-planted-twin", user);
         let plant = fx.run(r#"need mkdir "$WS/real"; need ln -s real "$WS/good"; ok"#);
         assert_ok(&fx, &plant);
         fx.terra_args = vec!["--write".into(), "good".into()];
@@ -1458,7 +1458,7 @@ fn cli_grant_through_planted_symlink_twin() {
 fn write_grants_on_kernel_interfaces_are_refused() {
     for user in users() {
         for path in ["/sys", "/proc", "/proc/sys", "/sys/kernel", "/"] {
-            let mut fx = Fx::new("kernel-write", user);
+            let mut fx = BoxWorld::new("kernel-write", user);
             fx.terra_args.extend(["--write".into(), path.into()]);
             let out = fx.run("echo TERRA-PROBE-ESCAPED: ran");
             let err = String::from_utf8_lossy(&out.stderr);
@@ -1470,7 +1470,7 @@ fn write_grants_on_kernel_interfaces_are_refused() {
                 show(&out)
             );
         }
-        let mut fx = Fx::new("kernel-read", user);
+        let mut fx = BoxWorld::new("kernel-read", user);
         fx.terra_args.extend(["--read".into(), "/sys".into()]);
         let out = fx.run("need ls /sys/kernel; ok");
         assert_ok(&fx, &out);
@@ -1488,7 +1488,7 @@ fn at_least_forty_probes() {
 
 /// Starts `terra run` whose workload announces itself and then sleeps with
 /// the marker in its command line; returns the CLI child.
-fn start_long_run(fx: &mut Fx) -> Child {
+fn start_long_run(fx: &mut BoxWorld) -> Child {
     fx.chown_all();
     let mut cmd = terra_as(fx.user, &[]);
     cmd.arg("run")
@@ -1518,7 +1518,7 @@ fn wait_started(child: &mut Child) {
 }
 
 /// Every process of the run is gone (bounded wait for the kernel to finish the kills).
-fn assert_nothing_left(fx: &mut Fx, cli: u32, pids: &[u32]) {
+fn assert_nothing_left(fx: &mut BoxWorld, cli: u32, pids: &[u32]) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let supervisor_mark = format!("--parent-pid\0{cli}\0");
     loop {
@@ -1555,7 +1555,7 @@ fn kill9(pid: u32) {
 #[test]
 fn kill9_cli_while_workload_runs() {
     for user in users() {
-        let mut fx = Fx::new("kill-cli-running", user);
+        let mut fx = BoxWorld::new("kill-cli-running", user);
         let mut child = start_long_run(&mut fx);
         wait_started(&mut child);
         let cli = child.id(); // setpriv execs terra: same pid
@@ -1573,7 +1573,7 @@ fn kill9_cli_while_workload_runs() {
 #[test]
 fn kill9_supervisor_while_workload_runs() {
     for user in users() {
-        let mut fx = Fx::new("kill-sup-running", user);
+        let mut fx = BoxWorld::new("kill-sup-running", user);
         let mut child = start_long_run(&mut fx);
         wait_started(&mut child);
         let cli = child.id(); // setpriv execs terra: same pid
@@ -1600,7 +1600,7 @@ fn kill9_cli_at_startup_phases() {
     // so the kill lands before, during and after the box's setup.
     for user in users() {
         for delay_ms in [0u64, 5, 20, 50, 100, 250] {
-            let mut fx = Fx::new("kill-cli-phase", user);
+            let mut fx = BoxWorld::new("kill-cli-phase", user);
             let mut child = start_long_run(&mut fx);
             std::thread::sleep(Duration::from_millis(delay_ms));
             let cli = child.id(); // setpriv execs terra: same pid
@@ -1625,7 +1625,7 @@ fn kill9_supervisor_at_startup_phases() {
     // validates and prepares state, while the box is being set up, and after.
     for user in users() {
         for delay_ms in [0u64, 2, 10, 30, 100] {
-            let mut fx = Fx::new("kill-sup-phase", user);
+            let mut fx = BoxWorld::new("kill-sup-phase", user);
             let mut child = start_long_run(&mut fx);
             let cli = child.id(); // setpriv execs terra: same pid
             let appeared = Instant::now();
