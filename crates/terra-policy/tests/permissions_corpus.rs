@@ -90,6 +90,19 @@ fn extra_required(caps: impl Iterator<Item = Capability>) -> Vec<Capability> {
     v
 }
 
+/// `e` is the conflict the case names: its class, and the permissions
+/// before and after in its detail.
+fn assert_conflict(c: &Case, e: &terra_policy::PolicyError, before: Permission, after: Permission) {
+    assert_eq!(e.class(), ErrorClass::Conflict, "{}: {e}", c.name);
+    let want = format!("before={before} after={after}");
+    assert!(
+        e.detail().contains(&want),
+        "{}: {} lacks {want}",
+        c.name,
+        e.detail()
+    );
+}
+
 #[test]
 fn corpus_against_the_evaluator() {
     for c in cases() {
@@ -135,14 +148,7 @@ fn corpus_against_the_evaluator() {
             match (check_conflicts(rules), c.refused) {
                 (Ok(()), None) => assert!(find_conflicts(rules).is_empty()),
                 (Err(e), Some((before, after))) => {
-                    assert_eq!(e.class(), ErrorClass::Conflict, "{}", c.name);
-                    let want = format!("before={before} after={after}");
-                    assert!(
-                        e.detail().contains(&want),
-                        "{}: {} lacks {want}",
-                        c.name,
-                        e.detail()
-                    );
+                    assert_conflict(&c, &e, before, after);
                     let first = &find_conflicts(rules)[0];
                     assert_eq!((first.before, first.after), (before, after), "{}", c.name);
                 }
@@ -237,16 +243,7 @@ fn corpus_resolved_on_a_real_filesystem() {
                         );
                     }
                 }
-                (Err(e), Some((before, after))) => {
-                    assert_eq!(e.class(), ErrorClass::Conflict, "{}: {e}", c.name);
-                    let want = format!("before={before} after={after}");
-                    assert!(
-                        e.detail().contains(&want),
-                        "{}: {} lacks {want}",
-                        c.name,
-                        e.detail()
-                    );
-                }
+                (Err(e), Some((before, after))) => assert_conflict(&c, &e, before, after),
                 (got, want) => panic!(
                     "{}: resolve gave {got:?}, corpus says refused={want:?}",
                     c.name
