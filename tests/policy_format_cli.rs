@@ -65,7 +65,7 @@ fn compile_reproduces_every_vector() {
         assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
         assert_eq!(
             std::fs::read(&out).unwrap(),
-            unhex(&vector(name, "mir.hex")),
+            unhex(vector(name, "mir.hex")),
             "{name}"
         );
         let digest = String::from_utf8(vector(name, "sha256")).unwrap();
@@ -102,7 +102,7 @@ fn compile_json_output() {
     assert_eq!(v["decisionDigest"], format!("sha256:{}", digest.trim()));
     assert_eq!(v["rules"], 1);
     assert_eq!(v["destinations"], 2);
-    assert_eq!(v["bytes"], unhex(&vector("mediated", "mir.hex")).len());
+    assert_eq!(v["bytes"], unhex(vector("mediated", "mir.hex")).len());
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn existing_output_needs_replace() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         std::fs::read(&out).unwrap(),
-        unhex(&vector("workspace", "mir.hex"))
+        unhex(vector("workspace", "mir.hex"))
     );
     assert_eq!(listing(dir.path()), vec!["out.mir", "s.json"]);
 }
@@ -210,7 +210,7 @@ fn failed_compile_leaves_nothing_behind() {
 #[test]
 fn validate_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let good = unhex(&vector("mediated-flags", "mir.hex"));
+    let good = unhex(vector("mediated-flags", "mir.hex"));
     let p = dir.path().join("m.mir");
 
     std::fs::write(&p, &good).unwrap();
@@ -294,7 +294,7 @@ fn hash_and_artifact_hash() {
     assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
 
     let m = dir.path().join("m.mir");
-    std::fs::write(&m, unhex(&vector("minimal", "mir.hex"))).unwrap();
+    std::fs::write(&m, unhex(vector("minimal", "mir.hex"))).unwrap();
     let o = terra_p(&["policy", "hash", "--json"], &[&m]);
     let v = json(&o);
     let digest = String::from_utf8(vector("minimal", "sha256")).unwrap();
@@ -347,7 +347,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
     let o = terra_p(&["policy", "compile"], &[&big, Path::new("--output"), &out]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 
-    let mut mir = unhex(&vector("minimal", "mir.hex"));
+    let mut mir = unhex(vector("minimal", "mir.hex"));
     mir.resize((1 << 20) + 1, 0);
     let bigmir = dir.path().join("big.mir2");
     std::fs::write(&bigmir, &mir).unwrap();
@@ -640,7 +640,7 @@ fn inspect_validate_and_hash_a_minimal_runtime_relative_vector() {
     let read = |ext: &str| own_vector("minimal-runtime-relative", ext);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.mir");
-    std::fs::write(&file, unhex(&read("mir.hex"))).unwrap();
+    std::fs::write(&file, unhex(read("mir.hex"))).unwrap();
     let o = terra_p(&["policy", "validate"], &[&file]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = terra_p(&["policy", "inspect"], &[&file]);

@@ -7,7 +7,7 @@ use terra_policy::{compile_source, inspection_json, ErrorClass, Mir};
 use terra_test_support::data::{unhex, vector as read, PUBLISHED_VECTORS as VECTORS};
 
 fn mir_bytes(name: &str) -> Vec<u8> {
-    unhex(&read(name, "mir.hex"))
+    unhex(read(name, "mir.hex"))
 }
 
 #[test]

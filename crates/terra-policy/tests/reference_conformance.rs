@@ -36,7 +36,7 @@ fn mir_bytes(records: &[(u8, u8, u8, u8, &[u8])]) -> Vec<u8> {
 
 #[test]
 fn minimal_runtime_relative_vector_decodes_as_canonical() {
-    let bytes = unhex(&vector("minimal-runtime-relative", "mir.hex"));
+    let bytes = unhex(vector("minimal-runtime-relative", "mir.hex"));
     assert_eq!(bytes.len(), 35);
     let mir = Mir::decode(&bytes).unwrap_or_else(|e| panic!("the reference accepts it: {e}"));
     assert_eq!(mir.bytes(), &bytes[..], "re-encodes byte for byte");
@@ -161,7 +161,7 @@ fn runtime_tree() -> (tempfile::TempDir, [String; 4]) {
 #[test]
 fn a_minimal_runtime_path_resolves_below_every_root() {
     let (_t, [a, b, _c, _d]) = runtime_tree();
-    let mir = Mir::decode(&unhex(&vector("minimal-runtime-relative", "mir.hex"))).unwrap();
+    let mir = Mir::decode(&unhex(vector("minimal-runtime-relative", "mir.hex"))).unwrap();
     let r = resolve(&mir, &roots(&[&a, &b])).unwrap();
     let paths: Vec<(&str, RootKind, usize)> = r
         .rules()

@@ -45,7 +45,7 @@ pub fn unhex(s: impl AsRef<[u8]>) -> Vec<u8> {
     let s = std::str::from_utf8(s.as_ref())
         .expect("hex text is ASCII")
         .trim();
-    assert!(s.len() % 2 == 0, "odd number of hex digits");
+    assert!(s.len() % 2 != 1, "odd number of hex digits");
     (0..s.len())
         .step_by(2)
         .map(|i| {
