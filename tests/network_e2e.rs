@@ -1345,7 +1345,7 @@ fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
     );
     let dns = test_dns();
     let srv = Http::start();
-    let srv6 = Http::start_on("[::1]:0", "from-host");
+    let srv6 = Http::start_on("[::1]:0", |path| format!("from-host {path}"));
     let (p, p6) = (srv.port, srv6.port);
     let z = |n: &str| format!("{n}.terra-test.example");
     let admitted = ["v4", "both", "alias", "big", "spoofed"];

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Answers every request with the body `<greeting> <path>` and a header
+/// Answers every request with a body made from its path and a header
 /// `X-Seen-Head: <request line>`, then closes the connection.
 pub struct HttpServer {
     pub addr: SocketAddr,
@@ -17,11 +17,11 @@ pub struct HttpServer {
 impl HttpServer {
     /// On a free port of 127.0.0.1, answering `from-host <path>`.
     pub fn start() -> HttpServer {
-        HttpServer::start_on("127.0.0.1:0", "from-host")
+        HttpServer::start_on("127.0.0.1:0", |path| format!("from-host {path}"))
     }
 
-    /// On `addr` (e.g. "10.1.2.3:0"), answering `<greeting> <path>`.
-    pub fn start_on(addr: &str, greeting: &'static str) -> HttpServer {
+    /// On `addr` (e.g. "[::1]:0"), answering `body(path)`.
+    pub fn start_on(addr: &str, body: fn(&str) -> String) -> HttpServer {
         let l = TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
         let addr = l.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
@@ -42,7 +42,7 @@ impl HttpServer {
                     }
                     let head = String::from_utf8_lossy(&buf);
                     let path = head.split_whitespace().nth(1).unwrap_or("?");
-                    let body = format!("{greeting} {path}");
+                    let body = body(path);
                     let _ = write!(
                         s,
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\nX-Seen-Head: {}\r\n\r\n{body}",
