@@ -37,6 +37,14 @@ impl Env {
         c
     }
 
+    /// `terra run OPTS -- sh -c SCRIPT`.
+    fn run_sh(&self, opts: &[&str], script: &str) -> Output {
+        let mut args = vec!["run"];
+        args.extend_from_slice(opts);
+        args.extend(["--", "sh", "-c", script]);
+        self.run(&args)
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         let mut c = self.cmd();
         c.args(args);
@@ -152,13 +160,7 @@ fn environment_is_an_allowlist() {
         assert!(env.contains(want), "missing {want:?} in:\n{env}");
     }
     // HOME exists and is writable inside the box.
-    let o = e.run(&[
-        "run",
-        "--",
-        "sh",
-        "-c",
-        "touch \"$HOME/x\" && test -d \"$HOME\"",
-    ]);
+    let o = e.run_sh(&[], "touch \"$HOME/x\" && test -d \"$HOME\"");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // --env NAME that terra does not have is refused.
     let o = e.run(&["run", "--env", "TERRA_TEST_UNSET", "--", "true"]);
@@ -170,15 +172,7 @@ fn environment_is_an_allowlist() {
 fn receipt_records_the_run() {
     let e = Env::new("receipt");
     let extra = e.root.join("receipt.json");
-    let o = e.run(&[
-        "run",
-        "--receipt",
-        extra.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "exit 3",
-    ]);
+    let o = e.run_sh(&["--receipt", extra.to_str().unwrap()], "exit 3");
     assert_eq!(o.status.code(), Some(3));
     let r = e.only_receipt();
     let copy: Value = serde_json::from_slice(&fs::read(&extra).unwrap()).unwrap();
@@ -246,11 +240,18 @@ fn start_held(mut c: Command, opts: &[&str]) -> std::process::Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
+    let _stdout = read_ready(&mut child);
+    child
+}
+
+/// Reads the workload's first line, which must be "ready"; returns the rest
+/// of its standard output.
+fn read_ready(child: &mut std::process::Child) -> BufReader<std::process::ChildStdout> {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    child
+    out
 }
 
 fn list(dir: &Path) -> Vec<PathBuf> {
@@ -408,14 +409,10 @@ fn temp_is_private_and_removed_unless_kept() {
         "temp left behind: {:?}",
         e.temp_dirs()
     );
-    let o = e.run(&[
-        "run",
-        "--keep-temp",
-        "--",
-        "sh",
-        "-c",
+    let o = e.run_sh(
+        &["--keep-temp"],
         "echo kept > /tmp/f; mkdir /tmp/locked; chmod 000 /tmp/locked",
-    ]);
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let kept = e.temp_dirs();
     assert_eq!(kept.len(), 1);
@@ -428,13 +425,7 @@ fn temp_is_private_and_removed_unless_kept() {
     // A workload that leaves an unreadable directory still gets its temp removed.
     let _ = fs::set_permissions(kept[0].join("locked"), fs::Permissions::from_mode(0o700));
     fs::remove_dir_all(&kept[0]).unwrap();
-    let o = e.run(&[
-        "run",
-        "--",
-        "sh",
-        "-c",
-        "mkdir -p /tmp/d/e && chmod 000 /tmp/d",
-    ]);
+    let o = e.run_sh(&[], "mkdir -p /tmp/d/e && chmod 000 /tmp/d");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
         e.temp_dirs().is_empty(),
@@ -453,15 +444,10 @@ fn timeout_stops_the_box() {
     assert_eq!(r["outcome"]["signal"], 15);
     // A workload that ignores SIGTERM is killed after the grace period.
     let e = Env::new("timeout-kill");
-    let o = e.run(&[
-        "run",
-        "--timeout",
-        "200ms",
-        "--",
-        "sh",
-        "-c",
+    let o = e.run_sh(
+        &["--timeout", "200ms"],
         "trap '' TERM; while :; do sleep 1; done",
-    ]);
+    );
     assert!(
         matches!(o.status.code(), Some(137) | Some(143)),
         "{:?} {}",
@@ -481,50 +467,33 @@ fn refusals_exit_125_with_a_message() {
     let policy = e.root.join("p.json");
     fs::write(&policy, terra_policy::DEFAULT_POLICY_SOURCE).unwrap();
     let p = policy.to_str().unwrap();
-    let cases: Vec<(Vec<&str>, &str)> = vec![
+    // Each command line, split at spaces ({p}: a policy file), and what the refusal names.
+    let cases = [
+        ("run --policy {p} --read /etc -- true", "only --deny"),
         (
-            vec!["run", "--policy", p, "--read", "/etc", "--", "true"],
+            "run --policy {p} --allow-net example.com:443 -- true",
             "only --deny",
         ),
         (
-            vec![
-                "run",
-                "--policy",
-                p,
-                "--allow-net",
-                "example.com:443",
-                "--",
-                "true",
-            ],
-            "only --deny",
-        ),
-        (
-            vec!["run", "--allow-net", "example.com:0", "--", "true"],
+            "run --allow-net example.com:0 -- true",
             "port must be 1..65535",
         ),
+        ("run --allow-net example.com -- true", "HOST:PORT"),
         (
-            vec!["run", "--allow-net", "example.com", "--", "true"],
-            "HOST:PORT",
-        ),
-        (
-            vec!["run", "--read", "/terra/surely/missing", "--", "true"],
+            "run --read /terra/surely/missing -- true",
             "/terra/surely/missing",
         ),
         (
-            vec!["run", "--policy", "/terra/missing.json", "--", "true"],
+            "run --policy /terra/missing.json -- true",
             "/terra/missing.json",
         ),
-        (
-            vec!["run", "--backend", "macos", "--", "true"],
-            "not supported on this host",
-        ),
-        (
-            vec!["run", "--backend", "plan9", "--", "true"],
-            "unknown backend",
-        ),
-        (vec!["run", "--workspace", "/", "--", "true"], "whole host"),
+        ("run --backend macos -- true", "not supported on this host"),
+        ("run --backend plan9 -- true", "unknown backend"),
+        ("run --workspace / -- true", "whole host"),
     ];
-    for (args, needle) in cases {
+    for (line, needle) in cases {
+        let line = line.replace("{p}", p);
+        let args: Vec<&str> = line.split(' ').collect();
         let o = e.run(&args);
         assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
         let err = stderr(&o);
@@ -558,19 +527,13 @@ fn policy_files_json_and_mir_with_deny() {
     let mir_path = e.root.join("p.mir");
     fs::write(&mir_path, mir.bytes()).unwrap();
     for (path, format) in [(&json, "json"), (&mir_path, "mir")] {
-        let o = e.run(&[
-            "run",
-            "--policy",
-            path.to_str().unwrap(),
-            "--",
-            "cat",
-            "secret/key",
-        ]);
+        let p = path.to_str().unwrap();
+        let o = e.run(&["run", "--policy", p, "--", "cat", "secret/key"]);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
         let o = e.run(&[
             "run",
             "--policy",
-            path.to_str().unwrap(),
+            p,
             "--deny",
             "secret",
             "--",
@@ -617,17 +580,15 @@ fn grants_from_the_command_line() {
         ro.display(),
         rw.display()
     );
-    let o = e.run(&[
-        "run",
-        "--read",
-        ro.to_str().unwrap(),
-        "--write",
-        rw.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
+    let o = e.run_sh(
+        &[
+            "--read",
+            ro.to_str().unwrap(),
+            "--write",
+            rw.to_str().unwrap(),
+        ],
         &script,
-    ]);
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(fs::read_to_string(rw.join("g")).unwrap(), "w\n");
     // Relative paths are made absolute against the current directory.
@@ -700,10 +661,7 @@ fn sigterm_to_the_cli_reaches_the_workload_once() {
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let mut out = read_ready(&mut child);
     Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
@@ -965,15 +923,7 @@ fn receipt_is_never_a_symlink_fifo_or_device() {
         outputs.push((dev.clone(), "a character device"));
     }
     for (out, kind) in &outputs {
-        let o = e.run(&[
-            "run",
-            "--receipt",
-            out.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            "touch ran",
-        ]);
+        let o = e.run_sh(&["--receipt", out.to_str().unwrap()], "touch ran");
         assert_eq!(
             o.status.code(),
             Some(125),
@@ -1005,15 +955,7 @@ fn receipt_is_never_a_symlink_fifo_or_device() {
 #[test]
 fn receipt_dash_goes_to_standard_output_after_the_workload() {
     let e = Env::new("receiptdash");
-    let o = e.run(&[
-        "run",
-        "--receipt",
-        "-",
-        "--",
-        "sh",
-        "-c",
-        "echo from-the-workload",
-    ]);
+    let o = e.run_sh(&["--receipt", "-"], "echo from-the-workload");
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = stdout(&o);
     let rest = out
@@ -1029,15 +971,7 @@ fn receipt_that_cannot_be_written_refuses_the_run() {
     // Checked before the workload starts: its directory does not exist.
     let e = Env::new("receiptmissing");
     let missing = e.root.join("no-such-dir/receipt.json");
-    let o = e.run(&[
-        "run",
-        "--receipt",
-        missing.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "touch ran",
-    ]);
+    let o = e.run_sh(&["--receipt", missing.to_str().unwrap()], "touch ran");
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     assert!(stderr(&o).contains("--receipt"), "{}", stderr(&o));
     assert!(!e.ws.join("ran").exists(), "the workload ran");
