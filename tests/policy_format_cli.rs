@@ -54,6 +54,20 @@ fn listing(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A temporary directory holding the published vector `name`'s source as `file`.
+fn vector_source(name: &str, file: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join(file);
+    std::fs::write(&src, vector(name, "source.json")).unwrap();
+    (dir, src)
+}
+
+/// `o` exited with `exit` and its message starts with `prefix`.
+fn assert_refused(o: &Output, exit: i32, prefix: &str) {
+    assert_eq!(code(o), exit, "{}", stderr(o));
+    assert!(stderr(o).starts_with(prefix), "{}", stderr(o));
+}
+
 #[test]
 fn compile_reproduces_every_vector() {
     let dir = tempfile::tempdir().unwrap();
@@ -87,9 +101,7 @@ fn compile_reproduces_every_vector() {
 
 #[test]
 fn compile_json_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("s.json");
-    std::fs::write(&src, vector("mediated", "source.json")).unwrap();
+    let (dir, src) = vector_source("mediated", "s.json");
     let out = dir.path().join("s.mir");
     let o = terra_p(
         &["policy", "compile", "--json"],
@@ -107,19 +119,12 @@ fn compile_json_output() {
 
 #[test]
 fn existing_output_needs_replace() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("s.json");
-    std::fs::write(&src, vector("workspace", "source.json")).unwrap();
+    let (dir, src) = vector_source("workspace", "s.json");
     let out = dir.path().join("out.mir");
     std::fs::write(&out, b"precious").unwrap();
 
     let o = terra_p(&["policy", "compile"], &[&src, Path::new("--output"), &out]);
-    assert_eq!(code(&o), 1);
-    assert!(
-        stderr(&o).starts_with("terra: argument: "),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 1, "terra: argument: ");
     assert!(stderr(&o).contains("--replace"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&out).unwrap(), b"precious");
 
@@ -154,12 +159,7 @@ fn failed_compile_leaves_nothing_behind() {
     std::fs::write(&bad, br#"{"formatVersion":3.0}"#).unwrap();
     let out = dir.path().join("new.mir");
     let o = terra_p(&["policy", "compile"], &[&bad, Path::new("--output"), &out]);
-    assert_eq!(code(&o), 1);
-    assert!(
-        stderr(&o).starts_with("terra: format: formatVersion"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 1, "terra: format: formatVersion");
     assert_eq!(listing(dir.path()), vec!["bad.json"]);
 
     // An existing output survives a failed --replace compile untouched.
@@ -203,8 +203,7 @@ fn failed_compile_leaves_nothing_behind() {
             &dir.path().join("no/such/dir/x.mir"),
         ],
     );
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: io: ");
 }
 
 #[test]
@@ -229,12 +228,7 @@ fn validate_exit_codes() {
     upper[43] = b'A';
     std::fs::write(&p, &upper).unwrap();
     let o = terra_p(&["policy", "validate"], &[&p]);
-    assert_eq!(code(&o), 2);
-    assert!(
-        stderr(&o).starts_with("terra: non-canonical: "),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 2, "terra: non-canonical: ");
     let o = terra_p(&["policy", "validate", "--json"], &[&p]);
     assert_eq!(code(&o), 2);
     let v = json(&o);
@@ -257,8 +251,7 @@ fn validate_exit_codes() {
     // Structural damage: exit 1, format.
     std::fs::write(&p, &good[..good.len() - 1]).unwrap();
     let o = terra_p(&["policy", "validate", "--json"], &[&p]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: format: ");
     let v = json(&o);
     assert_eq!(
         (v["ok"].as_bool(), v["class"].as_str()),
@@ -268,12 +261,10 @@ fn validate_exit_codes() {
 
     // Missing file: exit 1, io.
     let o = terra_p(&["policy", "validate"], &[&dir.path().join("absent.mir")]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: io: ");
     // A directory: exit 1, io.
     let o = terra_p(&["policy", "validate"], &[dir.path()]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: io: ");
 }
 
 #[test]
@@ -290,8 +281,7 @@ fn hash_and_artifact_hash() {
 
     // `hash` wants canonical MIR: "abc" is not.
     let o = terra_p(&["policy", "hash"], &[&p]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: format: ");
 
     let m = dir.path().join("m.mir");
     std::fs::write(&m, unhex(vector("minimal", "mir.hex"))).unwrap();
@@ -337,8 +327,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
     std::fs::write(&big, &src).unwrap();
     let out = dir.path().join("big.mir");
     let o = terra_p(&["policy", "compile"], &[&big, Path::new("--output"), &out]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: limit: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: limit: ");
     assert!(stderr(&o).contains("1048577 bytes"), "{}", stderr(&o));
     assert!(!out.exists());
     // Exactly 1 MiB compiles.
@@ -363,8 +352,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
         assert_eq!(json(&o)["class"], "format");
     }
     let o = terra_p(&["policy", "artifact-hash"], &[&bigmir]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: limit: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: limit: ");
 }
 
 #[test]
@@ -696,9 +684,7 @@ fn compile_reports_the_first_of_two_refusals() {
 #[test]
 fn compile_output_is_never_a_symlink_fifo_or_device() {
     use std::os::unix::fs::FileTypeExt;
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("p.json");
-    std::fs::write(&src, vector("minimal", "source.json")).unwrap();
+    let (dir, src) = vector_source("minimal", "p.json");
     // A symlink to a file (as /dev/stdout is a symlink): neither the link
     // nor its target changes.
     let target = dir.path().join("target");
@@ -766,9 +752,7 @@ fn compile_removes_temporary_files_of_killed_compiles() {
     // partial file; the next compile into that directory removes it, and
     // leaves none of its own (the output is written as an anonymous file and
     // linked into place, so it has no name until it is complete).
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("p.json");
-    std::fs::write(&src, vector("minimal", "source.json")).unwrap();
+    let (dir, src) = vector_source("minimal", "p.json");
     let mut gone = Command::new("true").spawn().unwrap();
     let dead = gone.id();
     gone.wait().unwrap();
@@ -796,12 +780,7 @@ fn endless_inputs_are_refused_at_the_limit() {
         "--output",
         "/nonexistent/x",
     ]);
-    assert_eq!(code(&o), 1);
-    assert!(
-        stderr(&o).starts_with("terra: limit: /dev/zero is more than 1048576 bytes"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 1, "terra: limit: /dev/zero is more than 1048576 bytes");
     let o = terra(&["policy", "validate", "/dev/zero"]);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("1 MiB"), "{}", stderr(&o));
