@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 use terra_test_support::data::{permission_cases, under, PermissionCase};
+use terra_test_support::json::field_strs;
 
 const TERRA: &str = env!("CARGO_BIN_EXE_terra");
 
@@ -393,12 +394,7 @@ fn resolve_refusals_and_host_options() {
     ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = stdout_json(&out);
-    let paths: Vec<&str> = v["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["path"].as_str().unwrap())
-        .collect();
+    let paths = field_strs(&v["rules"], "path");
     assert_eq!(paths.len(), 4);
     assert!(
         paths.contains(&f.path("ws/src").as_str()) && paths.contains(&f.path("ws/.git").as_str())

@@ -12,6 +12,7 @@ use serde_json::Value;
 mod common;
 
 use common::{require_root, run_bounded, terra_as, RunDirs, User, NOBODY};
+use terra_test_support::json::field_strs;
 use terra_test_support::users::make_null_device;
 
 /// A workspace, state and runtime directories, a home and a temp directory,
@@ -680,12 +681,7 @@ fn backends_lists_linux_macos_windows() {
     let o = e.run(&["backends", "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let names: Vec<&str> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["name"].as_str().unwrap())
-        .collect();
+    let names = field_strs(&v, "name");
     assert_eq!(names, ["linux", "macos", "windows"]);
     assert_eq!(
         v[0]["supported"], true,
@@ -724,12 +720,7 @@ fn doctor_reports_each_check() {
     let o = e.run(&["doctor", "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(o.status.code(), Some(if v["ok"] == true { 0 } else { 1 }));
-    let names: Vec<&str> = v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = field_strs(&v["checks"], "name");
     for want in [
         "user-namespaces",
         "apparmor-userns",

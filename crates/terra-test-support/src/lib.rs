@@ -8,10 +8,12 @@
 //!   timing assertions).
 //! - [`http`]: a plain HTTP server on the host's loopback that counts connections.
 //! - [`data`]: the conformance data under `spec/` and its hex encoding.
+//! - [`json`]: reading the JSON terra prints.
 #![forbid(unsafe_code)]
 
 pub mod data;
 pub mod dirs;
 pub mod http;
+pub mod json;
 pub mod process;
 pub mod users;
