@@ -442,47 +442,52 @@ macro_rules! probes {
     };
 }
 
+/// A policy source: the workspace and temp writable, the minimal runtime
+/// readable, then the rules `more`; network none, process tree required, the
+/// root in `root_mode`.
+fn workspace_policy(more: &[serde_json::Value], root_mode: &str) -> String {
+    let mut rules = vec![
+        serde_json::json!({ "access": "write", "path": { "root": "workspace" } }),
+        serde_json::json!({ "access": "read", "path": { "special": "minimal-runtime" } }),
+        serde_json::json!({ "access": "write", "path": { "root": "temp" } }),
+    ];
+    rules.extend_from_slice(more);
+    let policy = serde_json::json!({
+        "formatVersion": 3,
+        "filesystem": { "default": "deny", "rules": rules },
+        "network": { "mode": "none" },
+        "process": { "treeConfinement": "required" },
+        "root": { "mode": root_mode }
+    });
+    serde_json::to_string_pretty(&policy).unwrap()
+}
+
+/// A rule with `access` on `relative` in the workspace.
+fn ws_rule(access: &str, relative: &str) -> serde_json::Value {
+    serde_json::json!({ "access": access, "path": { "root": "workspace", "relative": relative } })
+}
+
 /// A policy with a deny-write tree and a deny tree inside the writable workspace.
 fn deny_write_policy(fx: &mut BoxWorld) {
     fx.write("ws/a/protected/file", "protected content\n");
     fx.write("ws/a/protected/sub/inner", "inner\n");
     fx.write("ws/secret/key", "workspace secret\n");
     fx.write("ws/evil", "evil\n");
-    fx.policy = Some(
-        r#"{
-  "formatVersion": 3,
-  "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace" } },
-    { "access": "read", "path": { "special": "minimal-runtime" } },
-    { "access": "write", "path": { "root": "temp" } },
-    { "access": "deny-write", "path": { "root": "workspace", "relative": "a/protected" } },
-    { "access": "deny", "path": { "root": "workspace", "relative": "secret" } }
-  ] },
-  "network": { "mode": "none" },
-  "process": { "treeConfinement": "required" },
-  "root": { "mode": "read-only" }
-}"#
-        .into(),
-    );
+    fx.policy = Some(workspace_policy(
+        &[
+            ws_rule("deny-write", "a/protected"),
+            ws_rule("deny", "secret"),
+        ],
+        "read-only",
+    ));
 }
 
 fn nested_deny_policy(fx: &mut BoxWorld) {
     fx.write("ws/d/secret/key", "nested secret\n");
-    fx.policy = Some(
-        r#"{
-  "formatVersion": 3,
-  "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace" } },
-    { "access": "read", "path": { "special": "minimal-runtime" } },
-    { "access": "write", "path": { "root": "temp" } },
-    { "access": "deny", "path": { "root": "workspace", "relative": "d/secret" } }
-  ] },
-  "network": { "mode": "none" },
-  "process": { "treeConfinement": "required" },
-  "root": { "mode": "read-only" }
-}"#
-        .into(),
-    );
+    fx.policy = Some(workspace_policy(
+        &[ws_rule("deny", "d/secret")],
+        "read-only",
+    ));
 }
 
 /// The nested denied file is still where it was, with its content.
@@ -624,6 +629,12 @@ fn udp_not_received(fx: &mut BoxWorld) -> Option<String> {
     }
 }
 
+/// Whether the host's `which` socket `l` took a connection from the box.
+fn host_socket_accepted(l: Option<&UnixListener>, which: &str) -> Option<String> {
+    let accepted = l.expect("the setup made the listener").accept().ok();
+    accepted.map(|_| format!("the host {which} socket accepted"))
+}
+
 fn abstract_listener(fx: &mut BoxWorld) {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("{}-abstract", fx.marker);
@@ -636,12 +647,7 @@ fn abstract_listener(fx: &mut BoxWorld) {
 }
 
 fn abstract_not_accepted(fx: &mut BoxWorld) -> Option<String> {
-    fx.abstract_sock
-        .as_ref()
-        .unwrap()
-        .accept()
-        .ok()
-        .map(|_| "the host abstract socket accepted".to_string())
+    host_socket_accepted(fx.abstract_sock.as_ref(), "abstract")
 }
 
 fn unix_listener(fx: &mut BoxWorld) {
@@ -654,12 +660,7 @@ fn unix_listener(fx: &mut BoxWorld) {
 }
 
 fn unix_not_accepted(fx: &mut BoxWorld) -> Option<String> {
-    fx.unix
-        .as_ref()
-        .unwrap()
-        .accept()
-        .ok()
-        .map(|_| "the host unix socket accepted".to_string())
+    host_socket_accepted(fx.unix.as_ref(), "unix")
 }
 
 fn setuid_copy(fx: &mut BoxWorld) {
@@ -954,20 +955,7 @@ fn socket_families(fx: &mut BoxWorld) {
 
 /// Root mode `ephemeral-write`, which leaves the box root writable.
 fn ephemeral_root(fx: &mut BoxWorld) {
-    fx.policy = Some(
-        r#"{
-  "formatVersion": 3,
-  "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace" } },
-    { "access": "read", "path": { "special": "minimal-runtime" } },
-    { "access": "write", "path": { "root": "temp" } }
-  ] },
-  "network": { "mode": "none" },
-  "process": { "treeConfinement": "required" },
-  "root": { "mode": "ephemeral-write" }
-}"#
-        .into(),
-    );
+    fx.policy = Some(workspace_policy(&[], "ephemeral-write"));
 }
 
 /// /sys shown read-only in the box.
@@ -1552,6 +1540,18 @@ fn kill9(pid: u32) {
     );
 }
 
+/// Kills the run's supervisor `sup` with SIGKILL; the CLI (`child`) must
+/// then fail.
+fn kill9_supervisor(child: &mut Child, sup: u32) {
+    kill9(sup);
+    let status = child.wait().unwrap();
+    assert_ne!(
+        status.code(),
+        Some(0),
+        "the CLI must not report success after its supervisor died"
+    );
+}
+
 #[test]
 fn kill9_cli_while_workload_runs() {
     for user in users() {
@@ -1581,13 +1581,7 @@ fn kill9_supervisor_while_workload_runs() {
         assert_eq!(sups.len(), 1, "expected one supervisor under the CLI");
         let sup = sups[0];
         let under: Vec<u32> = children(sup);
-        kill9(sup);
-        let status = child.wait().unwrap();
-        assert_ne!(
-            status.code(),
-            Some(0),
-            "the CLI must not report success after its supervisor died"
-        );
+        kill9_supervisor(&mut child, sup);
         let mut all = under;
         all.push(cli);
         assert_nothing_left(&mut fx, cli, &all);
@@ -1642,13 +1636,7 @@ fn kill9_supervisor_at_startup_phases() {
             std::thread::sleep(Duration::from_millis(delay_ms));
             let mut tree = vec![cli, sup];
             tree.extend(children(sup));
-            kill9(sup);
-            let status = child.wait().unwrap();
-            assert_ne!(
-                status.code(),
-                Some(0),
-                "the CLI must not report success after its supervisor died"
-            );
+            kill9_supervisor(&mut child, sup);
             assert_nothing_left(&mut fx, cli, &tree);
         }
     }
