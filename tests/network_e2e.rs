@@ -68,11 +68,14 @@ struct Tls {
     port: u16,
     hits: LineCounter,
     child: Child,
+    /// Holds the certificate and key.
+    _dir: tempfile::TempDir,
 }
 
 impl Tls {
-    fn start(dir: &Path) -> Tls {
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    fn start() -> Tls {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         let st = Command::new("openssl")
             .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
             .arg("ec_paramgen_curve:prime256v1")
@@ -96,7 +99,12 @@ impl Tls {
             .unwrap();
         let (port, out) = first_line_port(child.stdout.take().unwrap());
         let hits = LineCounter::start(out, |l| l == "CONN");
-        Tls { port, hits, child }
+        Tls {
+            port,
+            hits,
+            child,
+            _dir: dir,
+        }
     }
 }
 
@@ -276,6 +284,14 @@ fn list(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The run's stdout is the proxy's 403 answer naming `reason`.
+fn assert_403(r: &RunOutcome, reason: &str) {
+    let out = r.stdout();
+    assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
+    let header = format!("X-Terra-Refusal: {reason}");
+    assert!(out.contains(&header), "{}", r.show());
+}
+
 /// The one network receipt line, or a failure that shows the run.
 fn only_line(r: &RunOutcome) -> &Value {
     assert_eq!(r.lines.len(), 1, "one attempt expected\n{}", r.show());
@@ -388,12 +404,7 @@ fn unlisted_name_refused_with_403_and_socks5_rule_refusal() {
             &format!("{CURL} -i http://unlisted.test:{p}/"),
         );
         let out = r.stdout();
-        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
-        assert!(
-            out.contains("X-Terra-Refusal: no-destination"),
-            "{}",
-            r.show()
-        );
+        assert_403(&r, "no-destination");
         assert!(out.contains("terra: connection refused: no-destination"));
         assert_refused_line(&r, only_line(&r), "no-destination", "unlisted.test");
         assert_linked(&r, 0, 1);
@@ -427,12 +438,7 @@ fn listed_name_on_another_port_refused_and_its_twin_admitted() {
             ),
         );
         let out = r.stdout();
-        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
-        assert!(
-            out.contains("X-Terra-Refusal: no-destination"),
-            "{}",
-            r.show()
-        );
+        assert_403(&r, "no-destination");
         assert!(out.ends_with("from-host /listed"), "{}", r.show());
         assert_eq!(r.lines.len(), 2, "{}", r.show());
         assert_refused_line(&r, &r.lines[0], "no-destination", "localhost");
@@ -456,8 +462,7 @@ fn s_client(port: u16, servername: Option<&str>) -> String {
 
 #[test]
 fn tls_sni_required_admits_the_matching_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::start(dir.path());
+    let tls = Tls::start();
     let mut expect = 0;
     for user in users() {
         let fx = BoxWorld::new("sni-ok", user);
@@ -480,8 +485,7 @@ fn tls_sni_required_admits_the_matching_name() {
 
 #[test]
 fn tls_sni_absent_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::start(dir.path());
+    let tls = Tls::start();
     for user in users() {
         let fx = BoxWorld::new("sni-absent", user);
         // A plain CONNECT carrying no TLS at all: the tunnel is confirmed (the
@@ -508,8 +512,7 @@ fn tls_sni_absent_refused() {
 
 #[test]
 fn tls_sni_mismatch_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::start(dir.path());
+    let tls = Tls::start();
     for user in users() {
         let fx = BoxWorld::new("sni-mismatch", user);
         let r = fx.run(
@@ -542,13 +545,7 @@ fn private_address_refused_without_the_flag() {
             &[("localhost", srv.port, false, false)],
             &format!("{CURL} -i http://localhost:{}/", srv.port),
         );
-        let out = r.stdout();
-        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
-        assert!(
-            out.contains("X-Terra-Refusal: private-address"),
-            "{}",
-            r.show()
-        );
+        assert_403(&r, "private-address");
         let line = only_line(&r);
         assert_refused_line(&r, line, "private-address", "localhost");
         assert_eq!(line["resolved"][0], "127.0.0.1", "{}", r.show());
@@ -659,6 +656,19 @@ fn dns_from_the_box_fails() {
 }
 
 /// Pid files of the run: waits (bounded) for `broker.pid` and returns it.
+/// The run's broker: its launcher (broker.pid) and the one process the
+/// broker role runs under it.
+fn broker_processes(fx: &BoxWorld) -> (i32, i32) {
+    let outer = broker_pid(fx);
+    let inner = children(outer);
+    assert_eq!(
+        inner.len(),
+        1,
+        "the broker role runs one process under its launcher"
+    );
+    (outer, inner[0])
+}
+
 fn broker_pid(fx: &BoxWorld) -> i32 {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
@@ -739,14 +749,7 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
             .spawn()
             .unwrap();
         wait_for_file(&fx.ws.join("first-done"), "the first request");
-        let outer = broker_pid(&fx);
-        let inner = children(outer);
-        assert_eq!(
-            inner.len(),
-            1,
-            "the broker role runs one process under its launcher"
-        );
-        let broker = inner[0];
+        let (outer, broker) = broker_processes(&fx);
         assert!(alive(broker));
         kill9(broker);
         let until = Instant::now() + Duration::from_secs(30);
@@ -874,10 +877,8 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
                 .spawn()
                 .unwrap();
             wait_for_file(&fx.ws.join("started"), "the workload");
-            let outer = broker_pid(&fx);
-            let inner = children(outer);
-            assert_eq!(inner.len(), 1);
-            assert!(alive(outer) && alive(inner[0]));
+            let (outer, broker) = broker_processes(&fx);
+            assert!(alive(outer) && alive(broker));
             let cli = child.id() as i32; // setpriv execs terra: same pid
             let victim = match target {
                 "cli" => cli,
@@ -890,7 +891,7 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
             kill9(victim);
             let _ = child.wait();
             assert_gone(
-                &[outer, inner[0]],
+                &[outer, broker],
                 &format!("kill -9 of the {target} as {user:?}"),
             );
         }
@@ -1301,6 +1302,15 @@ fn test_dns() -> &'static dns_server::DnsServer {
     })
 }
 
+/// A resolver configuration `text` at `name` in the world's root, readable
+/// by everyone (the broker's root binds it over /etc/resolv.conf).
+fn resolver_config(fx: &BoxWorld, name: &str, text: &str) -> PathBuf {
+    let p = fx.root.join(name);
+    fs::write(&p, text).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+    p
+}
+
 /// `cmd` started inside a private mount namespace after the shell snippet
 /// `setup` ran there (as the caller, before any setpriv in `cmd`); the
 /// host's mounts are untouched.
@@ -1378,13 +1388,7 @@ fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
     let mut served = 0;
     for user in users() {
         let fx = BoxWorld::new("dns-broker", user);
-        let resolv = fx.root.join("resolv.conf");
-        fs::write(
-            &resolv,
-            "nameserver 127.0.0.153\nsearch terra-test.example\noptions ndots:2 timeout:1 attempts:1\n",
-        )
-        .unwrap();
-        fs::set_permissions(&resolv, fs::Permissions::from_mode(0o644)).unwrap();
+        let resolv = resolver_config(&fx, "resolv.conf", "nameserver 127.0.0.153\nsearch terra-test.example\noptions ndots:2 timeout:1 attempts:1\n");
         let policy = fx.policy(&dests);
         let cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
         let out = with_resolv_conf(&cmd, &resolv).output().unwrap();
@@ -1469,13 +1473,11 @@ fn dns_resolv_conf_that_is_a_symbolic_link_is_followed() {
     let name = "v4.terra-test.example";
     for (n, user) in users().into_iter().enumerate() {
         let fx = BoxWorld::new("dns-symlink", user);
-        let target = fx.root.join("stub-resolv.conf");
-        fs::write(
-            &target,
+        let target = resolver_config(
+            &fx,
+            "stub-resolv.conf",
             "nameserver 127.0.0.153\noptions timeout:1 attempts:1\n",
-        )
-        .unwrap();
-        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        );
         let (upper, work) = (fx.root.join("ovl-upper"), fx.root.join("ovl-work"));
         fs::create_dir_all(&upper).unwrap();
         fs::create_dir_all(&work).unwrap();
