@@ -470,7 +470,7 @@ fn evaluate_command() {
         assert_refused(
             &terra_with(
                 "policy evaluate {} --workspace {} --path {} --json",
-                &[&p, &f.ws(), &bad],
+                &[&p, &f.ws(), bad],
             ),
             "non-canonical",
         );
