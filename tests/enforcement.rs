@@ -14,18 +14,18 @@
 
 mod common;
 
-use common::{is_root, users, User, NOBODY};
+use common::{command_as, is_root, run_bounded, show, terra_as, terra_bin, users, RunDirs, User};
+use terra_test_support::process::{children, HANG_LIMIT};
 
 use std::collections::HashSet;
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A uid that owns nothing else on the host, for "another user's file".
@@ -33,8 +33,6 @@ const OTHER_UID: u32 = 4242;
 const BLOCKED: &str = "TERRA-PROBE-BLOCKED";
 const ESCAPED: &str = "TERRA-PROBE-ESCAPED";
 const OK: &str = "TERRA-PROBE-OK";
-/// A run that takes longer than this is killed and the test fails (a hang, not a timing check).
-const HANG_LIMIT: Duration = Duration::from_secs(120);
 
 /// Shell helpers every probe script starts with.
 const PRELUDE: &str = r#"
@@ -195,40 +193,15 @@ else:
     sys.exit("unknown action " + act)
 "##;
 
-// ------------------------------------------------------------------ users
-
-fn uid_of(user: User) -> u32 {
-    match user {
-        User::Caller => nix::unistd::geteuid().as_raw(),
-        User::Nobody => NOBODY,
-    }
-}
-
-/// The binary, copied into a world-readable 0755 directory for 65534. The
-/// copy is named after the build (size and mtime), so repeated runs of the
-/// suite reuse it instead of leaving a copy each; stale copies are removed.
-fn terra_bin(user: User) -> PathBuf {
-    static COPY: OnceLock<PathBuf> = OnceLock::new();
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
-    match user {
-        User::Caller => built,
-        User::Nobody => COPY
-            .get_or_init(|| common::world_readable_terra("terra-enf-bin-"))
-            .clone(),
-    }
-}
-
 // ------------------------------------------------------------------ fixture
 
 /// One run's host-side world: a workspace, things outside every grant, a fake
 /// home with secrets, the state directory, host processes and sockets.
-struct Fx {
-    user: User,
-    root: PathBuf,
-    ws: PathBuf,
+struct BoxWorld {
+    /// The workspace, state, runtime, home and temp directories, and the user.
+    dirs: RunDirs,
+    /// Outside every grant.
     out: PathBuf,
-    home: PathBuf,
-    state: PathBuf,
     terra_args: Vec<String>,
     box_env: Vec<(String, String)>,
     policy: Option<String>,
@@ -248,23 +221,20 @@ struct Fx {
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-impl Fx {
-    fn new(name: &str, user: User) -> Fx {
+impl std::ops::Deref for BoxWorld {
+    type Target = RunDirs;
+    fn deref(&self) -> &RunDirs {
+        &self.dirs
+    }
+}
+
+impl BoxWorld {
+    fn new(name: &str, user: User) -> BoxWorld {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let root = PathBuf::from(format!(
-            "/tmp/terra-enf-{}-{name}-{user:?}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-        let fx = Fx {
-            user,
-            ws: root.join("ws"),
-            out: root.join("out"),
-            home: root.join("home"),
-            state: root.join("state"),
-            root,
+        let dirs = RunDirs::new("terra-enf", name, user);
+        let fx = BoxWorld {
+            out: dirs.root.join("out"),
+            dirs,
             terra_args: Vec::new(),
             box_env: Vec::new(),
             policy: None,
@@ -279,15 +249,7 @@ impl Fx {
             groups: None,
             cleanup: Vec::new(),
         };
-        for d in [
-            &fx.ws,
-            &fx.out,
-            &fx.home,
-            &fx.state,
-            &fx.home.join(".ssh"),
-            &fx.root.join("tmp"),
-            &fx.root.join("runtime"),
-        ] {
+        for d in [&fx.out, &fx.home.join(".ssh")] {
             fs::create_dir_all(d).unwrap();
         }
         fx.write("ws/readme", "the workspace readme\n");
@@ -302,33 +264,10 @@ impl Fx {
         fx
     }
 
-    fn write(&self, rel: &str, text: &str) -> PathBuf {
-        let p = self.root.join(rel);
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent).unwrap();
-        }
-        fs::write(&p, text).unwrap();
-        p
-    }
-
-    /// Hands every fixture file to the run's user (65534 runs own their workspace).
+    /// Hands every fixture file to the run's user (65534 runs own their
+    /// workspace), but for another user's files.
     fn chown_all(&self) {
-        let uid = uid_of(self.user);
-        if !is_root() {
-            return;
-        }
-        fn walk(p: &Path, uid: u32) {
-            let meta = fs::symlink_metadata(p).unwrap();
-            if std::os::unix::fs::MetadataExt::uid(&meta) != OTHER_UID {
-                let _ = std::os::unix::fs::lchown(p, Some(uid), Some(uid));
-            }
-            if meta.is_dir() {
-                for e in fs::read_dir(p).unwrap().flatten() {
-                    walk(&e.path(), uid);
-                }
-            }
-        }
-        walk(&self.root, uid);
+        self.chown_to_user(Some(OTHER_UID));
     }
 
     fn env(&mut self, k: &str, v: impl Into<String>) {
@@ -359,24 +298,7 @@ impl Fx {
         self.chown_all();
         let user = self.user;
         let groups = self.groups.clone().filter(|_| is_root());
-        let mut cmd = match (user, groups) {
-            (User::Caller, None) => Command::new(terra_bin(user)),
-            (User::Caller, Some(g)) => {
-                let mut c = Command::new("setpriv");
-                c.arg(format!("--groups={g}")).arg(terra_bin(user));
-                c
-            }
-            (User::Nobody, g) => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534"]);
-                match g {
-                    Some(g) => c.arg(format!("--groups={g}")),
-                    None => c.arg("--clear-groups"),
-                };
-                c.arg(terra_bin(user));
-                c
-            }
-        };
+        let mut cmd = command_as(user, groups.as_deref(), &[], &terra_bin(user));
         if self.pty {
             let mut c = Command::new("/usr/bin/python3");
             c.arg("-c").arg(PTY_WRAPPER).arg(cmd.get_program());
@@ -409,24 +331,17 @@ impl Fx {
             .arg("/bin/sh")
             .arg("-c")
             .arg(format!("{PRELUDE}\n{script}"));
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-            .env("HOME", &self.home)
-            .env("XDG_STATE_HOME", &self.state)
-            .env("TMPDIR", self.root.join("tmp"))
-            .env("LANG", "C.UTF-8")
-            .current_dir(&self.ws);
+        self.run_env(&mut cmd, "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
         run_bounded(cmd)
     }
 }
 
-impl Drop for Fx {
+impl Drop for BoxWorld {
     fn drop(&mut self) {
         for c in &mut self.children {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = fs::remove_dir_all(&self.root);
         for p in &self.cleanup {
             let _ = fs::remove_file(p);
         }
@@ -453,52 +368,7 @@ sys.stdout.buffer.write(out.replace(b"\r\n", b"\n"))
 sys.exit(os.waitstatus_to_exitcode(st) & 255)
 "#;
 
-/// Runs a command with a hang limit; stdout and stderr are collected.
-fn run_bounded(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn terra");
-    let mut so = child.stdout.take().unwrap();
-    let mut se = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if start.elapsed() > HANG_LIMIT {
-            let _ = child.kill();
-            panic!("terra hung for more than {HANG_LIMIT:?}: {cmd:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Output {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn assert_blocked(fx: &Fx, out: &Output) {
+fn assert_blocked(fx: &BoxWorld, out: &Output) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.code() == Some(0) && text.contains(BLOCKED) && !text.contains(ESCAPED),
@@ -508,7 +378,7 @@ fn assert_blocked(fx: &Fx, out: &Output) {
     );
 }
 
-fn assert_ok(fx: &Fx, out: &Output) {
+fn assert_ok(fx: &BoxWorld, out: &Output) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.code() == Some(0) && text.contains(OK),
@@ -523,17 +393,17 @@ fn assert_ok(fx: &Fx, out: &Output) {
 /// One escape probe: host-side setup, the attack, its positive twin, and an
 /// optional host-side check after the attack (returns what escaped).
 struct Probe {
-    setup: fn(&mut Fx),
+    setup: fn(&mut BoxWorld),
     attack: &'static str,
     twin: &'static str,
-    after: Option<fn(&mut Fx) -> Option<String>>,
+    after: Option<fn(&mut BoxWorld) -> Option<String>>,
 }
 
-fn no_setup(_: &mut Fx) {}
+fn no_setup(_: &mut BoxWorld) {}
 
 fn run_attack(name: &str, p: &Probe) {
     for user in users() {
-        let mut fx = Fx::new(name, user);
+        let mut fx = BoxWorld::new(name, user);
         (p.setup)(&mut fx);
         let out = fx.run(p.attack);
         assert_blocked(&fx, &out);
@@ -547,7 +417,7 @@ fn run_attack(name: &str, p: &Probe) {
 
 fn run_twin(name: &str, p: &Probe) {
     for user in users() {
-        let mut fx = Fx::new(name, user);
+        let mut fx = BoxWorld::new(name, user);
         (p.setup)(&mut fx);
         let out = fx.run(p.twin);
         assert_ok(&fx, &out);
@@ -572,51 +442,56 @@ macro_rules! probes {
     };
 }
 
+/// A policy source: the workspace and temp writable, the minimal runtime
+/// readable, then the rules `more`; network none, process tree required, the
+/// root in `root_mode`.
+fn workspace_policy(more: &[serde_json::Value], root_mode: &str) -> String {
+    let mut rules = vec![
+        serde_json::json!({ "access": "write", "path": { "root": "workspace" } }),
+        serde_json::json!({ "access": "read", "path": { "special": "minimal-runtime" } }),
+        serde_json::json!({ "access": "write", "path": { "root": "temp" } }),
+    ];
+    rules.extend_from_slice(more);
+    let policy = serde_json::json!({
+        "formatVersion": 3,
+        "filesystem": { "default": "deny", "rules": rules },
+        "network": { "mode": "none" },
+        "process": { "treeConfinement": "required" },
+        "root": { "mode": root_mode }
+    });
+    serde_json::to_string_pretty(&policy).unwrap()
+}
+
+/// A rule with `access` on `relative` in the workspace.
+fn ws_rule(access: &str, relative: &str) -> serde_json::Value {
+    serde_json::json!({ "access": access, "path": { "root": "workspace", "relative": relative } })
+}
+
 /// A policy with a deny-write tree and a deny tree inside the writable workspace.
-fn deny_write_policy(fx: &mut Fx) {
+fn deny_write_policy(fx: &mut BoxWorld) {
     fx.write("ws/a/protected/file", "protected content\n");
     fx.write("ws/a/protected/sub/inner", "inner\n");
     fx.write("ws/secret/key", "workspace secret\n");
     fx.write("ws/evil", "evil\n");
-    fx.policy = Some(
-        r#"{
-  "formatVersion": 3,
-  "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace" } },
-    { "access": "read", "path": { "special": "minimal-runtime" } },
-    { "access": "write", "path": { "root": "temp" } },
-    { "access": "deny-write", "path": { "root": "workspace", "relative": "a/protected" } },
-    { "access": "deny", "path": { "root": "workspace", "relative": "secret" } }
-  ] },
-  "network": { "mode": "none" },
-  "process": { "treeConfinement": "required" },
-  "root": { "mode": "read-only" }
-}"#
-        .into(),
-    );
+    fx.policy = Some(workspace_policy(
+        &[
+            ws_rule("deny-write", "a/protected"),
+            ws_rule("deny", "secret"),
+        ],
+        "read-only",
+    ));
 }
 
-fn nested_deny_policy(fx: &mut Fx) {
+fn nested_deny_policy(fx: &mut BoxWorld) {
     fx.write("ws/d/secret/key", "nested secret\n");
-    fx.policy = Some(
-        r#"{
-  "formatVersion": 3,
-  "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace" } },
-    { "access": "read", "path": { "special": "minimal-runtime" } },
-    { "access": "write", "path": { "root": "temp" } },
-    { "access": "deny", "path": { "root": "workspace", "relative": "d/secret" } }
-  ] },
-  "network": { "mode": "none" },
-  "process": { "treeConfinement": "required" },
-  "root": { "mode": "read-only" }
-}"#
-        .into(),
-    );
+    fx.policy = Some(workspace_policy(
+        &[ws_rule("deny", "d/secret")],
+        "read-only",
+    ));
 }
 
 /// The nested denied file is still where it was, with its content.
-fn nested_secret_in_place(fx: &mut Fx) -> Option<String> {
+fn nested_secret_in_place(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.ws.join("d/secret/key");
     match fs::read_to_string(&p) {
         Ok(s) if s == "nested secret\n" => None,
@@ -626,7 +501,7 @@ fn nested_secret_in_place(fx: &mut Fx) -> Option<String> {
 }
 
 /// The deny-write target is unchanged after an attack.
-fn protected_unchanged(fx: &mut Fx) -> Option<String> {
+fn protected_unchanged(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.ws.join("a/protected/file");
     match fs::read_to_string(&p) {
         Ok(s) if s == "protected content\n" => {}
@@ -659,7 +534,7 @@ fn protected_unchanged(fx: &mut Fx) -> Option<String> {
 /// Another user's files: as root, files in the workspace owned by an unused
 /// uid (0600 and 0644); as an unprivileged caller (who cannot chown), root's
 /// files under a `--read /etc` grant.
-fn other_user_files(fx: &mut Fx) {
+fn other_user_files(fx: &mut BoxWorld) {
     if !is_root() {
         fx.terra_args.extend(["--read".into(), "/etc".into()]);
         fx.env("OTHER_SECRET", "/etc/shadow");
@@ -676,7 +551,7 @@ fn other_user_files(fx: &mut Fx) {
     fx.env("OTHER_PUBLIC", public.display().to_string());
 }
 
-fn read_only_grant(fx: &mut Fx) {
+fn read_only_grant(fx: &mut BoxWorld) {
     let ro = fx.root.join("ro");
     fx.write("ro/file", "read-only grant\n");
     fx.terra_args
@@ -684,7 +559,7 @@ fn read_only_grant(fx: &mut Fx) {
     fx.env("RO", ro.display().to_string());
 }
 
-fn read_only_unchanged(fx: &mut Fx) -> Option<String> {
+fn read_only_unchanged(fx: &mut BoxWorld) -> Option<String> {
     let ro = fx.root.join("ro");
     if fs::read_to_string(ro.join("file")).ok().as_deref() != Some("read-only grant\n") {
         return Some("the read-only file changed or vanished".into());
@@ -695,7 +570,7 @@ fn read_only_unchanged(fx: &mut Fx) -> Option<String> {
     None
 }
 
-fn plant_symlinks(fx: &mut Fx) {
+fn plant_symlinks(fx: &mut BoxWorld) {
     std::os::unix::fs::symlink(fx.out.join("secret"), fx.ws.join("link")).unwrap();
     std::os::unix::fs::symlink(&fx.out, fx.ws.join("dirlink")).unwrap();
     std::os::unix::fs::symlink(fx.home.join(".ssh/id_ed25519"), fx.ws.join("keylink")).unwrap();
@@ -704,7 +579,7 @@ fn plant_symlinks(fx: &mut Fx) {
     std::os::unix::fs::symlink("readme", fx.ws.join("rellink")).unwrap();
 }
 
-fn host_tmp_file(fx: &mut Fx) {
+fn host_tmp_file(fx: &mut BoxWorld) {
     let p = PathBuf::from(format!("/tmp/{}-hosttmp", fx.marker));
     fs::write(&p, "host tmp secret\n").unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
@@ -712,25 +587,25 @@ fn host_tmp_file(fx: &mut Fx) {
     fx.cleanup.push(p);
 }
 
-fn sleeper(fx: &mut Fx) {
+fn sleeper(fx: &mut BoxWorld) {
     fx.host_sleeper();
 }
 
-fn sleeper_alive(fx: &mut Fx) -> Option<String> {
+fn sleeper_alive(fx: &mut BoxWorld) -> Option<String> {
     let c = fx.children.last_mut().unwrap();
     c.try_wait()
         .unwrap()
         .map(|st| format!("the host process was killed: {st:?}"))
 }
 
-fn tcp_listener(fx: &mut Fx) {
+fn tcp_listener(fx: &mut BoxWorld) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.set_nonblocking(true).unwrap();
     fx.env("PORT", l.local_addr().unwrap().port().to_string());
     fx.tcp = Some(l);
 }
 
-fn tcp_not_accepted(fx: &mut Fx) -> Option<String> {
+fn tcp_not_accepted(fx: &mut BoxWorld) -> Option<String> {
     match fx.tcp.as_ref().unwrap().accept() {
         Ok((_, peer)) => Some(format!(
             "the host listener accepted a connection from {peer}"
@@ -739,14 +614,14 @@ fn tcp_not_accepted(fx: &mut Fx) -> Option<String> {
     }
 }
 
-fn udp_socket(fx: &mut Fx) {
+fn udp_socket(fx: &mut BoxWorld) {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_nonblocking(true).unwrap();
     fx.env("PORT", s.local_addr().unwrap().port().to_string());
     fx.udp = Some(s);
 }
 
-fn udp_not_received(fx: &mut Fx) -> Option<String> {
+fn udp_not_received(fx: &mut BoxWorld) -> Option<String> {
     let mut buf = [0u8; 64];
     match fx.udp.as_ref().unwrap().recv_from(&mut buf) {
         Ok((n, peer)) => Some(format!("the host received {n} bytes from {peer}")),
@@ -754,7 +629,13 @@ fn udp_not_received(fx: &mut Fx) -> Option<String> {
     }
 }
 
-fn abstract_listener(fx: &mut Fx) {
+/// Whether the host's `which` socket `l` took a connection from the box.
+fn host_socket_accepted(l: Option<&UnixListener>, which: &str) -> Option<String> {
+    let accepted = l.expect("the setup made the listener").accept().ok();
+    accepted.map(|_| format!("the host {which} socket accepted"))
+}
+
+fn abstract_listener(fx: &mut BoxWorld) {
     use std::os::linux::net::SocketAddrExt;
     let name = format!("{}-abstract", fx.marker);
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
@@ -765,16 +646,11 @@ fn abstract_listener(fx: &mut Fx) {
     fx.abstract_sock = Some(l);
 }
 
-fn abstract_not_accepted(fx: &mut Fx) -> Option<String> {
-    fx.abstract_sock
-        .as_ref()
-        .unwrap()
-        .accept()
-        .ok()
-        .map(|_| "the host abstract socket accepted".to_string())
+fn abstract_not_accepted(fx: &mut BoxWorld) -> Option<String> {
+    host_socket_accepted(fx.abstract_sock.as_ref(), "abstract")
 }
 
-fn unix_listener(fx: &mut Fx) {
+fn unix_listener(fx: &mut BoxWorld) {
     let p = fx.out.join("host.sock");
     let l = UnixListener::bind(&p).unwrap();
     l.set_nonblocking(true).unwrap();
@@ -783,16 +659,11 @@ fn unix_listener(fx: &mut Fx) {
     fx.unix = Some(l);
 }
 
-fn unix_not_accepted(fx: &mut Fx) -> Option<String> {
-    fx.unix
-        .as_ref()
-        .unwrap()
-        .accept()
-        .ok()
-        .map(|_| "the host unix socket accepted".to_string())
+fn unix_not_accepted(fx: &mut BoxWorld) -> Option<String> {
+    host_socket_accepted(fx.unix.as_ref(), "unix")
 }
 
-fn setuid_copy(fx: &mut Fx) {
+fn setuid_copy(fx: &mut BoxWorld) {
     let dst = fx.ws.join("suid-id");
     fs::copy("/usr/bin/id", &dst).unwrap();
     fs::copy("/usr/bin/id", fx.ws.join("plain-id")).unwrap();
@@ -803,7 +674,7 @@ fn setuid_copy(fx: &mut Fx) {
     fs::set_permissions(&dst, fs::Permissions::from_mode(0o4755)).unwrap();
 }
 
-fn block_devices(fx: &mut Fx) {
+fn block_devices(fx: &mut BoxWorld) {
     let mut devs: Vec<String> = fs::read_dir("/sys/block")
         .map(|rd| {
             rd.flatten()
@@ -816,7 +687,7 @@ fn block_devices(fx: &mut Fx) {
 }
 
 /// No process on the host carries the marker in its command line.
-fn marker_gone(fx: &mut Fx) -> Option<String> {
+fn marker_gone(fx: &mut BoxWorld) -> Option<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let alive = processes_with(&fx.marker);
@@ -845,7 +716,7 @@ fn processes_with(marker: &str) -> Vec<u32> {
     v
 }
 
-fn state_has_receipt(fx: &mut Fx) -> Option<String> {
+fn state_has_receipt(fx: &mut BoxWorld) -> Option<String> {
     let runs = fx.state.join("terra/runs");
     let found = fs::read_dir(&runs)
         .map(|rd| {
@@ -863,21 +734,21 @@ fn state_has_receipt(fx: &mut Fx) -> Option<String> {
     }
 }
 
-fn receipt_outside(fx: &mut Fx) {
+fn receipt_outside(fx: &mut BoxWorld) {
     let p = fx.out.join("receipt.json");
     fx.terra_args
         .extend(["--receipt".into(), p.display().to_string()]);
     fx.env("RECEIPT", p.display().to_string());
 }
 
-fn receipt_inside(fx: &mut Fx) {
+fn receipt_inside(fx: &mut BoxWorld) {
     let p = fx.ws.join("receipt.json");
     fx.terra_args
         .extend(["--receipt".into(), p.display().to_string()]);
     fx.env("RECEIPT", p.display().to_string());
 }
 
-fn receipt_is_genuine(fx: &mut Fx, path: &Path) -> Option<String> {
+fn receipt_is_genuine(fx: &mut BoxWorld, path: &Path) -> Option<String> {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => return Some(format!("no receipt at {}: {e}", path.display())),
@@ -897,18 +768,18 @@ fn receipt_is_genuine(fx: &mut Fx, path: &Path) -> Option<String> {
     None
 }
 
-fn receipt_outside_genuine(fx: &mut Fx) -> Option<String> {
+fn receipt_outside_genuine(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.out.join("receipt.json");
     receipt_is_genuine(fx, &p)
 }
 
-fn receipt_inside_genuine(fx: &mut Fx) -> Option<String> {
+fn receipt_inside_genuine(fx: &mut BoxWorld) -> Option<String> {
     let p = fx.ws.join("receipt.json");
     receipt_is_genuine(fx, &p)
 }
 
 /// `--receipt` in a directory of the workspace, which the box may replace.
-fn receipt_in_workspace_dir(fx: &mut Fx) {
+fn receipt_in_workspace_dir(fx: &mut BoxWorld) {
     fs::create_dir_all(fx.ws.join("rcpt")).unwrap();
     let p = fx.ws.join("rcpt/receipt.json");
     fx.terra_args
@@ -918,7 +789,7 @@ fn receipt_in_workspace_dir(fx: &mut Fx) {
 
 /// Nothing was written through the symlink the box left, and the receipt is
 /// in the directory terra opened before the run (now `rcpt.orig`).
-fn receipt_not_redirected(fx: &mut Fx) -> Option<String> {
+fn receipt_not_redirected(fx: &mut BoxWorld) -> Option<String> {
     let outside = fx.out.join("receipt.json");
     if outside.exists() {
         return Some(format!(
@@ -930,20 +801,20 @@ fn receipt_not_redirected(fx: &mut Fx) -> Option<String> {
     receipt_is_genuine(fx, &p)
 }
 
-fn pty(fx: &mut Fx) {
+fn pty(fx: &mut BoxWorld) {
     fx.pty = true;
 }
 
 /// A read-only grant holding a set-user-ID and set-group-ID file owned by the
 /// run's user (the source for `cp -p`), and tar archives built on the host:
 /// one with set-id members, one plain.
-fn setid_sources(fx: &mut Fx) {
+fn setid_sources(fx: &mut BoxWorld) {
     let src = fx.root.join("suidsrc");
     fs::create_dir_all(&src).unwrap();
     fs::copy("/usr/bin/id", src.join("tool")).unwrap();
     fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
     if is_root() {
-        let u = uid_of(fx.user);
+        let u = fx.user.uid();
         std::os::unix::fs::chown(src.join("tool"), Some(u), Some(u)).unwrap();
         // chown clears the set-id bits: set them again.
         fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
@@ -952,7 +823,7 @@ fn setid_sources(fx: &mut Fx) {
         // A program with a file capability (cap_net_raw, v2 format), for cp -a and tar --xattrs.
         let capped = src.join("capped");
         fs::copy("/usr/bin/id", &capped).unwrap();
-        let u = uid_of(fx.user);
+        let u = fx.user.uid();
         std::os::unix::fs::chown(&capped, Some(u), Some(u)).unwrap();
         set_file_caps(&capped);
         assert!(
@@ -979,7 +850,7 @@ fn setid_sources(fx: &mut Fx) {
     })
     .unwrap_or("/usr/bin/id");
     fx.env("HOSTSUID", host);
-    let uid = uid_of(fx.user);
+    let uid = fx.user.uid();
     let script = format!(
         r##"
 import io, tarfile, sys
@@ -1008,7 +879,7 @@ with tarfile.open(sys.argv[2], "w") as t:
 }
 
 /// No file in the workspace carries a set-id bit or a file capability.
-fn no_setid_in_workspace(fx: &mut Fx) -> Option<String> {
+fn no_setid_in_workspace(fx: &mut BoxWorld) -> Option<String> {
     fn walk(p: &Path, found: &mut Vec<String>) {
         let Ok(meta) = fs::symlink_metadata(p) else {
             return;
@@ -1076,39 +947,26 @@ fn has_file_caps(p: &Path) -> bool {
 }
 
 /// Network `none`; IPv6 is tried only where the kernel has it.
-fn socket_families(fx: &mut Fx) {
+fn socket_families(fx: &mut BoxWorld) {
     if Path::new("/proc/net/if_inet6").exists() {
         fx.env("V6", "1");
     }
 }
 
 /// Root mode `ephemeral-write`, which leaves the box root writable.
-fn ephemeral_root(fx: &mut Fx) {
-    fx.policy = Some(
-        r#"{
-  "formatVersion": 3,
-  "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace" } },
-    { "access": "read", "path": { "special": "minimal-runtime" } },
-    { "access": "write", "path": { "root": "temp" } }
-  ] },
-  "network": { "mode": "none" },
-  "process": { "treeConfinement": "required" },
-  "root": { "mode": "ephemeral-write" }
-}"#
-        .into(),
-    );
+fn ephemeral_root(fx: &mut BoxWorld) {
+    fx.policy = Some(workspace_policy(&[], "ephemeral-write"));
 }
 
 /// /sys shown read-only in the box.
-fn sys_read_grant(fx: &mut Fx) {
+fn sys_read_grant(fx: &mut BoxWorld) {
     fx.terra_args.extend(["--read".into(), "/sys".into()]);
 }
 
 /// A supplementary group the run starts with (ssl-cert where it exists), and,
 /// as root, a workspace file readable only by that group and owned by another
 /// user: with the group dropped, the box's root (no capabilities) cannot read it.
-fn supplementary_group(fx: &mut Fx) {
+fn supplementary_group(fx: &mut BoxWorld) {
     let gid = fs::read_to_string("/etc/group")
         .unwrap_or_default()
         .lines()
@@ -1532,7 +1390,7 @@ probes! {
 #[test]
 fn cli_grant_through_planted_symlink() {
     for user in users() {
-        let mut fx = Fx::new("cli-planted", user);
+        let mut fx = BoxWorld::new("cli-planted", user);
         let cache = fx.root.join("cachedir");
         fs::create_dir_all(&cache).unwrap();
         fx.terra_args = vec!["--write".into(), cache.display().to_string()];
@@ -1572,7 +1430,7 @@ fn cli_grant_through_planted_symlink() {
 #[test]
 fn cli_grant_through_planted_symlink_twin() {
     for user in users() {
-        let mut fx = Fx::new("cli-planted-twin", user);
+        let mut fx = BoxWorld::new("cli-planted-twin", user);
         let plant = fx.run(r#"need mkdir "$WS/real"; need ln -s real "$WS/good"; ok"#);
         assert_ok(&fx, &plant);
         fx.terra_args = vec!["--write".into(), "good".into()];
@@ -1588,7 +1446,7 @@ fn cli_grant_through_planted_symlink_twin() {
 fn write_grants_on_kernel_interfaces_are_refused() {
     for user in users() {
         for path in ["/sys", "/proc", "/proc/sys", "/sys/kernel", "/"] {
-            let mut fx = Fx::new("kernel-write", user);
+            let mut fx = BoxWorld::new("kernel-write", user);
             fx.terra_args.extend(["--write".into(), path.into()]);
             let out = fx.run("echo TERRA-PROBE-ESCAPED: ran");
             let err = String::from_utf8_lossy(&out.stderr);
@@ -1600,7 +1458,7 @@ fn write_grants_on_kernel_interfaces_are_refused() {
                 show(&out)
             );
         }
-        let mut fx = Fx::new("kernel-read", user);
+        let mut fx = BoxWorld::new("kernel-read", user);
         fx.terra_args.extend(["--read".into(), "/sys".into()]);
         let out = fx.run("need ls /sys/kernel; ok");
         assert_ok(&fx, &out);
@@ -1618,18 +1476,9 @@ fn at_least_forty_probes() {
 
 /// Starts `terra run` whose workload announces itself and then sleeps with
 /// the marker in its command line; returns the CLI child.
-fn start_long_run(fx: &mut Fx) -> Child {
+fn start_long_run(fx: &mut BoxWorld) -> Child {
     fx.chown_all();
-    let user = fx.user;
-    let mut cmd = match user {
-        User::Caller => Command::new(terra_bin(user)),
-        User::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                .arg(terra_bin(user));
-            c
-        }
-    };
+    let mut cmd = terra_as(fx.user, &[]);
     cmd.arg("run")
         .arg("--workspace")
         .arg(&fx.ws)
@@ -1640,18 +1489,11 @@ fn start_long_run(fx: &mut Fx) -> Child {
             "cp /bin/sleep /tmp/{m}-sleep; ( setsid /tmp/{m}-sleep 3600 </dev/null >/dev/null 2>&1 & ); echo started; exec /tmp/{m}-sleep 3601",
             m = fx.marker
         ))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", &fx.home)
-        .env("XDG_STATE_HOME", &fx.state)
-        // A run killed with -9 leaves its temp and runtime directories: keep
-        // them in the fixture.
-        .env("TMPDIR", fx.root.join("tmp"))
-        .env("XDG_RUNTIME_DIR", fx.root.join("runtime"))
-        .current_dir(&fx.ws)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
+    // A run killed with -9 leaves its temp and runtime directories: they are
+    // the fixture's.
+    fx.run_env(&mut cmd, "/usr/bin:/bin");
     cmd.spawn().unwrap()
 }
 
@@ -1663,16 +1505,8 @@ fn wait_started(child: &mut Child) {
     assert_eq!(line.trim(), "started", "the workload did not start");
 }
 
-fn children_of(pid: u32) -> Vec<u32> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|s| s.parse().ok())
-        .collect()
-}
-
 /// Every process of the run is gone (bounded wait for the kernel to finish the kills).
-fn assert_nothing_left(fx: &mut Fx, cli: u32, pids: &[u32]) {
+fn assert_nothing_left(fx: &mut BoxWorld, cli: u32, pids: &[u32]) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let supervisor_mark = format!("--parent-pid\0{cli}\0");
     loop {
@@ -1706,14 +1540,26 @@ fn kill9(pid: u32) {
     );
 }
 
+/// Kills the run's supervisor `sup` with SIGKILL; the CLI (`child`) must
+/// then fail.
+fn kill9_supervisor(child: &mut Child, sup: u32) {
+    kill9(sup);
+    let status = child.wait().unwrap();
+    assert_ne!(
+        status.code(),
+        Some(0),
+        "the CLI must not report success after its supervisor died"
+    );
+}
+
 #[test]
 fn kill9_cli_while_workload_runs() {
     for user in users() {
-        let mut fx = Fx::new("kill-cli-running", user);
+        let mut fx = BoxWorld::new("kill-cli-running", user);
         let mut child = start_long_run(&mut fx);
         wait_started(&mut child);
         let cli = child.id(); // setpriv execs terra: same pid
-        let sup = children_of(cli);
+        let sup = children(cli);
         assert!(
             !processes_with(&fx.marker).is_empty(),
             "the workload is not visible before the kill"
@@ -1727,21 +1573,15 @@ fn kill9_cli_while_workload_runs() {
 #[test]
 fn kill9_supervisor_while_workload_runs() {
     for user in users() {
-        let mut fx = Fx::new("kill-sup-running", user);
+        let mut fx = BoxWorld::new("kill-sup-running", user);
         let mut child = start_long_run(&mut fx);
         wait_started(&mut child);
         let cli = child.id(); // setpriv execs terra: same pid
-        let sups = children_of(cli);
+        let sups = children(cli);
         assert_eq!(sups.len(), 1, "expected one supervisor under the CLI");
         let sup = sups[0];
-        let under: Vec<u32> = children_of(sup);
-        kill9(sup);
-        let status = child.wait().unwrap();
-        assert_ne!(
-            status.code(),
-            Some(0),
-            "the CLI must not report success after its supervisor died"
-        );
+        let under: Vec<u32> = children(sup);
+        kill9_supervisor(&mut child, sup);
         let mut all = under;
         all.push(cli);
         assert_nothing_left(&mut fx, cli, &all);
@@ -1754,14 +1594,14 @@ fn kill9_cli_at_startup_phases() {
     // so the kill lands before, during and after the box's setup.
     for user in users() {
         for delay_ms in [0u64, 5, 20, 50, 100, 250] {
-            let mut fx = Fx::new("kill-cli-phase", user);
+            let mut fx = BoxWorld::new("kill-cli-phase", user);
             let mut child = start_long_run(&mut fx);
             std::thread::sleep(Duration::from_millis(delay_ms));
             let cli = child.id(); // setpriv execs terra: same pid
             let mut tree = vec![cli];
-            for s in children_of(cli) {
+            for s in children(cli) {
                 tree.push(s);
-                tree.extend(children_of(s));
+                tree.extend(children(s));
             }
             kill9(cli);
             if cli != child.id() {
@@ -1779,12 +1619,12 @@ fn kill9_supervisor_at_startup_phases() {
     // validates and prepares state, while the box is being set up, and after.
     for user in users() {
         for delay_ms in [0u64, 2, 10, 30, 100] {
-            let mut fx = Fx::new("kill-sup-phase", user);
+            let mut fx = BoxWorld::new("kill-sup-phase", user);
             let mut child = start_long_run(&mut fx);
             let cli = child.id(); // setpriv execs terra: same pid
             let appeared = Instant::now();
             let sup = loop {
-                if let Some(s) = children_of(cli).first().copied() {
+                if let Some(s) = children(cli).first().copied() {
                     break s;
                 }
                 assert!(
@@ -1795,14 +1635,8 @@ fn kill9_supervisor_at_startup_phases() {
             };
             std::thread::sleep(Duration::from_millis(delay_ms));
             let mut tree = vec![cli, sup];
-            tree.extend(children_of(sup));
-            kill9(sup);
-            let status = child.wait().unwrap();
-            assert_ne!(
-                status.code(),
-                Some(0),
-                "the CLI must not report success after its supervisor died"
-            );
+            tree.extend(children(sup));
+            kill9_supervisor(&mut child, sup);
             assert_nothing_left(&mut fx, cli, &tree);
         }
     }

@@ -18,11 +18,13 @@
 
 mod common;
 
-use common::{is_root, users, User, NOBODY};
+use common::{require_root, terra_as, users, RunDirs, User, NOBODY};
+use terra_test_support::http::HttpServer as Http;
+use terra_test_support::process::LineCounter;
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, UdpSocket};
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -34,81 +36,7 @@ use serde_json::Value;
 
 const PY: &str = "/usr/bin/python3";
 
-// ------------------------------------------------------------------ users
-
-/// The binary; for 65534 a copy in a world-readable 0755 directory, named
-/// after the build so repeated runs reuse it.
-/// `TERRA_E2E_BIN` runs the suite against another build instead (e.g. the
-/// static musl release binary, `make build` -> dist/terra; relative to the
-/// repository), for both users: give a path uid 65534 can execute.
-fn terra_bin(user: User) -> PathBuf {
-    static COPY: OnceLock<PathBuf> = OnceLock::new();
-    if let Some(bin) = std::env::var_os("TERRA_E2E_BIN").filter(|b| !b.is_empty()) {
-        return fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join(&bin))
-            .unwrap_or_else(|e| panic!("TERRA_E2E_BIN {bin:?}: {e}"));
-    }
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
-    match user {
-        User::Caller => built,
-        User::Nobody => COPY
-            .get_or_init(|| common::world_readable_terra("terra-net-bin-"))
-            .clone(),
-    }
-}
-
 // ------------------------------------------------------------------ host servers
-
-/// An HTTP server on the host's 127.0.0.1 that counts connections and answers
-/// `from-host <path>`.
-struct Http {
-    port: u16,
-    hits: Arc<AtomicUsize>,
-}
-
-impl Http {
-    fn start() -> Http {
-        Http::start_on("127.0.0.1:0")
-    }
-
-    fn start_on(addr: &str) -> Http {
-        let l = TcpListener::bind(addr).unwrap();
-        let port = l.local_addr().unwrap().port();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                h.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
-                    let mut buf = Vec::new();
-                    let mut b = [0u8; 1024];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut b) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
-                    }
-                    let head = String::from_utf8_lossy(&buf);
-                    let path = head.split_whitespace().nth(1).unwrap_or("?").to_string();
-                    let body = format!("from-host {path}");
-                    let _ = s.write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        )
-                        .as_bytes(),
-                    );
-                });
-            }
-        });
-        Http { port, hits }
-    }
-
-    fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
-}
 
 const TLS_SERVER_PY: &str = r#"
 import socket, ssl, sys, threading
@@ -138,13 +66,16 @@ while True:
 /// `localhost`) on the host's 127.0.0.1 that counts TCP connections.
 struct Tls {
     port: u16,
-    hits: Arc<AtomicUsize>,
+    hits: LineCounter,
     child: Child,
+    /// Holds the certificate and key.
+    _dir: tempfile::TempDir,
 }
 
 impl Tls {
-    fn start(dir: &Path) -> Tls {
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    fn start() -> Tls {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         let st = Command::new("openssl")
             .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
             .arg("ec_paramgen_curve:prime256v1")
@@ -166,30 +97,30 @@ impl Tls {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
-        let port: u16 = first.strip_prefix("PORT ").unwrap().parse().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                if l == "CONN" {
-                    h.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        });
-        Tls { port, hits, child }
-    }
-
-    /// Connections counted so far (the counter is fed through a pipe: wait
-    /// until the expected number arrived, bounded, then read it).
-    fn hits_settled(&self, expect: usize) -> usize {
-        let until = Instant::now() + Duration::from_secs(5);
-        while self.hits.load(Ordering::SeqCst) < expect && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
+        let (port, out) = first_line_port(child.stdout.take().unwrap());
+        let hits = LineCounter::start(out, |l| l == "CONN");
+        Tls {
+            port,
+            hits,
+            child,
+            _dir: dir,
         }
-        self.hits.load(Ordering::SeqCst)
     }
+}
+
+/// Reads the `PORT <n>` line a helper server prints first; returns the port
+/// and the rest of its output.
+fn first_line_port(out: std::process::ChildStdout) -> (u16, BufReader<std::process::ChildStdout>) {
+    let mut out = BufReader::new(out);
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let port = first
+        .trim_end()
+        .strip_prefix("PORT ")
+        .unwrap_or_else(|| panic!("expected PORT <n>, got {first:?}"))
+        .parse()
+        .unwrap();
+    (port, out)
 }
 
 impl Drop for Tls {
@@ -201,31 +132,29 @@ impl Drop for Tls {
 
 // ------------------------------------------------------------------ fixture
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
+/// One run's host side: workspace, state and runtime directories, home and
+/// temp, owned by the run's user; removed at drop.
+struct BoxWorld(RunDirs);
 
-/// One run's host side: workspace, state directory, home and temp, owned by
-/// the run's user.
-struct Fx {
-    user: User,
-    root: PathBuf,
-    ws: PathBuf,
-    state: PathBuf,
-    /// XDG_RUNTIME_DIR of the runs: the run lock and pid files.
-    runtime: PathBuf,
+impl std::ops::Deref for BoxWorld {
+    type Target = RunDirs;
+    fn deref(&self) -> &RunDirs {
+        &self.0
+    }
 }
 
 /// A destination: host, port, requireTlsSni, allowPrivateAddresses.
 type Dest<'a> = (&'a str, u16, bool, bool);
 
 /// What a run gave: the CLI's output, the run receipt, the network receipt's lines.
-struct Ran {
+struct RunOutcome {
     user: User,
     out: Output,
     receipt: Value,
     lines: Vec<Value>,
 }
 
-impl Ran {
+impl RunOutcome {
     fn stdout(&self) -> String {
         String::from_utf8_lossy(&self.out.stdout).into_owned()
     }
@@ -250,48 +179,9 @@ impl Ran {
     }
 }
 
-impl Fx {
-    fn new(name: &str, user: User) -> Fx {
-        let n = SEQ.fetch_add(1, Ordering::SeqCst);
-        let root = PathBuf::from(format!(
-            "/tmp/terra-net-{}-{name}-{user:?}-{n}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root).unwrap();
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-        let fx = Fx {
-            user,
-            ws: root.join("ws"),
-            state: root.join("state"),
-            runtime: root.join("runtime"),
-            root,
-        };
-        for d in [
-            &fx.ws,
-            &fx.state,
-            &fx.runtime,
-            &fx.root.join("home"),
-            &fx.root.join("tmp"),
-        ] {
-            fs::create_dir_all(d).unwrap();
-        }
-        fx
-    }
-
-    fn chown_all(&self) {
-        if self.user != User::Nobody {
-            return;
-        }
-        fn walk(p: &Path) {
-            let _ = std::os::unix::fs::lchown(p, Some(NOBODY), Some(NOBODY));
-            if fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false) {
-                for e in fs::read_dir(p).unwrap().flatten() {
-                    walk(&e.path());
-                }
-            }
-        }
-        walk(&self.root);
+impl BoxWorld {
+    fn new(name: &str, user: User) -> BoxWorld {
+        BoxWorld(RunDirs::new("terra-net", name, user))
     }
 
     fn policy(&self, dests: &[Dest]) -> PathBuf {
@@ -323,27 +213,11 @@ impl Fx {
         self.command_via(&[], args, script)
     }
 
-    /// [`Fx::command`] with `via` (a program and its arguments) started as
+    /// [`BoxWorld::command`] with `via` (a program and its arguments) started as
     /// the run's user in front of terra.
     fn command_via(&self, via: &[&str], args: &[&str], script: &str) -> Command {
-        self.chown_all();
-        let mut cmd = match self.user {
-            User::Caller => match via.split_first() {
-                None => Command::new(terra_bin(self.user)),
-                Some((prog, rest)) => {
-                    let mut c = Command::new(prog);
-                    c.args(rest).arg(terra_bin(self.user));
-                    c
-                }
-            },
-            User::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .args(via)
-                    .arg(terra_bin(self.user));
-                c
-            }
-        };
+        self.chown_to_user(None);
+        let mut cmd = terra_as(self.user, via);
         cmd.arg("run")
             .args(args)
             .arg("--workspace")
@@ -356,29 +230,21 @@ impl Fx {
             .arg("/bin/sh")
             .arg("-c")
             .arg(script);
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
-            .env("HOME", self.root.join("home"))
-            .env("XDG_STATE_HOME", &self.state)
-            .env("XDG_RUNTIME_DIR", &self.runtime)
-            .env("TMPDIR", self.root.join("tmp"))
-            .env("LANG", "C.UTF-8")
-            .current_dir(&self.ws)
-            .stdin(Stdio::null());
+        self.run_env(&mut cmd, "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
         cmd
     }
 
-    fn run(&self, dests: &[Dest], script: &str) -> Ran {
+    fn run(&self, dests: &[Dest], script: &str) -> RunOutcome {
         let p = self.policy(dests);
         self.run_args(&["--policy", p.to_str().unwrap()], script)
     }
 
-    fn run_args(&self, args: &[&str], script: &str) -> Ran {
+    fn run_args(&self, args: &[&str], script: &str) -> RunOutcome {
         let out = self.command(args, script).output().unwrap();
         self.collect(out)
     }
 
-    fn collect(&self, out: Output) -> Ran {
+    fn collect(&self, out: Output) -> RunOutcome {
         let receipt: Value = fs::read(self.root.join("receipt.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
@@ -393,7 +259,7 @@ impl Fx {
             })
             .unwrap_or_default();
         let _ = fs::remove_file(self.root.join("receipt.json"));
-        Ran {
+        RunOutcome {
             user: self.user,
             out,
             receipt,
@@ -418,20 +284,22 @@ fn list(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-impl Drop for Fx {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.root);
-    }
+/// The run's stdout is the proxy's 403 answer naming `reason`.
+fn assert_403(r: &RunOutcome, reason: &str) {
+    let out = r.stdout();
+    assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
+    let header = format!("X-Terra-Refusal: {reason}");
+    assert!(out.contains(&header), "{}", r.show());
 }
 
 /// The one network receipt line, or a failure that shows the run.
-fn only_line(r: &Ran) -> &Value {
+fn only_line(r: &RunOutcome) -> &Value {
     assert_eq!(r.lines.len(), 1, "one attempt expected\n{}", r.show());
     &r.lines[0]
 }
 
 /// A refused attempt: verdict, reason, and the run receipt's counts.
-fn assert_refused_line(r: &Ran, line: &Value, reason: &str, name: &str) {
+fn assert_refused_line(r: &RunOutcome, line: &Value, reason: &str, name: &str) {
     assert_eq!(line["verdict"], "refused", "{}", r.show());
     assert_eq!(line["reason"], reason, "{}", r.show());
     assert_eq!(line["name"], name, "{}", r.show());
@@ -439,7 +307,7 @@ fn assert_refused_line(r: &Ran, line: &Value, reason: &str, name: &str) {
 }
 
 /// The run receipt links the network receipt: path, sha256, counts.
-fn assert_linked(r: &Ran, admitted: u64, refused: u64) {
+fn assert_linked(r: &RunOutcome, admitted: u64, refused: u64) {
     let net = r.net();
     let path = net["receipt"].as_str().expect("network.receipt");
     let bytes = fs::read(path).unwrap();
@@ -476,7 +344,7 @@ const CURL: &str = "curl -sS --max-time 30";
 fn admitted_name_and_port_through_http_connect_socks5_and_plain_http() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("admit", user);
+        let fx = BoxWorld::new("admit", user);
         let before = srv.hits();
         let p = srv.port;
         let r = fx.run(
@@ -527,7 +395,7 @@ fn admitted_name_and_port_through_http_connect_socks5_and_plain_http() {
 fn unlisted_name_refused_with_403_and_socks5_rule_refusal() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("unlisted", user);
+        let fx = BoxWorld::new("unlisted", user);
         let before = srv.hits();
         let p = srv.port;
         // HTTP: 403 with the reason in the body and the header.
@@ -536,12 +404,7 @@ fn unlisted_name_refused_with_403_and_socks5_rule_refusal() {
             &format!("{CURL} -i http://unlisted.test:{p}/"),
         );
         let out = r.stdout();
-        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
-        assert!(
-            out.contains("X-Terra-Refusal: no-destination"),
-            "{}",
-            r.show()
-        );
+        assert_403(&r, "no-destination");
         assert!(out.contains("terra: connection refused: no-destination"));
         assert_refused_line(&r, only_line(&r), "no-destination", "unlisted.test");
         assert_linked(&r, 0, 1);
@@ -565,7 +428,7 @@ fn listed_name_on_another_port_refused_and_its_twin_admitted() {
     let srv = Http::start();
     let other = Http::start();
     for user in users() {
-        let fx = Fx::new("port", user);
+        let fx = BoxWorld::new("port", user);
         let (b1, b2) = (srv.hits(), other.hits());
         let r = fx.run(
             &[("localhost", srv.port, false, true)],
@@ -575,12 +438,7 @@ fn listed_name_on_another_port_refused_and_its_twin_admitted() {
             ),
         );
         let out = r.stdout();
-        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
-        assert!(
-            out.contains("X-Terra-Refusal: no-destination"),
-            "{}",
-            r.show()
-        );
+        assert_403(&r, "no-destination");
         assert!(out.ends_with("from-host /listed"), "{}", r.show());
         assert_eq!(r.lines.len(), 2, "{}", r.show());
         assert_refused_line(&r, &r.lines[0], "no-destination", "localhost");
@@ -604,11 +462,10 @@ fn s_client(port: u16, servername: Option<&str>) -> String {
 
 #[test]
 fn tls_sni_required_admits_the_matching_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::start(dir.path());
+    let tls = Tls::start();
     let mut expect = 0;
     for user in users() {
-        let fx = Fx::new("sni-ok", user);
+        let fx = BoxWorld::new("sni-ok", user);
         let r = fx.run(
             &[("localhost", tls.port, true, true)],
             &s_client(tls.port, Some("localhost")),
@@ -622,16 +479,15 @@ fn tls_sni_required_admits_the_matching_name() {
         assert_eq!(line["protocol"], "http-connect");
         assert_eq!(line["sni"], "localhost");
         assert_linked(&r, 1, 0);
-        assert_eq!(tls.hits_settled(expect), expect);
+        assert_eq!(tls.hits.settled(expect), expect);
     }
 }
 
 #[test]
 fn tls_sni_absent_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::start(dir.path());
+    let tls = Tls::start();
     for user in users() {
-        let fx = Fx::new("sni-absent", user);
+        let fx = BoxWorld::new("sni-absent", user);
         // A plain CONNECT carrying no TLS at all: the tunnel is confirmed (the
         // broker must see a ClientHello), then closed without an upstream.
         let r = fx.run(
@@ -650,16 +506,15 @@ fn tls_sni_absent_refused() {
         assert!(!r.stdout().contains("tls-hello-from-host"), "{}", r.show());
         assert!(!r.stdout().contains("rc=0"), "{}", r.show());
         assert_refused_line(&r, only_line(&r), "sni-absent", "localhost");
-        assert_eq!(tls.hits_settled(0), 0, "the TLS server was never connected");
+        assert_eq!(tls.hits.settled(0), 0, "the TLS server was never connected");
     }
 }
 
 #[test]
 fn tls_sni_mismatch_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let tls = Tls::start(dir.path());
+    let tls = Tls::start();
     for user in users() {
-        let fx = Fx::new("sni-mismatch", user);
+        let fx = BoxWorld::new("sni-mismatch", user);
         let r = fx.run(
             &[("localhost", tls.port, true, true)],
             &s_client(tls.port, Some("other.test")),
@@ -676,7 +531,7 @@ fn tls_sni_mismatch_refused() {
         assert_refused_line(&r, line, "sni-mismatch", "localhost");
         assert_eq!(line["sni"], "other.test");
         assert_linked(&r, 0, 1);
-        assert_eq!(tls.hits_settled(0), 0);
+        assert_eq!(tls.hits.settled(0), 0);
     }
 }
 
@@ -684,19 +539,13 @@ fn tls_sni_mismatch_refused() {
 fn private_address_refused_without_the_flag() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("private", user);
+        let fx = BoxWorld::new("private", user);
         let before = srv.hits();
         let r = fx.run(
             &[("localhost", srv.port, false, false)],
             &format!("{CURL} -i http://localhost:{}/", srv.port),
         );
-        let out = r.stdout();
-        assert!(out.starts_with("HTTP/1.1 403"), "{}", r.show());
-        assert!(
-            out.contains("X-Terra-Refusal: private-address"),
-            "{}",
-            r.show()
-        );
+        assert_403(&r, "private-address");
         let line = only_line(&r);
         assert_refused_line(&r, line, "private-address", "localhost");
         assert_eq!(line["resolved"][0], "127.0.0.1", "{}", r.show());
@@ -716,7 +565,7 @@ fn private_address_refused_without_the_flag() {
 fn direct_connect_bypassing_the_proxy_fails_and_its_twin_through_the_proxy_works() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("bypass", user);
+        let fx = BoxWorld::new("bypass", user);
         let before = srv.hits();
         let p = srv.port;
         let r = fx.run(
@@ -774,7 +623,7 @@ fn dns_from_the_box_fails() {
     });
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("dns", user);
+        let fx = BoxWorld::new("dns", user);
         fs::write(fx.ws.join("dns.py"), DNS_PY).unwrap();
         let before = packets.load(Ordering::SeqCst);
         let r = fx.run(
@@ -807,7 +656,20 @@ fn dns_from_the_box_fails() {
 }
 
 /// Pid files of the run: waits (bounded) for `broker.pid` and returns it.
-fn broker_pid(fx: &Fx) -> i32 {
+/// The run's broker: its launcher (broker.pid) and the one process the
+/// broker role runs under it.
+fn broker_processes(fx: &BoxWorld) -> (i32, i32) {
+    let outer = broker_pid(fx);
+    let inner = children(outer);
+    assert_eq!(
+        inner.len(),
+        1,
+        "the broker role runs one process under its launcher"
+    );
+    (outer, inner[0])
+}
+
+fn broker_pid(fx: &BoxWorld) -> i32 {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
         for d in fx.runtime_dirs() {
@@ -824,11 +686,9 @@ fn broker_pid(fx: &Fx) -> i32 {
 
 /// Direct children of `pid`.
 fn children(pid: i32) -> Vec<i32> {
-    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
+    let pid = u32::try_from(pid).expect("a process id");
+    let kids = terra_test_support::process::children(pid);
+    kids.into_iter().map(|p| p as i32).collect()
 }
 
 /// Alive and not a zombie.
@@ -864,7 +724,7 @@ fn kill9(pid: i32) {
 fn broker_killed_mid_run_later_connections_fail_without_fallback() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("killed", user);
+        let fx = BoxWorld::new("killed", user);
         let before = srv.hits();
         let p = srv.port;
         let script = format!(
@@ -889,14 +749,7 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
             .spawn()
             .unwrap();
         wait_for_file(&fx.ws.join("first-done"), "the first request");
-        let outer = broker_pid(&fx);
-        let inner = children(outer);
-        assert_eq!(
-            inner.len(),
-            1,
-            "the broker role runs one process under its launcher"
-        );
-        let broker = inner[0];
+        let (outer, broker) = broker_processes(&fx);
         assert!(alive(broker));
         kill9(broker);
         let until = Instant::now() + Duration::from_secs(30);
@@ -963,7 +816,7 @@ print("released", flush=True)
 fn half_open_flood_the_broker_stays_up_and_bounded() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("flood", user);
+        let fx = BoxWorld::new("flood", user);
         fs::write(fx.ws.join("flood.py"), FLOOD_PY).unwrap();
         let before = srv.hits();
         let p = srv.port;
@@ -1012,7 +865,7 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
     let srv = Http::start();
     for user in users() {
         for target in ["cli", "supervisor"] {
-            let fx = Fx::new(&format!("kill9-{target}"), user);
+            let fx = BoxWorld::new(&format!("kill9-{target}"), user);
             let policy = fx.policy(&[("localhost", srv.port, false, true)]);
             let mut child = fx
                 .command(
@@ -1024,10 +877,8 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
                 .spawn()
                 .unwrap();
             wait_for_file(&fx.ws.join("started"), "the workload");
-            let outer = broker_pid(&fx);
-            let inner = children(outer);
-            assert_eq!(inner.len(), 1);
-            assert!(alive(outer) && alive(inner[0]));
+            let (outer, broker) = broker_processes(&fx);
+            assert!(alive(outer) && alive(broker));
             let cli = child.id() as i32; // setpriv execs terra: same pid
             let victim = match target {
                 "cli" => cli,
@@ -1040,7 +891,7 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
             kill9(victim);
             let _ = child.wait();
             assert_gone(
-                &[outer, inner[0]],
+                &[outer, broker],
                 &format!("kill -9 of the {target} as {user:?}"),
             );
         }
@@ -1051,7 +902,7 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
 fn allow_net_adds_mediated_destinations_and_dry_run_shows_the_broker() {
     let srv = Http::start();
     for user in users() {
-        let fx = Fx::new("allow-net", user);
+        let fx = BoxWorld::new("allow-net", user);
         let dest = format!("LocalHost:{}", srv.port);
         let r = fx.run_args(&["--allow-net", &dest, "--dry-run"], "true");
         let out = r.stdout();
@@ -1111,7 +962,7 @@ fn a_broker_that_cannot_start_refuses_the_run_and_its_twin_runs() {
     let srv = Http::start();
     for user in users() {
         for (limit, refused) in [("0", true), ("100", false)] {
-            let fx = Fx::new(&format!("no-broker-{limit}"), user);
+            let fx = BoxWorld::new(&format!("no-broker-{limit}"), user);
             let policy = fx.policy(&[("localhost", srv.port, false, true)]);
             let via = [
                 "unshare",
@@ -1183,7 +1034,7 @@ struct NsHost {
     veth: String,
     addr: String,
     port: u16,
-    hits: Arc<AtomicUsize>,
+    hits: Option<LineCounter>,
     child: Option<Child>,
 }
 
@@ -1210,7 +1061,7 @@ impl NsHost {
             veth: veth.clone(),
             addr: format!("10.213.{a}.{}", b + 2),
             port: 0,
-            hits: Arc::new(AtomicUsize::new(0)),
+            hits: None,
             child: None,
         };
         ip(&["netns", "add", &ns]);
@@ -1241,27 +1092,15 @@ impl NsHost {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (port, out) = first_line_port(child.stdout.take().unwrap());
         host.child = Some(child);
-        let first = lines.next().unwrap().unwrap();
-        host.port = first.strip_prefix("PORT ").unwrap().parse().unwrap();
-        let h = host.hits.clone();
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                if l == "CONN" {
-                    h.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        });
+        host.port = port;
+        host.hits = Some(LineCounter::start(out, |l| l == "CONN"));
         host
     }
 
     fn hits_settled(&self, expect: usize) -> usize {
-        let until = Instant::now() + Duration::from_secs(5);
-        while self.hits.load(Ordering::SeqCst) < expect && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.hits.load(Ordering::SeqCst)
+        self.hits.as_ref().unwrap().settled(expect)
     }
 }
 
@@ -1279,18 +1118,15 @@ impl Drop for NsHost {
 }
 
 #[test]
+#[ignore = "needs root: ip netns add"]
 fn a_test_host_in_its_own_network_namespace() {
-    // Creating network namespaces and veth pairs needs root; as an
-    // unprivileged user this case has nothing to run against.
-    if !is_root() {
-        eprintln!("a_test_host_in_its_own_network_namespace: needs root (ip netns add), not run");
-        return;
-    }
+    // Creating network namespaces and veth pairs needs root.
+    require_root("a_test_host_in_its_own_network_namespace (ip netns add)");
     let host = NsHost::start();
     let (addr, port) = (host.addr.clone(), host.port);
     let mut expect = 0;
     for user in users() {
-        let fx = Fx::new("netns", user);
+        let fx = BoxWorld::new("netns", user);
         // Listed as an IPv4 literal with private addresses allowed: admitted
         // through HTTP CONNECT and SOCKS5 (the literal is the name).
         let r = fx.run(
@@ -1341,7 +1177,7 @@ fn a_test_host_in_its_own_network_namespace() {
 struct GitServer {
     port: u16,
     head: String,
-    refs_hits: Arc<AtomicUsize>,
+    refs_hits: LineCounter,
     child: Child,
 }
 
@@ -1399,15 +1235,8 @@ impl GitServer {
             .parse()
             .unwrap();
         std::thread::spawn(move || for _ in out.map_while(Result::ok) {});
-        let refs_hits = Arc::new(AtomicUsize::new(0));
-        let h = refs_hits.clone();
-        let err = BufReader::new(child.stderr.take().unwrap()).lines();
-        std::thread::spawn(move || {
-            for l in err.map_while(Result::ok) {
-                if l.contains("GET /repo.git/info/refs") {
-                    h.fetch_add(1, Ordering::SeqCst);
-                }
-            }
+        let refs_hits = LineCounter::start(child.stderr.take().unwrap(), |l| {
+            l.contains("GET /repo.git/info/refs")
         });
         GitServer {
             port,
@@ -1415,14 +1244,6 @@ impl GitServer {
             refs_hits,
             child,
         }
-    }
-
-    fn refs_hits_settled(&self, expect: usize) -> usize {
-        let until = Instant::now() + Duration::from_secs(5);
-        while self.refs_hits.load(Ordering::SeqCst) < expect && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.refs_hits.load(Ordering::SeqCst)
     }
 }
 
@@ -1440,7 +1261,7 @@ fn git_ls_remote_through_the_proxy_and_refused_on_an_unlisted_port() {
     let other = Http::start();
     let mut expect = 0;
     for user in users() {
-        let fx = Fx::new("git", user);
+        let fx = BoxWorld::new("git", user);
         // git (libcurl) takes http_proxy from the environment terra sets.
         let r = fx.run(
             &[("localhost", git.port, false, true)],
@@ -1468,7 +1289,7 @@ fn git_ls_remote_through_the_proxy_and_refused_on_an_unlisted_port() {
         assert_refused_line(&r, last, "no-destination", "localhost");
         assert_eq!(last["port"], other.port);
         assert_eq!(other.hits(), 0);
-        assert_eq!(git.refs_hits_settled(expect), expect);
+        assert_eq!(git.refs_hits.settled(expect), expect);
     }
 }
 
@@ -1489,21 +1310,13 @@ fn test_dns() -> &'static dns_server::DnsServer {
     })
 }
 
-/// Root is needed for port 53 and for a private mount namespace. Without it
-/// the case cannot run: under CI that is a failure, elsewhere it says so.
-fn needs_root(case: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    let ci = std::env::var("CI")
-        .map(|v| !v.is_empty() && v != "false")
-        .unwrap_or(false);
-    assert!(
-        !ci,
-        "{case}: needs root (port 53, mount namespace); CI must run it as root"
-    );
-    eprintln!("{case}: needs root (port 53, mount namespace), not run");
-    false
+/// A resolver configuration `text` at `name` in the world's root, readable
+/// by everyone (the broker's root binds it over /etc/resolv.conf).
+fn resolver_config(fx: &BoxWorld, name: &str, text: &str) -> PathBuf {
+    let p = fx.root.join(name);
+    fs::write(&p, text).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+    p
 }
 
 /// `cmd` started inside a private mount namespace after the shell snippet
@@ -1538,10 +1351,11 @@ fn with_resolv_conf(cmd: &Command, resolv: &Path) -> Command {
 }
 
 #[test]
+#[ignore = "needs root: port 53, mount namespace"]
 fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
-    if !needs_root("dns_names_only_a_test_server_knows_resolve_through_the_broker") {
-        return;
-    }
+    require_root(
+        "dns_names_only_a_test_server_knows_resolve_through_the_broker (port 53, mount namespace)",
+    );
     let hosts = fs::read_to_string("/etc/hosts").unwrap_or_default();
     assert!(
         !hosts.contains("terra-test.example"),
@@ -1549,7 +1363,7 @@ fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
     );
     let dns = test_dns();
     let srv = Http::start();
-    let srv6 = Http::start_on("[::1]:0");
+    let srv6 = Http::start_on("[::1]:0", |path| format!("from-host {path}"));
     let (p, p6) = (srv.port, srv6.port);
     let z = |n: &str| format!("{n}.terra-test.example");
     let admitted = ["v4", "both", "alias", "big", "spoofed"];
@@ -1581,14 +1395,8 @@ fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
     }
     let mut served = 0;
     for user in users() {
-        let fx = Fx::new("dns-broker", user);
-        let resolv = fx.root.join("resolv.conf");
-        fs::write(
-            &resolv,
-            "nameserver 127.0.0.153\nsearch terra-test.example\noptions ndots:2 timeout:1 attempts:1\n",
-        )
-        .unwrap();
-        fs::set_permissions(&resolv, fs::Permissions::from_mode(0o644)).unwrap();
+        let fx = BoxWorld::new("dns-broker", user);
+        let resolv = resolver_config(&fx, "resolv.conf", "nameserver 127.0.0.153\nsearch terra-test.example\noptions ndots:2 timeout:1 attempts:1\n");
         let policy = fx.policy(&dests);
         let cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
         let out = with_resolv_conf(&cmd, &resolv).output().unwrap();
@@ -1664,23 +1472,20 @@ fn dns_names_only_a_test_server_knows_resolve_through_the_broker() {
 /// (in a private mount namespace) makes /etc/resolv.conf a link to a file
 /// in the test's directory.
 #[test]
+#[ignore = "needs root: port 53, mount namespace"]
 fn dns_resolv_conf_that_is_a_symbolic_link_is_followed() {
-    if !needs_root("dns_resolv_conf_that_is_a_symbolic_link_is_followed") {
-        return;
-    }
+    require_root("dns_resolv_conf_that_is_a_symbolic_link_is_followed (port 53, mount namespace)");
     let dns = test_dns();
     let srv = Http::start();
     let p = srv.port;
     let name = "v4.terra-test.example";
     for (n, user) in users().into_iter().enumerate() {
-        let fx = Fx::new("dns-symlink", user);
-        let target = fx.root.join("stub-resolv.conf");
-        fs::write(
-            &target,
+        let fx = BoxWorld::new("dns-symlink", user);
+        let target = resolver_config(
+            &fx,
+            "stub-resolv.conf",
             "nameserver 127.0.0.153\noptions timeout:1 attempts:1\n",
-        )
-        .unwrap();
-        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        );
         let (upper, work) = (fx.root.join("ovl-upper"), fx.root.join("ovl-work"));
         fs::create_dir_all(&upper).unwrap();
         fs::create_dir_all(&work).unwrap();

@@ -2,35 +2,15 @@
 //! inspect, hash, artifact-hash, init; --replace and atomic output; exit codes;
 //! the 1 MiB input limit; and every destination corpus case's compile verdict.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn spec_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/spec"))
-}
-
-fn vector(name: &str, ext: &str) -> Vec<u8> {
-    let p = spec_dir().join("vectors").join(format!("{name}.{ext}"));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn unhex(s: &[u8]) -> Vec<u8> {
-    let s = std::str::from_utf8(s).unwrap().trim();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-const VECTORS: [&str; 5] = [
-    "minimal",
-    "workspace",
-    "deny-write",
-    "mediated",
-    "mediated-flags",
-];
+use terra_test_support::data::{
+    corpus_cases, own_vector, unhex, vector, PUBLISHED_VECTORS as VECTORS,
+};
+use terra_test_support::users::make_null_device;
 
 fn terra(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_terra"))
@@ -74,6 +54,20 @@ fn listing(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A temporary directory holding the published vector `name`'s source as `file`.
+fn vector_source(name: &str, file: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join(file);
+    std::fs::write(&src, vector(name, "source.json")).unwrap();
+    (dir, src)
+}
+
+/// `o` exited with `exit` and its message starts with `prefix`.
+fn assert_refused(o: &Output, exit: i32, prefix: &str) {
+    assert_eq!(code(o), exit, "{}", stderr(o));
+    assert!(stderr(o).starts_with(prefix), "{}", stderr(o));
+}
+
 #[test]
 fn compile_reproduces_every_vector() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +79,7 @@ fn compile_reproduces_every_vector() {
         assert_eq!(code(&o), 0, "{name}: {}", stderr(&o));
         assert_eq!(
             std::fs::read(&out).unwrap(),
-            unhex(&vector(name, "mir.hex")),
+            unhex(vector(name, "mir.hex")),
             "{name}"
         );
         let digest = String::from_utf8(vector(name, "sha256")).unwrap();
@@ -107,9 +101,7 @@ fn compile_reproduces_every_vector() {
 
 #[test]
 fn compile_json_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("s.json");
-    std::fs::write(&src, vector("mediated", "source.json")).unwrap();
+    let (dir, src) = vector_source("mediated", "s.json");
     let out = dir.path().join("s.mir");
     let o = terra_p(
         &["policy", "compile", "--json"],
@@ -122,24 +114,17 @@ fn compile_json_output() {
     assert_eq!(v["decisionDigest"], format!("sha256:{}", digest.trim()));
     assert_eq!(v["rules"], 1);
     assert_eq!(v["destinations"], 2);
-    assert_eq!(v["bytes"], unhex(&vector("mediated", "mir.hex")).len());
+    assert_eq!(v["bytes"], unhex(vector("mediated", "mir.hex")).len());
 }
 
 #[test]
 fn existing_output_needs_replace() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("s.json");
-    std::fs::write(&src, vector("workspace", "source.json")).unwrap();
+    let (dir, src) = vector_source("workspace", "s.json");
     let out = dir.path().join("out.mir");
     std::fs::write(&out, b"precious").unwrap();
 
     let o = terra_p(&["policy", "compile"], &[&src, Path::new("--output"), &out]);
-    assert_eq!(code(&o), 1);
-    assert!(
-        stderr(&o).starts_with("terra: argument: "),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 1, "terra: argument: ");
     assert!(stderr(&o).contains("--replace"), "{}", stderr(&o));
     assert_eq!(std::fs::read(&out).unwrap(), b"precious");
 
@@ -162,7 +147,7 @@ fn existing_output_needs_replace() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         std::fs::read(&out).unwrap(),
-        unhex(&vector("workspace", "mir.hex"))
+        unhex(vector("workspace", "mir.hex"))
     );
     assert_eq!(listing(dir.path()), vec!["out.mir", "s.json"]);
 }
@@ -174,12 +159,7 @@ fn failed_compile_leaves_nothing_behind() {
     std::fs::write(&bad, br#"{"formatVersion":3.0}"#).unwrap();
     let out = dir.path().join("new.mir");
     let o = terra_p(&["policy", "compile"], &[&bad, Path::new("--output"), &out]);
-    assert_eq!(code(&o), 1);
-    assert!(
-        stderr(&o).starts_with("terra: format: formatVersion"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 1, "terra: format: formatVersion");
     assert_eq!(listing(dir.path()), vec!["bad.json"]);
 
     // An existing output survives a failed --replace compile untouched.
@@ -223,14 +203,13 @@ fn failed_compile_leaves_nothing_behind() {
             &dir.path().join("no/such/dir/x.mir"),
         ],
     );
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: io: ");
 }
 
 #[test]
 fn validate_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let good = unhex(&vector("mediated-flags", "mir.hex"));
+    let good = unhex(vector("mediated-flags", "mir.hex"));
     let p = dir.path().join("m.mir");
 
     std::fs::write(&p, &good).unwrap();
@@ -249,12 +228,7 @@ fn validate_exit_codes() {
     upper[43] = b'A';
     std::fs::write(&p, &upper).unwrap();
     let o = terra_p(&["policy", "validate"], &[&p]);
-    assert_eq!(code(&o), 2);
-    assert!(
-        stderr(&o).starts_with("terra: non-canonical: "),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 2, "terra: non-canonical: ");
     let o = terra_p(&["policy", "validate", "--json"], &[&p]);
     assert_eq!(code(&o), 2);
     let v = json(&o);
@@ -277,8 +251,7 @@ fn validate_exit_codes() {
     // Structural damage: exit 1, format.
     std::fs::write(&p, &good[..good.len() - 1]).unwrap();
     let o = terra_p(&["policy", "validate", "--json"], &[&p]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: format: ");
     let v = json(&o);
     assert_eq!(
         (v["ok"].as_bool(), v["class"].as_str()),
@@ -288,12 +261,10 @@ fn validate_exit_codes() {
 
     // Missing file: exit 1, io.
     let o = terra_p(&["policy", "validate"], &[&dir.path().join("absent.mir")]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: io: ");
     // A directory: exit 1, io.
     let o = terra_p(&["policy", "validate"], &[dir.path()]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: io: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: io: ");
 }
 
 #[test]
@@ -310,11 +281,10 @@ fn hash_and_artifact_hash() {
 
     // `hash` wants canonical MIR: "abc" is not.
     let o = terra_p(&["policy", "hash"], &[&p]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: format: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: format: ");
 
     let m = dir.path().join("m.mir");
-    std::fs::write(&m, unhex(&vector("minimal", "mir.hex"))).unwrap();
+    std::fs::write(&m, unhex(vector("minimal", "mir.hex"))).unwrap();
     let o = terra_p(&["policy", "hash", "--json"], &[&m]);
     let v = json(&o);
     let digest = String::from_utf8(vector("minimal", "sha256")).unwrap();
@@ -357,8 +327,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
     std::fs::write(&big, &src).unwrap();
     let out = dir.path().join("big.mir");
     let o = terra_p(&["policy", "compile"], &[&big, Path::new("--output"), &out]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: limit: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: limit: ");
     assert!(stderr(&o).contains("1048577 bytes"), "{}", stderr(&o));
     assert!(!out.exists());
     // Exactly 1 MiB compiles.
@@ -367,7 +336,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
     let o = terra_p(&["policy", "compile"], &[&big, Path::new("--output"), &out]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 
-    let mut mir = unhex(&vector("minimal", "mir.hex"));
+    let mut mir = unhex(vector("minimal", "mir.hex"));
     mir.resize((1 << 20) + 1, 0);
     let bigmir = dir.path().join("big.mir2");
     std::fs::write(&bigmir, &mir).unwrap();
@@ -383,8 +352,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
         assert_eq!(json(&o)["class"], "format");
     }
     let o = terra_p(&["policy", "artifact-hash"], &[&bigmir]);
-    assert_eq!(code(&o), 1);
-    assert!(stderr(&o).starts_with("terra: limit: "), "{}", stderr(&o));
+    assert_refused(&o, 1, "terra: limit: ");
 }
 
 #[test]
@@ -475,23 +443,11 @@ fn corpus_source(case: &str) -> (String, bool) {
 
 #[test]
 fn destination_corpus_compile_verdicts() {
-    let corpus = spec_dir().join("corpus/destinations");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&corpus)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "case"))
-        .collect();
-    cases.sort();
-    assert!(
-        cases.len() >= 20,
-        "expected the destination corpus at {}",
-        corpus.display()
-    );
+    let cases = corpus_cases("destinations", 20);
     let dir = tempfile::tempdir().unwrap();
     let (mut accepted, mut refused) = (0, 0);
-    for case in &cases {
-        let name = case.file_name().unwrap().to_string_lossy().into_owned();
-        let (src, expect_accepted) = corpus_source(&std::fs::read_to_string(case).unwrap());
+    for (name, text) in &cases {
+        let (src, expect_accepted) = corpus_source(text);
         let src_path = dir.path().join(format!("{name}.json"));
         std::fs::write(&src_path, &src).unwrap();
         let out = dir.path().join(format!("{name}.mir"));
@@ -669,15 +625,10 @@ fn inspect_prints_control_bytes_and_del_as_the_reference_does() {
 
 #[test]
 fn inspect_validate_and_hash_a_minimal_runtime_relative_vector() {
-    let vectors =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/terra-policy/tests/vectors");
-    let read = |ext: &str| {
-        let p = vectors.join(format!("minimal-runtime-relative.{ext}"));
-        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-    };
+    let read = |ext: &str| own_vector("minimal-runtime-relative", ext);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.mir");
-    std::fs::write(&file, unhex(&read("mir.hex"))).unwrap();
+    std::fs::write(&file, unhex(read("mir.hex"))).unwrap();
     let o = terra_p(&["policy", "validate"], &[&file]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = terra_p(&["policy", "inspect"], &[&file]);
@@ -730,17 +681,10 @@ fn compile_reports_the_first_of_two_refusals() {
     }
 }
 
-/// Whoever runs the suite can make a character device only as root.
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 #[test]
 fn compile_output_is_never_a_symlink_fifo_or_device() {
     use std::os::unix::fs::FileTypeExt;
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("p.json");
-    std::fs::write(&src, vector("minimal", "source.json")).unwrap();
+    let (dir, src) = vector_source("minimal", "p.json");
     // A symlink to a file (as /dev/stdout is a symlink): neither the link
     // nor its target changes.
     let target = dir.path().join("target");
@@ -754,14 +698,8 @@ fn compile_output_is_never_a_symlink_fifo_or_device() {
     let mut outputs = vec![(link.clone(), "a symlink"), (fifo.clone(), "a FIFO")];
     // A character device of our own (the same node as /dev/null), as root.
     let dev = dir.path().join("null");
-    if is_root() {
-        nix::sys::stat::mknod(
-            &dev,
-            nix::sys::stat::SFlag::S_IFCHR,
-            nix::sys::stat::Mode::from_bits_truncate(0o666),
-            nix::sys::stat::makedev(1, 3),
-        )
-        .unwrap();
+    let has_dev = make_null_device(&dev);
+    if has_dev {
         outputs.push((dev.clone(), "a character device"));
     }
     for (out, kind) in &outputs {
@@ -794,14 +732,14 @@ fn compile_output_is_never_a_symlink_fifo_or_device() {
         .unwrap()
         .file_type()
         .is_fifo());
-    if is_root() {
+    if has_dev {
         assert!(std::fs::symlink_metadata(&dev)
             .unwrap()
             .file_type()
             .is_char_device());
     }
     let mut expected = vec!["fifo", "link", "p.json", "target"];
-    if is_root() {
+    if has_dev {
         expected.insert(2, "null");
     }
     assert_eq!(listing(dir.path()), expected, "no temporary file left");
@@ -814,9 +752,7 @@ fn compile_removes_temporary_files_of_killed_compiles() {
     // partial file; the next compile into that directory removes it, and
     // leaves none of its own (the output is written as an anonymous file and
     // linked into place, so it has no name until it is complete).
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("p.json");
-    std::fs::write(&src, vector("minimal", "source.json")).unwrap();
+    let (dir, src) = vector_source("minimal", "p.json");
     let mut gone = Command::new("true").spawn().unwrap();
     let dead = gone.id();
     gone.wait().unwrap();
@@ -844,12 +780,7 @@ fn endless_inputs_are_refused_at_the_limit() {
         "--output",
         "/nonexistent/x",
     ]);
-    assert_eq!(code(&o), 1);
-    assert!(
-        stderr(&o).starts_with("terra: limit: /dev/zero is more than 1048576 bytes"),
-        "{}",
-        stderr(&o)
-    );
+    assert_refused(&o, 1, "terra: limit: /dev/zero is more than 1048576 bytes");
     let o = terra(&["policy", "validate", "/dev/zero"]);
     assert_eq!(code(&o), 1);
     assert!(stderr(&o).contains("1 MiB"), "{}", stderr(&o));

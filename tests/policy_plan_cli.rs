@@ -6,12 +6,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+use terra_test_support::data::{permission_cases, under, PermissionCase};
+use terra_test_support::json::field_strs;
 
 const TERRA: &str = env!("CARGO_BIN_EXE_terra");
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/spec/corpus/permissions");
 
 fn terra(args: &[&str]) -> Output {
     Command::new(TERRA).args(args).output().expect("run terra")
+}
+
+/// terra with the words of `line` (split at spaces) as its arguments, each
+/// word `{}` replaced by the next of `values` (which may hold spaces).
+fn terra_with(line: &str, values: &[&str]) -> Output {
+    let mut values = values.iter();
+    let args: Vec<&str> = line
+        .split(' ')
+        .map(|w| match w {
+            "{}" => *values.next().expect("a value for every {}"),
+            w => w,
+        })
+        .collect();
+    assert!(values.next().is_none(), "more values than {{}} in {line:?}");
+    terra(&args)
 }
 
 fn stdout_json(o: &Output) -> Value {
@@ -49,105 +65,7 @@ fn assert_refused(o: &Output, class: &str) -> Value {
     v
 }
 
-struct Case {
-    name: String,
-    rules: Vec<(String, String, String, bool)>,
-    nodes: Vec<(String, String)>,
-    requires: Vec<String>,
-    queries: Vec<(String, String, String)>,
-    refused: Option<(String, String)>,
-}
-
-fn cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(CORPUS)
-        .unwrap_or_else(|e| panic!("corpus {CORPUS}: {e}"))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "case"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 26,
-        "expected the whole corpus, found {}",
-        files.len()
-    );
-    files
-        .iter()
-        .map(|p| {
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            let mut c = Case {
-                name,
-                rules: vec![],
-                nodes: vec![],
-                requires: vec![],
-                queries: vec![],
-                refused: None,
-            };
-            for line in std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-            {
-                let w: Vec<&str> = line.split_whitespace().collect();
-                match w[0] {
-                    "rule" => c.rules.push((
-                        w[1].into(),
-                        w[2].into(),
-                        w[3].into(),
-                        match w.get(4) {
-                            None => false,
-                            Some(&"protect-create") => true,
-                            Some(x) => panic!("{}: rule flag {x}", c.name),
-                        },
-                    )),
-                    "node" => c.nodes.push((w[1].into(), w[2].into())),
-                    "requires" => c.requires.push(w[1].into()),
-                    "query" => c.queries.push((w[1].into(), w[2].into(), w[3].into())),
-                    "compile" if w[1] == "accepted" => {}
-                    "compile" if w[1] == "refused" => {
-                        c.refused = Some((
-                            w[2].strip_prefix("before=").unwrap().into(),
-                            w[3].strip_prefix("after=").unwrap().into(),
-                        ))
-                    }
-                    x => panic!("{}: directive {x}", c.name),
-                }
-            }
-            c
-        })
-        .collect()
-}
-
-fn under(prefix: &str, path: &str) -> String {
-    if path == "/" {
-        prefix.to_string()
-    } else {
-        format!("{prefix}{path}")
-    }
-}
-
-/// Creates the case's nodes under `root` (absent nodes are not created;
-/// unnamed rule targets are directories).
-fn make_nodes(c: &Case, root: &str) {
-    for (kind, path) in &c.nodes {
-        let p = PathBuf::from(under(root, path));
-        match kind.as_str() {
-            "directory" => std::fs::create_dir_all(&p).unwrap(),
-            "file" => {
-                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-                std::fs::write(&p, b"x").unwrap();
-            }
-            "absent" => {}
-            k => panic!("{}: node kind {k}", c.name),
-        }
-    }
-    for (_, _, path, pc) in &c.rules {
-        let p = PathBuf::from(under(root, path));
-        if !pc && !p.exists() {
-            std::fs::create_dir_all(&p).unwrap();
-        }
-    }
-}
+type Case = PermissionCase;
 
 fn source(c: &Case, root: &str, reversed: bool) -> String {
     let mut rules: Vec<Value> = c
@@ -176,13 +94,13 @@ fn source(c: &Case, root: &str, reversed: bool) -> String {
 
 #[test]
 fn permissions_corpus_end_to_end() {
-    for c in cases() {
+    for c in permission_cases() {
         let tmp = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(tmp.path()).unwrap();
         let root = base.join("fs");
         std::fs::create_dir(&root).unwrap();
         let root = root.to_str().unwrap().to_string();
-        make_nodes(&c, &root);
+        c.make_nodes(&root);
         for reversed in [false, true] {
             let src = base.join(format!("policy-{reversed}.json"));
             std::fs::write(&src, source(&c, &root, reversed)).unwrap();
@@ -231,27 +149,15 @@ fn permissions_corpus_end_to_end() {
                         );
                         // Everything required is enough; one capability less is a violation (exit 2).
                         let all: Vec<&str> = required.clone();
-                        let mut args = vec![
-                            "policy",
-                            "resolve",
-                            policy,
-                            "--json",
-                            "--check",
-                            "--available",
-                        ];
-                        args.extend(all.iter().copied());
-                        let ok = terra(&args);
+                        let check = |available: &[&str]| {
+                            let mut args = vec!["policy", "resolve", policy, "--json"];
+                            args.extend(["--check", "--available"]);
+                            args.extend_from_slice(available);
+                            terra(&args)
+                        };
+                        let ok = check(&all);
                         assert_eq!(code(&ok), 0, "{}: {}", c.name, stderr(&ok));
-                        let mut args = vec![
-                            "policy",
-                            "resolve",
-                            policy,
-                            "--json",
-                            "--check",
-                            "--available",
-                        ];
-                        args.extend(all.iter().copied().skip(1));
-                        let short = terra(&args);
+                        let short = check(&all[1..]);
                         assert_eq!(code(&short), 2, "{}", c.name);
                         let sv = stdout_json(&short);
                         assert_eq!(sv["missing"], json!([all[0]]), "{}", c.name);
@@ -356,6 +262,12 @@ fn policy(rules: Value, network: Value, root: &str, tree: &str) -> Value {
     })
 }
 
+/// A policy of `rules` with network none, root read-only and the process
+/// tree confined.
+fn local_policy(rules: Value) -> Value {
+    policy(rules, json!({ "mode": "none" }), "read-only", "required")
+}
+
 fn ws_rule(access: &str, rel: &str) -> Value {
     json!({ "access": access, "path": { "root": "workspace", "relative": rel } })
 }
@@ -388,41 +300,17 @@ fn capabilities_command() {
     assert_eq!(v["conditional"], json!(["fs-protect-create"]));
     assert_eq!(v["blockers"], json!([]));
     assert_eq!(v["digest"].as_str().unwrap().len(), 64);
-    let out = terra(&[
-        "policy",
-        "capabilities",
-        &p,
-        "--check",
-        "--available",
-        "fs-write,fs-deny",
-        "network-mediated",
-    ]);
+    let out = terra_with(
+        "policy capabilities {} --check --available fs-write,fs-deny network-mediated",
+        &[&p],
+    );
     assert_eq!(code(&out), 2);
     assert!(String::from_utf8_lossy(&out.stdout)
         .contains("missing root-ephemeral-write, network-require-tls-sni"));
-    let out = terra(&[
-        "policy",
-        "capabilities",
-        &p,
-        "--json",
-        "--check",
-        "--available",
-        "fs-write",
-        "fs-deny",
-        "network-mediated",
-        "root-ephemeral-write",
-        "network-require-tls-sni",
-    ]);
+    let out = terra_with("policy capabilities {} --json --check --available fs-write fs-deny network-mediated root-ephemeral-write network-require-tls-sni", &[&p]);
     assert_eq!(code(&out), 0);
     assert_eq!(stdout_json(&out)["missing"], json!([]));
-    let out = terra(&[
-        "policy",
-        "capabilities",
-        &p,
-        "--check",
-        "--available",
-        "fs-bogus",
-    ]);
+    let out = terra_with("policy capabilities {} --check --available fs-bogus", &[&p]);
     assert_refused(&out, "argument");
     // Mediated without a mediator is unsupported at resolution.
     let out = terra(&["policy", "resolve", &p, "--workspace", &f.ws(), "--json"]);
@@ -431,16 +319,10 @@ fn capabilities_command() {
         .as_str()
         .unwrap()
         .contains("falling back to ambient networking is forbidden"));
-    let out = terra(&[
-        "policy",
-        "resolve",
-        &p,
-        "--workspace",
-        &f.ws(),
-        "--mediator",
-        "netd",
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy resolve {} --workspace {} --mediator netd --json",
+        &[&p, &f.ws()],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["network"]["mediator"], json!("netd"));
@@ -463,56 +345,36 @@ fn resolve_refusals_and_host_options() {
     let f = Fixture::new();
     let p = f.write(
         "p.json",
-        policy(
-            json!([ws_rule("read", ""), { "access": "write", "path": { "root": "temp" } }, { "access": "read", "path": { "special": "minimal-runtime" } }, { "access": "read", "path": { "root": "workspace", "relative": "gone" }, "missing": "skip" }]),
-            json!({ "mode": "none" }),
-            "read-only",
-            "required",
-        ),
+        local_policy(json!([ws_rule("read", ""), { "access": "write", "path": { "root": "temp" } }, { "access": "read", "path": { "special": "minimal-runtime" } }, { "access": "read", "path": { "root": "workspace", "relative": "gone" }, "missing": "skip" }])),
     );
     assert_refused(&terra(&["policy", "resolve", &p, "--json"]), "unsupported");
     assert_refused(
         &terra(&["policy", "resolve", &p, "--workspace", &f.ws()]),
         "unsupported",
     );
-    let out = terra(&[
-        "policy",
-        "resolve",
-        &p,
-        "--workspace",
-        &f.ws(),
-        "--temp",
-        &f.path("tmp"),
-        "--minimal-root",
-        &f.path("ws/src"),
-        "--minimal-root",
-        &f.path("ws/.git"),
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy resolve {} --workspace {} --temp {} --minimal-root {} --minimal-root {} --json",
+        &[
+            &p,
+            &f.ws(),
+            &f.path("tmp"),
+            &f.path("ws/src"),
+            &f.path("ws/.git"),
+        ],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = stdout_json(&out);
-    let paths: Vec<&str> = v["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["path"].as_str().unwrap())
-        .collect();
+    let paths = field_strs(&v["rules"], "path");
     assert_eq!(paths.len(), 4);
     assert!(
         paths.contains(&f.path("ws/src").as_str()) && paths.contains(&f.path("ws/.git").as_str())
     );
     assert_eq!(v["omitted"][0]["path"], json!(f.path("ws/gone")));
     // Default minimal-runtime roots when none are given.
-    let out = terra(&[
-        "policy",
-        "resolve",
-        &p,
-        "--workspace",
-        &f.ws(),
-        "--temp",
-        &f.path("tmp"),
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy resolve {} --workspace {} --temp {} --json",
+        &[&p, &f.ws(), &f.path("tmp")],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     if Path::new("/usr").is_dir() {
         let v = stdout_json(&out);
@@ -525,41 +387,20 @@ fn resolve_refusals_and_host_options() {
     // A binding that is not a directory; a missing target with missing: error.
     std::fs::write(f.path("file"), b"").unwrap();
     assert_refused(
-        &terra(&[
-            "policy",
-            "resolve",
-            &p,
-            "--workspace",
-            &f.path("file"),
-            "--temp",
-            &f.path("tmp"),
-        ]),
+        &terra_with(
+            "policy resolve {} --workspace {} --temp {}",
+            &[&p, &f.path("file"), &f.path("tmp")],
+        ),
         "argument",
     );
-    let q = f.write(
-        "q.json",
-        policy(
-            json!([ws_rule("read", "nope")]),
-            json!({ "mode": "none" }),
-            "read-only",
-            "required",
-        ),
-    );
+    let q = f.write("q.json", local_policy(json!([ws_rule("read", "nope")])));
     assert_refused(
         &terra(&["policy", "resolve", &q, "--workspace", &f.ws(), "--json"]),
         "missing",
     );
     // Symlink escape.
     std::os::unix::fs::symlink(f.path("tmp"), f.path("ws/out")).unwrap();
-    let e = f.write(
-        "e.json",
-        policy(
-            json!([ws_rule("read", "out")]),
-            json!({ "mode": "none" }),
-            "read-only",
-            "required",
-        ),
-    );
+    let e = f.write("e.json", local_policy(json!([ws_rule("read", "out")])));
     assert_refused(
         &terra(&["policy", "resolve", &e, "--workspace", &f.ws()]),
         "format",
@@ -567,15 +408,7 @@ fn resolve_refusals_and_host_options() {
     // Symlink loop.
     std::os::unix::fs::symlink(f.path("ws/l2"), f.path("ws/l1")).unwrap();
     std::os::unix::fs::symlink(f.path("ws/l1"), f.path("ws/l2")).unwrap();
-    let l = f.write(
-        "l.json",
-        policy(
-            json!([ws_rule("read", "l1/x")]),
-            json!({ "mode": "none" }),
-            "read-only",
-            "required",
-        ),
-    );
+    let l = f.write("l.json", local_policy(json!([ws_rule("read", "l1/x")])));
     assert_refused(
         &terra(&["policy", "resolve", &l, "--workspace", &f.ws()]),
         "io",
@@ -604,23 +437,12 @@ fn evaluate_command() {
     let f = Fixture::new();
     let p = f.write(
         "p.json",
-        policy(
-            json!([ws_rule("write", ""), ws_rule("deny-write", ".git")]),
-            json!({ "mode": "none" }),
-            "read-only",
-            "required",
-        ),
+        local_policy(json!([ws_rule("write", ""), ws_rule("deny-write", ".git")])),
     );
-    let out = terra(&[
-        "policy",
-        "evaluate",
-        &p,
-        "--workspace",
-        &f.ws(),
-        "--path",
-        &f.path("ws/.git/HEAD"),
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy evaluate {} --workspace {} --path {} --json",
+        &[&p, &f.ws(), &f.path("ws/.git/HEAD")],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = stdout_json(&out);
     assert_eq!(v["permission"], json!("read"));
@@ -628,27 +450,16 @@ fn evaluate_command() {
     assert_eq!(v["decisiveRule"]["access"], json!("deny-write"));
     assert_eq!(v["decisiveRule"]["path"], json!(f.path("ws/.git")));
     assert_eq!(v["applicable"], json!(2));
-    let out = terra(&[
-        "policy",
-        "evaluate",
-        &p,
-        "--workspace",
-        &f.ws(),
-        "--path",
-        &f.path("ws/src"),
-    ]);
+    let out = terra_with(
+        "policy evaluate {} --workspace {} --path {}",
+        &[&p, &f.ws(), &f.path("ws/src")],
+    );
     assert_eq!(code(&out), 0);
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("read-write write-rule"));
-    let out = terra(&[
-        "policy",
-        "evaluate",
-        &p,
-        "--workspace",
-        &f.ws(),
-        "--path",
-        "/etc",
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy evaluate {} --workspace {} --path /etc --json",
+        &[&p, &f.ws()],
+    );
     let v = stdout_json(&out);
     assert_eq!(
         (v["permission"].as_str(), v["reason"].as_str()),
@@ -657,16 +468,10 @@ fn evaluate_command() {
     assert!(v["decisiveRule"].is_null());
     for bad in ["relative", "/a/", "/a//b", "/a/./b", "/a/../b"] {
         assert_refused(
-            &terra(&[
-                "policy",
-                "evaluate",
-                &p,
-                "--workspace",
-                &f.ws(),
-                "--path",
-                bad,
-                "--json",
-            ]),
+            &terra_with(
+                "policy evaluate {} --workspace {} --path {} --json",
+                &[&p, &f.ws(), bad],
+            ),
             "non-canonical",
         );
     }
@@ -717,18 +522,10 @@ fn restrict_command() {
         json!([{ "protocol": "tcp", "host": "b.example", "port": 443, "requireTlsSni": true, "allowPrivateAddresses": true }])
     );
     std::fs::create_dir(f.path("ws/secret")).unwrap();
-    let out = terra(&[
-        "policy",
-        "evaluate",
-        &out_path,
-        "--workspace",
-        &f.ws(),
-        "--mediator",
-        "m",
-        "--path",
-        &f.path("ws/secret/x"),
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy evaluate {} --workspace {} --mediator m --path {} --json",
+        &[&out_path, &f.ws(), &f.path("ws/secret/x")],
+    );
     assert_eq!(
         stdout_json(&out)["reason"],
         json!("deny-rule"),
@@ -739,15 +536,10 @@ fn restrict_command() {
     let again = terra(&["policy", "restrict", &base, &overlay, "--output", &out_path]);
     assert_refused(&again, "argument");
     assert!(stderr(&again).contains("--replace"));
-    let out = terra(&[
-        "policy",
-        "restrict",
-        &base,
-        &overlay,
-        "--output",
-        &out_path,
-        "--replace",
-    ]);
+    let out = terra_with(
+        "policy restrict {} {} --output {} --replace",
+        &[&base, &overlay, &out_path],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(std::fs::read(&out_path).unwrap(), bytes);
     let leftovers: Vec<_> = std::fs::read_dir(&f.dir)
@@ -757,14 +549,10 @@ fn restrict_command() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     // An overlay that grants is refused, and no output is written.
-    let bad = terra(&[
-        "policy",
-        "restrict",
-        &overlay,
-        &base,
-        "--output",
-        &f.path("bad.mir"),
-    ]);
+    let bad = terra_with(
+        "policy restrict {} {} --output {}",
+        &[&overlay, &base, &f.path("bad.mir")],
+    );
     assert_refused(&bad, "argument");
     assert!(!Path::new(&f.path("bad.mir")).exists());
 }
@@ -894,16 +682,10 @@ fn minimal_runtime_relative_rule_resolves_and_evaluates_end_to_end() {
     let policy = format!("{d}/p.mir");
     std::fs::write(&policy, &bytes).unwrap();
     let (a, b, c) = (format!("{d}/a"), format!("{d}/b"), format!("{d}/c"));
-    let out = terra(&[
-        "policy",
-        "resolve",
-        &policy,
-        "--minimal-root",
-        &a,
-        "--minimal-root",
-        &b,
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy resolve {} --minimal-root {} --minimal-root {} --json",
+        &[&policy, &a, &b],
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v = stdout_json(&out);
     let rules: Vec<(String, String)> = v["rules"]
@@ -930,32 +712,18 @@ fn minimal_runtime_relative_rule_resolves_and_evaluates_end_to_end() {
         (a.clone(), "none"),
         (format!("{a}/libx"), "none"),
     ] {
-        let out = terra(&[
-            "policy",
-            "evaluate",
-            &policy,
-            "--path",
-            &path,
-            "--minimal-root",
-            &a,
-            "--minimal-root",
-            &b,
-            "--json",
-        ]);
+        let out = terra_with(
+            "policy evaluate {} --path {} --minimal-root {} --minimal-root {} --json",
+            &[&policy, &path, &a, &b],
+        );
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert_eq!(stdout_json(&out)["permission"], json!(want), "{path}");
     }
     // A root without lib: the rule says missing: error.
-    let out = terra(&[
-        "policy",
-        "resolve",
-        &policy,
-        "--minimal-root",
-        &a,
-        "--minimal-root",
-        &c,
-        "--json",
-    ]);
+    let out = terra_with(
+        "policy resolve {} --minimal-root {} --minimal-root {} --json",
+        &[&policy, &a, &c],
+    );
     let v = assert_refused(&out, "missing");
     assert!(
         v["error"]["message"]

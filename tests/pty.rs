@@ -14,14 +14,14 @@
 
 mod common;
 
-use common::{users, User, NOBODY};
+use common::{terra_bin, users, User, NOBODY};
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -32,24 +32,15 @@ const N_TTY: i64 = 0;
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-fn terra_bin(user: User) -> PathBuf {
-    static COPY: OnceLock<PathBuf> = OnceLock::new();
-    match user {
-        User::Caller => PathBuf::from(env!("CARGO_BIN_EXE_terra")),
-        User::Nobody => COPY
-            .get_or_init(|| common::world_readable_terra("terra-pty-bin-"))
-            .clone(),
-    }
-}
-
-struct Fx {
+/// One run's host directories: a workspace, home, temp, state and runtime.
+struct PtyWorld {
     root: PathBuf,
     ws: PathBuf,
     user: User,
 }
 
-impl Fx {
-    fn new(name: &str, user: User) -> Fx {
+impl PtyWorld {
+    fn new(name: &str, user: User) -> PtyWorld {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let root = PathBuf::from(format!(
             "/tmp/terra-pty-{}-{name}-{user:?}-{n}",
@@ -69,7 +60,7 @@ impl Fx {
                 std::os::unix::fs::lchown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
             }
         }
-        Fx { root, ws, user }
+        PtyWorld { root, ws, user }
     }
 
     /// Runs `terra run <args>` under the driver with `steps`; returns the
@@ -136,7 +127,7 @@ impl Fx {
     }
 }
 
-impl Drop for Fx {
+impl Drop for PtyWorld {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.root);
     }
@@ -209,7 +200,7 @@ fn out(r: &Value) -> String {
 #[test]
 fn probe_cannot_break_the_operators_terminal() {
     for user in users() {
-        let fx = Fx::new("probe", user);
+        let fx = PtyWorld::new("probe", user);
         let r = fx.drive(
             &["--", "python3", "probe.py"],
             json!([["expect", "PROBE-END", 60], ["wait", 60]]),
@@ -248,7 +239,7 @@ fn interactive_shell_on_the_box_terminal() {
         "termios.tcsetattr(0, termios.TCSANOW, m); print(\"got\", repr(c))'\n"
     );
     for user in users() {
-        let fx = Fx::new("shell", user);
+        let fx = PtyWorld::new("shell", user);
         let r = fx.drive(
             &[
                 "--env",
@@ -382,7 +373,7 @@ fn operator_terminal_modes_restored_on_every_end() {
     ];
     for user in users() {
         for (what, args, steps, code) in &cases {
-            let fx = Fx::new("restore", user);
+            let fx = PtyWorld::new("restore", user);
             let r = fx.drive(args, steps.clone(), json!({}));
             let text = out(&r);
             assert_eq!(r["failed"], Value::Null, "{user:?} {what}:\n{text}\n{r}");
@@ -409,7 +400,7 @@ fn piped_stdin_stays_a_pipe_with_a_terminal_stdout() {
         "read m || echo \"E\"\"OF\""
     );
     for user in users() {
-        let fx = Fx::new("pipe", user);
+        let fx = PtyWorld::new("pipe", user);
         let r = fx.drive(
             &["--", "sh", "-c", script],
             json!([

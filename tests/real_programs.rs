@@ -6,66 +6,27 @@
 
 mod common;
 
-use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use common::{is_root, users, User, NOBODY};
+use common::{terra_as, users, RunDirs, User};
 
-/// A workspace (and state, runtime, temp) under /tmp, owned by the run's user.
-struct Scratch {
-    root: PathBuf,
-    user: User,
-}
+/// A workspace (and state, runtime, home, temp) under /tmp, owned by the
+/// run's user; removed at drop.
+struct Scratch(RunDirs);
 
 impl Scratch {
     fn new(name: &str, user: User) -> Scratch {
-        let root = PathBuf::from(format!(
-            "/tmp/terra-real-{}-{name}-{user:?}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&root);
-        for d in ["ws", "state", "runtime", "tmp"] {
-            fs::create_dir_all(root.join(d)).unwrap();
-        }
-        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-        if user == User::Nobody {
-            for d in ["", "ws", "state", "runtime", "tmp"] {
-                std::os::unix::fs::chown(root.join(d), Some(NOBODY), Some(NOBODY)).unwrap();
-            }
-        }
-        Scratch { root, user }
+        let dirs = RunDirs::new("terra-real", name, user);
+        dirs.chown_to_user(None);
+        Scratch(dirs)
     }
 
     fn run(&self, script: &str) -> Output {
-        let mut cmd = match self.user {
-            User::Caller => Command::new(env!("CARGO_BIN_EXE_terra")),
-            User::Nobody => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-                    .arg(common::world_readable_terra("terra-real-bin-"));
-                c
-            }
-        };
+        let mut cmd = terra_as(self.0.user, &[]);
         cmd.args(["run", "--timeout", "300s", "--", "/bin/sh", "-c"])
-            .arg(format!("set -eu\n{script}\necho REAL-OK\n"))
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("LANG", "C.UTF-8")
-            .env("HOME", self.root.join("tmp"))
-            .env("XDG_STATE_HOME", self.root.join("state"))
-            .env("XDG_RUNTIME_DIR", self.root.join("runtime"))
-            .env("TMPDIR", self.root.join("tmp"))
-            .current_dir(self.root.join("ws"))
-            .stdin(Stdio::null());
+            .arg(format!("set -eu\n{script}\necho REAL-OK\n"));
+        self.0.run_env(&mut cmd, "/usr/local/bin:/usr/bin:/bin");
         cmd.output().unwrap()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.root);
     }
 }
 
@@ -81,9 +42,6 @@ fn assert_real_ok(what: &str, user: User, out: &Output) {
 
 /// Runs `first`, then `second` in the same workspace, as every user.
 fn twice(name: &str, first: &str, second: &str) {
-    if !is_root() {
-        eprintln!("{name}: running as the caller only (not root, so not again as 65534)");
-    }
     for user in users() {
         let s = Scratch::new(name, user);
         assert_real_ok(name, user, &s.run(first));

@@ -1,69 +1,49 @@
-//! Helpers shared by the end-to-end tests that run the terra binary as the
-//! caller and, when the caller is root, again as uid/gid 65534.
+//! Helpers shared by the end-to-end tests of the terra binary: the shared
+//! test support (users, run directories, bounded runs) and the binary itself,
+//! for the caller and, when the caller is root, for uid/gid 65534.
+// Each test binary uses a part of this module.
+#![allow(dead_code, unused_imports)]
 
-use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
 
-/// The unprivileged identity the suites run as when they run as root.
-pub const NOBODY: u32 = 65534;
+pub use terra_test_support::dirs::RunDirs;
+pub use terra_test_support::process::{run_bounded, show, wait_until};
+pub use terra_test_support::users::{command_as, is_root, require_root, users, User, NOBODY};
 
-/// Who runs one case.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum User {
-    /// Whoever runs the test suite.
-    Caller,
-    /// uid/gid 65534 through setpriv (only when the suite runs as root).
-    Nobody,
-}
-
-pub fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// Every identity a case runs as: the caller, and 65534 too when that is root.
-pub fn users() -> Vec<User> {
-    if is_root() {
-        vec![User::Caller, User::Nobody]
-    } else {
-        vec![User::Caller]
+/// The terra binary `user` runs: the build for the caller; for 65534 a copy in
+/// a world-readable 0755 directory under /tmp (the build tree may sit under a
+/// 0700 home), named after the build and this test binary, so repeated runs
+/// reuse it and suites running in parallel keep their own.
+///
+/// `TERRA_E2E_BIN` runs the suites against another build instead (e.g. the
+/// static musl release binary, `make build` -> dist/terra; relative to the
+/// repository), for both users: give a path uid 65534 can execute.
+pub fn terra_bin(user: User) -> PathBuf {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(bin) = std::env::var_os("TERRA_E2E_BIN").filter(|b| !b.is_empty()) {
+        return std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join(&bin))
+            .unwrap_or_else(|e| panic!("TERRA_E2E_BIN {bin:?}: {e}"));
     }
-}
-
-/// The built terra binary copied into a world-readable 0755 directory under
-/// /tmp, so uid 65534 can run it (the build tree may sit under a 0700 home).
-/// The copy is named `<prefix><size>-<mtime>` after the build, so repeated
-/// runs of a suite reuse it; stale copies with the same prefix are removed.
-/// Each test binary passes its own prefix, so suites running in parallel never
-/// remove each other's copy.
-pub fn world_readable_terra(prefix: &str) -> PathBuf {
-    // Tests of one binary run on parallel threads: one copies, the rest wait.
-    static COPYING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = COPYING.lock().unwrap_or_else(|e| e.into_inner());
     let built = PathBuf::from(env!("CARGO_BIN_EXE_terra"));
-    let meta = fs::metadata(&built).unwrap();
-    let mtime = meta
-        .modified()
-        .unwrap()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let name = format!("{prefix}{}-{mtime:x}", meta.len());
-    let dir = PathBuf::from("/tmp").join(&name);
-    let dst = dir.join("terra");
-    if fs::metadata(&dst).map(|m| m.len()).ok() != Some(meta.len()) {
-        for e in fs::read_dir("/tmp").unwrap().flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with(prefix) && n != name {
-                let _ = fs::remove_dir_all(e.path());
-            }
-        }
-        fs::create_dir_all(&dir).unwrap();
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-        let tmp = dir.join(format!("terra.tmp-{}", std::process::id()));
-        fs::copy(&built, &tmp).unwrap();
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
-        fs::rename(&tmp, &dst).unwrap();
+    match user {
+        User::Caller => built,
+        User::Nobody => COPY
+            .get_or_init(|| {
+                let me = std::env::current_exe().unwrap();
+                let suite = me.file_name().unwrap().to_string_lossy().into_owned();
+                terra_test_support::users::world_readable_copy(
+                    &built,
+                    &format!("terra-bin-{suite}-"),
+                )
+            })
+            .clone(),
     }
-    dst
+}
+
+/// `terra` as `user` (through setpriv for 65534), `via` (a program and its
+/// arguments) started as that user in front of it.
+pub fn terra_as(user: User, via: &[&str]) -> Command {
+    command_as(user, None, via, &terra_bin(user))
 }

@@ -961,8 +961,8 @@ mod tests {
         line.split_whitespace().nth(2).unwrap().parse().unwrap()
     }
 
-    /// The EACCES check itself; run directly by a non-root user, or in a child
-    /// process as uid 65534 when the tests run as root.
+    /// The EACCES check itself: run directly by a non-root user, or as root on
+    /// a thread whose file access is uid 65534's.
     fn check_eacces(d: &str) {
         for missing in [Missing::Error, Missing::Skip] {
             for access in [Access::Read, Access::Deny] {
@@ -971,16 +971,6 @@ mod tests {
                 assert_eq!(c, ErrorClass::Io, "{msg}");
                 assert!(msg.contains("ermission denied"), "{msg}");
             }
-        }
-    }
-
-    /// Helper for `permission_denied_is_io`: does nothing unless that test
-    /// started it with TERRA_TEST_EACCES_DIR set.
-    #[test]
-    fn eacces_child() {
-        if let Ok(d) = std::env::var("TERRA_TEST_EACCES_DIR") {
-            assert_ne!(euid(), 0, "the child must not run as root");
-            check_eacces(&d);
         }
     }
 
@@ -993,40 +983,13 @@ mod tests {
             std::fs::Permissions::from_mode(0o000),
         )
         .unwrap();
-        if euid() != 0 {
+        if euid() == 0 {
+            // Root ignores the mode bits: the check runs with 65534's file
+            // access, below a tree 65534 may enter.
+            std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+            terra_test_support::users::with_nobody_file_access(|| check_eacces(&d));
+        } else {
             check_eacces(&d);
-            return;
-        }
-        // Root ignores the mode bits: run the check as uid 65534 in a child.
-        // The test binary is copied beside the tree so that uid 65534 can
-        // execute it wherever the target directory is.
-        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let exe = format!("{d}/test-binary");
-        std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let out = std::process::Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&exe)
-            .args([
-                "--exact",
-                "resolve::tests::eacces_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("TERRA_TEST_EACCES_DIR", &d)
-            .output();
-        match out {
-            Ok(out) => {
-                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-                if !out.status.success() && text.contains("setpriv: failed to execute") {
-                    // uid 65534 cannot reach the temporary directory (e.g. TMPDIR under /root).
-                    println!("SKIPPED the EACCES sub-assertion: running as root and uid 65534 cannot execute {exe}:\n{text}");
-                    return;
-                }
-                assert!(out.status.success(), "child as uid 65534 failed:\n{text}");
-                assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
-            }
-            Err(e) => println!("SKIPPED the EACCES sub-assertion: running as root and setpriv is unavailable ({e})"),
         }
     }
 

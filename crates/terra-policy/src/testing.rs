@@ -5,9 +5,7 @@ use proptest::prelude::*;
 use crate::model::{Access, Destination, MirBuilder, Missing, RootKind, Scope};
 use crate::plan::ResolvedRule;
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-pub(crate) use common::tmp;
+pub(crate) use terra_test_support::dirs::canonical_tempdir as tmp;
 
 /// A resolved host rule (see [`ResolvedRule::host`]).
 pub(crate) fn r(access: Access, scope: Scope, path: &str) -> ResolvedRule {

@@ -2,20 +2,12 @@
 //! judged against an independent reference classifier on every one-byte
 //! mutation, every truncation and every appended byte of every vector.
 
-mod common;
-
 use terra_policy::host::{classify_host, HostKind};
 use terra_policy::{compile_source, inspection_json, ErrorClass, Mir};
-
-use common::{spec_dir, unhex, VECTORS};
-
-fn read(name: &str, ext: &str) -> Vec<u8> {
-    let path = spec_dir().join("vectors").join(format!("{name}.{ext}"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use terra_test_support::data::{unhex, vector as read, PUBLISHED_VECTORS as VECTORS};
 
 fn mir_bytes(name: &str) -> Vec<u8> {
-    unhex(std::str::from_utf8(&read(name, "mir.hex")).unwrap())
+    unhex(read(name, "mir.hex"))
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //!    directory, a decision of `host` rules under it resolved with `resolve`
 //!    (protect-create rules get `missing: skip`), queries evaluated on the plan.
 
-use std::path::{Path, PathBuf};
+use terra_test_support::data::{permission_cases, under, PermissionCase};
 
 use terra_policy::evaluate::evaluate_rules;
 use terra_policy::{
@@ -14,96 +14,56 @@ use terra_policy::{
     MirBuilder, Missing, Permission, PolicyError, Reason, ResolvedRule, RootKind, RuleSet, Scope,
 };
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/corpus/permissions");
-
+/// A corpus case in the library's types (`src` as the corpus says it).
 #[derive(Debug)]
 struct Case {
+    src: PermissionCase,
     name: String,
     rules: Vec<(Access, Scope, String, bool)>,
-    nodes: Vec<(String, String)>,
     requires: Vec<Capability>,
     queries: Vec<(String, Permission, Reason)>,
     refused: Option<(Permission, Permission)>,
 }
 
-fn parse(name: &str, text: &str) -> Case {
-    let mut c = Case {
-        name: name.into(),
-        rules: vec![],
-        nodes: vec![],
-        requires: vec![],
-        queries: vec![],
-        refused: None,
-    };
-    let mut compile_seen = false;
-    for line in text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        match w[0] {
-            "rule" => {
-                let access =
-                    Access::from_name(w[1]).unwrap_or_else(|| panic!("{name}: access {line}"));
-                let scope =
-                    Scope::from_name(w[2]).unwrap_or_else(|| panic!("{name}: scope {line}"));
-                let pc = match w.get(4) {
-                    None => false,
-                    Some(&"protect-create") => true,
-                    Some(x) => panic!("{name}: unknown rule flag {x}"),
-                };
-                c.rules.push((access, scope, w[3].to_string(), pc));
-            }
-            "node" => c.nodes.push((w[1].to_string(), w[2].to_string())),
-            "requires" => c
-                .requires
-                .push(Capability::from_name(w[1]).unwrap_or_else(|| panic!("{name}: {line}"))),
-            "query" => c.queries.push((
-                w[1].to_string(),
-                Permission::from_name(w[2]).unwrap_or_else(|| panic!("{name}: {line}")),
-                Reason::from_name(w[3]).unwrap_or_else(|| panic!("{name}: {line}")),
-            )),
-            "compile" => {
-                compile_seen = true;
-                match w[1] {
-                    "accepted" => {}
-                    "refused" => {
-                        let before = w[2].strip_prefix("before=").and_then(Permission::from_name);
-                        let after = w[3].strip_prefix("after=").and_then(Permission::from_name);
-                        c.refused = Some((before.expect(line), after.expect(line)));
-                    }
-                    x => panic!("{name}: compile {x}"),
-                }
-            }
-            x => panic!("{name}: unknown directive {x}"),
-        }
+fn typed(src: PermissionCase) -> Case {
+    let name = src.name.clone();
+    let word = |what: &str, word: &str| -> ! { panic!("{name}: {what} {word}") };
+    Case {
+        rules: src
+            .rules
+            .iter()
+            .map(|(a, s, path, pc)| {
+                let access = Access::from_name(a).unwrap_or_else(|| word("access", a));
+                let scope = Scope::from_name(s).unwrap_or_else(|| word("scope", s));
+                (access, scope, path.clone(), *pc)
+            })
+            .collect(),
+        requires: src
+            .requires
+            .iter()
+            .map(|r| Capability::from_name(r).unwrap_or_else(|| word("requires", r)))
+            .collect(),
+        queries: src
+            .queries
+            .iter()
+            .map(|(path, p, r)| {
+                let perm = Permission::from_name(p).unwrap_or_else(|| word("permission", p));
+                let reason = Reason::from_name(r).unwrap_or_else(|| word("reason", r));
+                (path.clone(), perm, reason)
+            })
+            .collect(),
+        refused: src.refused.as_ref().map(|(b, a)| {
+            let before = Permission::from_name(b).unwrap_or_else(|| word("before", b));
+            let after = Permission::from_name(a).unwrap_or_else(|| word("after", a));
+            (before, after)
+        }),
+        name: name.clone(),
+        src,
     }
-    assert!(compile_seen, "{name}: no compile line");
-    c
 }
 
 fn cases() -> Vec<Case> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(CORPUS)
-        .unwrap_or_else(|e| panic!("corpus {CORPUS}: {e}"))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "case"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 26,
-        "expected the whole corpus, found {} cases",
-        files.len()
-    );
-    files
-        .iter()
-        .map(|p| {
-            parse(
-                &p.file_name().unwrap().to_string_lossy(),
-                &std::fs::read_to_string(p).unwrap(),
-            )
-        })
-        .collect()
+    permission_cases().into_iter().map(typed).collect()
 }
 
 fn resolved(c: &Case, prefix: &str) -> Vec<ResolvedRule> {
@@ -121,16 +81,6 @@ fn resolved(c: &Case, prefix: &str) -> Vec<ResolvedRule> {
         .collect()
 }
 
-fn under(prefix: &str, path: &str) -> String {
-    if prefix.is_empty() {
-        path.to_string()
-    } else if path == "/" {
-        prefix.to_string()
-    } else {
-        format!("{prefix}{path}")
-    }
-}
-
 /// What the rules of a case require beyond fs-read/fs-write/fs-deny.
 fn extra_required(caps: impl Iterator<Item = Capability>) -> Vec<Capability> {
     let mut v: Vec<Capability> = caps
@@ -140,8 +90,9 @@ fn extra_required(caps: impl Iterator<Item = Capability>) -> Vec<Capability> {
     v
 }
 
-/// The refusal a case expects: a conflict naming both permissions.
-fn assert_refused(c: &Case, e: &PolicyError, before: Permission, after: Permission) {
+/// `e` is the conflict the case names: its class, and the permissions
+/// before and after in its detail.
+fn assert_conflict(c: &Case, e: &PolicyError, before: Permission, after: Permission) {
     assert_eq!(e.class(), ErrorClass::Conflict, "{}: {e}", c.name);
     let want = format!("before={before} after={after}");
     assert!(
@@ -197,7 +148,7 @@ fn corpus_against_the_evaluator() {
             match (check_conflicts(rules), c.refused) {
                 (Ok(()), None) => assert!(find_conflicts(rules).is_empty()),
                 (Err(e), Some((before, after))) => {
-                    assert_refused(&c, &e, before, after);
+                    assert_conflict(&c, &e, before, after);
                     let first = &find_conflicts(rules)[0];
                     assert_eq!((first.before, first.after), (before, after), "{}", c.name);
                 }
@@ -228,44 +179,13 @@ fn corpus_against_the_evaluator() {
     }
 }
 
-fn make_nodes(c: &Case, root: &Path) {
-    for (kind, path) in &c.nodes {
-        let p = PathBuf::from(under(root.to_str().unwrap(), path));
-        match kind.as_str() {
-            "directory" => std::fs::create_dir_all(&p).unwrap(),
-            "file" => {
-                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-                std::fs::write(&p, b"x").unwrap();
-            }
-            "absent" => {}
-            k => panic!("{}: node kind {k}", c.name),
-        }
-    }
-    // Rule targets that are not named are unnamed ancestors: directories.
-    for (_, _, path, pc) in &c.rules {
-        let p = PathBuf::from(under(root.to_str().unwrap(), path));
-        if !pc && !p.exists() {
-            std::fs::create_dir_all(&p).unwrap();
-        }
-    }
-    for (kind, path) in &c.nodes {
-        if kind == "absent" {
-            assert!(
-                !Path::new(&under(root.to_str().unwrap(), path)).exists(),
-                "{}: {path} exists",
-                c.name
-            );
-        }
-    }
-}
-
 #[test]
 fn corpus_resolved_on_a_real_filesystem() {
     for c in cases() {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap();
         let prefix = root.to_str().unwrap().to_string();
-        make_nodes(&c, &root);
+        c.src.make_nodes(&prefix);
         for order in [false, true] {
             let mut rules = c.rules.clone();
             if order {
@@ -323,7 +243,7 @@ fn corpus_resolved_on_a_real_filesystem() {
                         );
                     }
                 }
-                (Err(e), Some((before, after))) => assert_refused(&c, &e, before, after),
+                (Err(e), Some((before, after))) => assert_conflict(&c, &e, before, after),
                 (got, want) => panic!(
                     "{}: resolve gave {got:?}, corpus says refused={want:?}",
                     c.name

@@ -3,23 +3,18 @@
 //! the exact escaping of inspection JSON, and the rule cap counted after
 //! de-duplication. The repository's own vectors are in `tests/vectors`.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
+
+use terra_test_support::data::{own_vector, unhex};
 
 use terra_policy::{
     compile_source, inspection_json, resolve, Access, Capability, ErrorClass, HostBindings, Mir,
     MirBuilder, Missing, Permission, RootKind, Scope,
 };
 
-use common::{tmp, unhex};
-
 fn vector(name: &str, ext: &str) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/vectors")
-        .join(format!("{name}.{ext}"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    String::from_utf8(own_vector(name, ext)).unwrap()
 }
 
 /// The 20-byte header of a MIR with `rules` records, network none, process
@@ -41,7 +36,7 @@ fn mir_bytes(records: &[(u8, u8, u8, u8, &[u8])]) -> Vec<u8> {
 
 #[test]
 fn minimal_runtime_relative_vector_decodes_as_canonical() {
-    let bytes = unhex(&vector("minimal-runtime-relative", "mir.hex"));
+    let bytes = unhex(vector("minimal-runtime-relative", "mir.hex"));
     assert_eq!(bytes.len(), 35);
     let mir = Mir::decode(&bytes).unwrap_or_else(|e| panic!("the reference accepts it: {e}"));
     assert_eq!(mir.bytes(), &bytes[..], "re-encodes byte for byte");
@@ -133,6 +128,8 @@ fn the_source_still_cannot_write_a_minimal_runtime_path() {
     assert_eq!(m.rules()[0].target.path, "");
 }
 
+use terra_test_support::dirs::canonical_tempdir as tmp;
+
 fn one(access: Access, path: &str, scope: Scope, missing: Missing) -> Mir {
     let mut b = MirBuilder::new();
     b.add_rule(access, RootKind::MinimalRuntime, path, scope, missing)
@@ -164,7 +161,7 @@ fn runtime_tree() -> (tempfile::TempDir, [String; 4]) {
 #[test]
 fn a_minimal_runtime_path_resolves_below_every_root() {
     let (_t, [a, b, _c, _d]) = runtime_tree();
-    let mir = Mir::decode(&unhex(&vector("minimal-runtime-relative", "mir.hex"))).unwrap();
+    let mir = Mir::decode(&unhex(vector("minimal-runtime-relative", "mir.hex"))).unwrap();
     let r = resolve(&mir, &roots(&[&a, &b])).unwrap();
     let paths: Vec<(&str, RootKind, usize)> = r
         .rules()

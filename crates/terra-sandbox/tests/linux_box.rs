@@ -11,32 +11,34 @@ use common::probe::{parse, probe};
 use common::*;
 use terra_policy::{Access, NetworkMode, RootMode, Scope};
 use terra_sandbox::linux::{describe_spec, spawn_box_spec, BoxExit};
+use terra_test_support::users::require_root;
 
-/// Entry point of the in-box probes (does nothing in a normal test run).
-#[test]
-fn probe_entry() {
-    let Ok(list) = std::env::var("TERRA_PROBE") else {
-        return;
-    };
-    for name in list.split(',') {
-        println!("PROBE {name}={}", probe(name));
-    }
-}
-
-/// Runs the probes inside a box made from `w` (the test binary granted).
+/// Runs the probes inside a box made from `w` (the probe program granted).
 fn run_probes(w: &mut World, names: &[&str]) -> std::collections::BTreeMap<String, String> {
-    let exe = std::env::current_exe().unwrap();
+    let exe = probe_exe();
     w.rules.push(rule(Access::Read, &exe, Scope::Exact));
     w.env.push(("TERRA_PROBE".into(), names.join(",").into()));
-    let cmd = format!(
-        "{} --exact probe_entry --nocapture --test-threads=1",
-        exe.display()
-    );
-    let r = w.sh(&cmd);
+    let r = w.sh(&exe.display().to_string());
     ok(&r);
     let m = parse(&r.1);
     assert_eq!(m.len(), names.len(), "probe output:\n{}", r.1);
     m
+}
+
+/// Runs every probe of `expect` in one box made from `w`: each group is the
+/// result its probes (named, separated by spaces) must give ("EPERM" for a
+/// refused call, "ok" for a twin).
+fn assert_probes(w: &mut World, expect: &[(&str, &str)]) {
+    let names: Vec<&str> = expect
+        .iter()
+        .flat_map(|(_, n)| n.split_whitespace())
+        .collect();
+    let m = run_probes(w, &names);
+    for (result, names) in expect {
+        for n in names.split_whitespace() {
+            assert_eq!(m[n], *result, "{n}: {m:?}");
+        }
+    }
 }
 
 #[test]
@@ -419,31 +421,20 @@ fn network_none_has_only_loopback() {
 #[test]
 fn seccomp_refuses_listed_calls() {
     let mut w = World::new();
-    let names = [
-        "unshare",
-        "mount",
-        "keyctl",
-        "bpf",
-        "ptrace",
-        "io_uring",
-        "tiocsti",
-        "tiocsti_high_bits",
-        "clone_newns",
-        "clone_newuser",
-        "clone3",
-        "tiocgwinsz_badfd",
-        "clone_plain",
-        "getppid",
-    ];
-    let m = run_probes(&mut w, &names);
-    for n in &names[..10] {
-        assert_eq!(m[*n], "EPERM", "{n}: {m:?}");
-    }
-    assert_eq!(m["clone3"], "ENOSYS");
-    // Twins: unlisted calls and unlisted ioctls behave normally.
-    assert_eq!(m["tiocgwinsz_badfd"], "EBADF");
-    assert_eq!(m["clone_plain"], "ok");
-    assert_eq!(m["getppid"], "ok");
+    let refused = concat!(
+        "unshare mount keyctl bpf ptrace ",
+        "io_uring tiocsti tiocsti_high_bits clone_newns clone_newuser",
+    );
+    assert_probes(
+        &mut w,
+        &[
+            ("EPERM", refused),
+            ("ENOSYS", "clone3"),
+            // Twins: unlisted calls and unlisted ioctls behave normally.
+            ("EBADF", "tiocgwinsz_badfd"),
+            ("ok", "clone_plain getppid"),
+        ],
+    );
     // Twin outside the box: keyctl works on the host, so EPERM above is the filter.
     assert_eq!(probe("keyctl"), "ok");
 }
@@ -451,36 +442,15 @@ fn seccomp_refuses_listed_calls() {
 #[test]
 fn seccomp_refuses_setid_modes_and_keeps_ordinary_ones() {
     let mut w = World::new();
-    let refused = [
-        "chmod_setuid",
-        "fchmod_setgid",
-        "fchmodat2_setgid",
-        "fchmodat_setuid_high_bits",
-        "openat_creat_setuid",
-        "openat_tmpfile_setgid",
-        "mkdirat_setgid",
-        "mknodat_setuid",
-    ];
-    let twins = [
-        "chmod_plain",
-        "chmod_sticky_dir",
-        "openat_creat_plain",
-        "openat_nocreat_modebits",
-    ];
-    let names: Vec<&str> = refused
-        .iter()
-        .chain(twins.iter())
-        .chain(["openat2"].iter())
-        .copied()
-        .collect();
-    let m = run_probes(&mut w, &names);
-    for n in refused {
-        assert_eq!(m[n], "EPERM", "{n}: {m:?}");
-    }
-    for n in twins {
-        assert_eq!(m[n], "ok", "{n}: {m:?}");
-    }
-    assert_eq!(m["openat2"], "ENOSYS", "{m:?}");
+    let refused = concat!(
+        "chmod_setuid fchmod_setgid fchmodat2_setgid fchmodat_setuid_high_bits ",
+        "openat_creat_setuid openat_tmpfile_setgid mkdirat_setgid mknodat_setuid",
+    );
+    let twins = "chmod_plain chmod_sticky_dir openat_creat_plain openat_nocreat_modebits";
+    assert_probes(
+        &mut w,
+        &[("EPERM", refused), ("ok", twins), ("ENOSYS", "openat2")],
+    );
     // Twin outside the box: the same calls work on the host.
     assert_eq!(probe("chmod_setuid"), "ok");
     assert_eq!(probe("fchmod_setgid"), "ok");
@@ -489,45 +459,28 @@ fn seccomp_refuses_setid_modes_and_keeps_ordinary_ones() {
 #[test]
 fn seccomp_allows_only_the_plan_socket_families() {
     let mut w = World::new();
-    let refused_af = [
-        "socket_vsock",
-        "socket_packet",
-        "socket_alg",
-        "socket_vsock_high_bits",
-        "socketpair_inet",
-        "socketpair_vsock",
-    ];
-    let twins = [
-        "socket_netlink_route",
-        "socket_unix_flags",
-        "socket_inet",
-        "socketpair_unix",
-    ];
-    let names: Vec<&str> = refused_af
-        .iter()
-        .chain(twins.iter())
-        .chain(["socket_netlink_audit"].iter())
-        .copied()
-        .collect();
-    let m = run_probes(&mut w, &names);
-    for n in refused_af {
-        assert_eq!(m[n], "EAFNOSUPPORT", "{n}: {m:?}");
-    }
-    assert_eq!(m["socket_netlink_audit"], "EPROTONOSUPPORT", "{m:?}");
-    for n in twins {
-        assert_eq!(m[n], "ok", "{n}: {m:?}");
-    }
+    let refused_af = concat!(
+        "socket_vsock socket_packet socket_alg ",
+        "socket_vsock_high_bits socketpair_inet socketpair_vsock",
+    );
+    let twins = "socket_netlink_route socket_unix_flags socket_inet socketpair_unix";
+    assert_probes(
+        &mut w,
+        &[
+            ("EAFNOSUPPORT", refused_af),
+            ("EPROTONOSUPPORT", "socket_netlink_audit"),
+            ("ok", twins),
+        ],
+    );
 }
 
 /// As root, the box starts without the caller's supplementary groups (here
 /// the launcher shape: the test harness has several threads). Only this
 /// test's thread gets the extra group, through the raw system call.
 #[test]
+#[ignore = "needs root: an unprivileged caller cannot drop them (SECURITY.md)"]
 fn supplementary_groups_are_dropped_as_root() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return; // an unprivileged caller cannot drop them (SECURITY.md)
-    }
+    require_root("supplementary_groups_are_dropped_as_root");
     let mut w = World::new();
     let before = probe("groups");
     let set = |groups: &[libc::gid_t]| {
@@ -843,6 +796,7 @@ fn host_support_reports_user_namespaces() {
 
 /// As root: the whole suite again as an unprivileged user (uid/gid 65534).
 #[test]
+#[ignore = "needs root: runs this suite again as uid 65534"]
 fn as_unprivileged_user() {
     rerun_unprivileged("as_unprivileged_user");
 }

@@ -696,15 +696,8 @@ mod tests {
             .file_type()
             .is_fifo());
         // A character device (made here as root, like /dev/null: 1,3): refused, untouched.
-        if nix::unistd::geteuid().is_root() {
-            let dev = d.join("null");
-            nix::sys::stat::mknod(
-                &dev,
-                nix::sys::stat::SFlag::S_IFCHR,
-                nix::sys::stat::Mode::from_bits_truncate(0o666),
-                nix::sys::stat::makedev(1, 3),
-            )
-            .unwrap();
+        let dev = d.join("null");
+        if terra_test_support::users::make_null_device(&dev) {
             let r = write_file(
                 &dev,
                 b"x",

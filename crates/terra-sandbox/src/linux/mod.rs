@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-use terra_policy::{Capability, CapabilitySet, NetworkMode, ResolvedRule, RootMode, SandboxPlan};
+use terra_policy::{Capability, CapabilitySet, SandboxPlan};
 
 mod init;
 mod landlock;
@@ -15,6 +15,7 @@ mod mounts;
 mod prepare;
 mod role;
 mod seccomp;
+mod spec;
 mod status;
 mod support;
 mod sys;
@@ -24,6 +25,12 @@ mod workload;
 pub use landlock::{FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
+// Hand-made plans (rules not taken from a checked plan) are for the tests
+// only: with the `test-support` feature, which only dev-dependencies enable.
+#[cfg(feature = "test-support")]
+pub use spec::{BoxSpec, PlanView};
+#[cfg(not(feature = "test-support"))]
+use spec::{BoxSpec, PlanView};
 
 /// Why the launcher refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -45,10 +52,12 @@ pub enum SandboxError {
 /// socketpair, and never returns.
 pub type BoxService = fn(listener: std::net::TcpListener, broker: OwnedFd) -> !;
 
-/// Everything the launcher needs to start one box.
-pub struct BoxConfig {
+/// Everything the launcher needs to start one box. `P` is the plan: the
+/// resolved, capability-checked [`SandboxPlan`] (the only one `spawn_box`
+/// takes), or in the tests the launcher's view of a hand-made one.
+pub struct BoxConfig<P = SandboxPlan> {
     /// The resolved, capability-checked plan (never grant more than it says).
-    pub plan: SandboxPlan,
+    pub plan: P,
     /// The workload: argv[0] is looked up on the box's PATH.
     pub argv: Vec<OsString>,
     /// Working directory inside the box (the workspace, at its real path).
@@ -71,6 +80,24 @@ pub struct BoxConfig {
     pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
     /// Host name inside the box's UTS namespace.
     pub hostname: String,
+}
+
+impl<P> BoxConfig<P> {
+    /// The same box over another plan.
+    fn with_plan<Q>(self, plan: Q) -> BoxConfig<Q> {
+        BoxConfig {
+            plan,
+            argv: self.argv,
+            cwd: self.cwd,
+            env: self.env,
+            temp_dir: self.temp_dir,
+            canary_path: self.canary_path,
+            canary_tcp: self.canary_tcp,
+            canary_gate: self.canary_gate,
+            mediated: self.mediated,
+            hostname: self.hostname,
+        }
+    }
 }
 
 /// How the box ended.
@@ -120,57 +147,6 @@ pub fn declared_capabilities(broker_available: bool) -> CapabilitySet {
         caps.insert(Capability::NetworkPrivateAddresses);
     }
     caps
-}
-
-/// The parts of a plan the launcher lowers (added: lets tests and tools lower
-/// hand-made rules; `spawn_box` builds it from the checked plan).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanView {
-    pub rules: Vec<ResolvedRule>,
-    pub network: NetworkMode,
-    pub root_mode: RootMode,
-}
-
-impl PlanView {
-    pub fn of(plan: &SandboxPlan) -> PlanView {
-        PlanView {
-            rules: plan.rules().to_vec(),
-            network: plan.network(),
-            root_mode: plan.root_mode(),
-        }
-    }
-}
-
-/// [`BoxConfig`] over a [`PlanView`] (added). Callers must take the rules from a
-/// resolved, capability-checked plan; `spawn_box` does exactly that.
-pub struct BoxSpec {
-    pub plan: PlanView,
-    pub argv: Vec<OsString>,
-    pub cwd: PathBuf,
-    pub env: Vec<(OsString, OsString)>,
-    pub temp_dir: PathBuf,
-    pub canary_path: PathBuf,
-    pub canary_tcp: Option<SocketAddr>,
-    pub canary_gate: Option<OwnedFd>,
-    pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
-    pub hostname: String,
-}
-
-impl From<BoxConfig> for BoxSpec {
-    fn from(c: BoxConfig) -> BoxSpec {
-        BoxSpec {
-            plan: PlanView::of(&c.plan),
-            argv: c.argv,
-            cwd: c.cwd,
-            env: c.env,
-            temp_dir: c.temp_dir,
-            canary_path: c.canary_path,
-            canary_tcp: c.canary_tcp,
-            canary_gate: c.canary_gate,
-            mediated: c.mediated,
-            hostname: c.hostname,
-        }
-    }
 }
 
 /// A running box.
@@ -233,7 +209,7 @@ impl BoxHandle {
 /// cloned straight into its namespaces; otherwise a launcher process is forked
 /// first (see `init.rs` for why).
 pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
-    spawn_box_spec(config.into())
+    spawn_spec(config.into(), None)
 }
 
 /// [`spawn_box`], and with `terminal` the box gets its own pseudo-terminal
@@ -243,19 +219,16 @@ pub fn spawn_box_with_terminal(
     config: BoxConfig,
     terminal: Option<BoxTerminal>,
 ) -> Result<BoxHandle, SandboxError> {
-    spawn_box_spec_terminal(config.into(), terminal)
+    spawn_spec(config.into(), terminal)
 }
 
-/// Starts a box from a [`BoxSpec`] (added).
+/// Starts a box from a [`BoxSpec`]: a hand-made plan (test-support only).
+#[cfg(feature = "test-support")]
 pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
-    spawn_box_spec_terminal(spec, None)
+    spawn_spec(spec, None)
 }
 
-/// [`spawn_box_spec`] with an optional [`BoxTerminal`].
-pub fn spawn_box_spec_terminal(
-    spec: BoxSpec,
-    terminal: Option<BoxTerminal>,
-) -> Result<BoxHandle, SandboxError> {
+fn spawn_spec(spec: BoxSpec, terminal: Option<BoxTerminal>) -> Result<BoxHandle, SandboxError> {
     let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
     let gate_fd = spec.canary_gate.as_ref().map(|fd| fd.as_raw_fd());
     let mut prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
@@ -414,7 +387,8 @@ pub fn describe(config: &BoxConfig) -> String {
     )
 }
 
-/// [`describe`] over a [`BoxSpec`] (added).
+/// [`describe`] over a [`BoxSpec`]: a hand-made plan (test-support only).
+#[cfg(feature = "test-support")]
 pub fn describe_spec(spec: &BoxSpec) -> String {
     prepare::describe(
         &spec.plan,

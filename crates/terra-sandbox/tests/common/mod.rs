@@ -1,11 +1,15 @@
 //! Helpers for the box tests: hand-made resolved rules (the plan compiler's
 //! resolution output shape), a workspace, a temp dir and a canary.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod probe;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub use terra_test_support::process::wait_until;
+use terra_test_support::users::{rerun_as_nobody, world_readable_copy};
 
 use terra_policy::{Access, NetworkMode, ResolvedRule, RootKind, RootMode, Scope};
 use terra_sandbox::linux::{spawn_box_spec, BoxExit, BoxReport, BoxSpec, PlanView};
@@ -145,50 +149,30 @@ pub fn ok(r: &(BoxReport, String)) -> &str {
     &r.1
 }
 
-/// As root: re-runs the calling test binary as uid/gid 65534 (skipping
-/// `skip`), from a world-readable copy; asserts that every test passed.
-pub fn rerun_unprivileged(skip: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || std::env::var_os("TERRA_UNPRIV_CHILD").is_some() {
-        return;
+/// Names the probe program's world-readable copy in a rerun as 65534.
+const PROBE_ENV: &str = "TERRA_BOX_PROBE";
+
+/// The probe program (terra-box-probe): a world-readable copy under /tmp, so
+/// a box of any user can execute it at a path outside the build tree.
+pub fn probe_exe() -> PathBuf {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(p) = std::env::var_os(PROBE_ENV) {
+        return PathBuf::from(p);
     }
-    let dir = tempfile::Builder::new()
-        .prefix("terra-unpriv-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let exe = dir.path().join("tests");
-    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(&exe)
-        .args(["--skip", skip])
-        .env("TERRA_UNPRIV_CHILD", "1")
-        .env("TMPDIR", "/tmp")
-        .env_remove("TERRA_TEST_TMP")
-        .current_dir("/")
-        .output()
-        .expect("setpriv (util-linux) is needed to run the unprivileged half");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "unprivileged run failed:\n{text}");
-    assert!(text.contains("test result: ok"), "{text}");
-    assert!(!text.contains(" 0 passed"), "{text}");
+    COPY.get_or_init(|| {
+        let me = std::env::current_exe().unwrap();
+        let suite = me.file_name().unwrap().to_string_lossy().into_owned();
+        world_readable_copy(
+            Path::new(env!("CARGO_BIN_EXE_terra-box-probe")),
+            &format!("terra-box-probe-{suite}-"),
+        )
+    })
+    .clone()
 }
 
-/// Polls `cond` (a guard against hanging forever, not a timing assertion:
-/// the bound is minutes).
-pub fn wait_until(cond: impl Fn() -> bool, what: &str) {
-    for _ in 0..6000 {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("gave up waiting for {what}");
+/// As root: the calling test binary again as uid/gid 65534 (without the test
+/// `skip` that calls this), handed the probe program's copy.
+pub fn rerun_unprivileged(skip: &str) {
+    let probe = probe_exe();
+    rerun_as_nobody(skip, &[(PROBE_ENV, probe.as_os_str())]);
 }

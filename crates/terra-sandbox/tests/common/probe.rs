@@ -37,6 +37,17 @@ fn rc(r: libc::c_long) -> String {
     }
 }
 
+/// Opens `path` with `flags` and `mode` (closing what it opened): "ok" or the errno.
+fn open_rc(path: &std::ffi::CStr, flags: libc::c_int, mode: libc::c_uint) -> String {
+    // SAFETY: `path` is a NUL-terminated string; a returned descriptor is closed.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, mode) };
+    if fd >= 0 {
+        // SAFETY: closing the descriptor just opened.
+        unsafe { libc::close(fd) };
+    }
+    rc(fd as libc::c_long)
+}
+
 /// A fresh path under /tmp for one probe (the box's /tmp is writable).
 fn scratch(name: &str) -> std::ffi::CString {
     let p = format!("/tmp/terra-probe-{name}-{}", std::process::id());
@@ -206,54 +217,24 @@ pub fn probe(name: &str) -> String {
         }
         "openat_creat_setuid" => {
             let f = scratch("creat-suid");
-            let fd = unsafe {
-                libc::open(
-                    f.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o4755,
-                )
-            };
-            if fd >= 0 {
-                unsafe { libc::close(fd) };
-            }
-            rc(fd as libc::c_long)
+            open_rc(&f, libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o4755)
         }
         "openat_tmpfile_setgid" => {
             let d = std::ffi::CString::new("/tmp").unwrap();
-            let fd = unsafe {
-                libc::open(
-                    d.as_ptr(),
-                    libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o2755,
-                )
-            };
-            if fd >= 0 {
-                unsafe { libc::close(fd) };
-            }
-            rc(fd as libc::c_long)
+            open_rc(
+                &d,
+                libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o2755,
+            )
         }
         "openat_creat_plain" => {
             let f = scratch("creat-plain");
-            let fd = unsafe {
-                libc::open(
-                    f.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o755,
-                )
-            };
-            if fd >= 0 {
-                unsafe { libc::close(fd) };
-            }
-            rc(fd as libc::c_long)
+            open_rc(&f, libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o755)
         }
         "openat_nocreat_modebits" => {
             // Without O_CREAT or O_TMPFILE the mode is ignored, and so not checked.
             let f = scratch_file("nocreat");
-            let fd = unsafe { libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0o6755) };
-            if fd >= 0 {
-                unsafe { libc::close(fd) };
-            }
-            rc(fd as libc::c_long)
+            open_rc(&f, libc::O_RDONLY | libc::O_CLOEXEC, 0o6755)
         }
         "mkdirat_setgid" => {
             let d = scratch("mkdir-sgid");
