@@ -3,11 +3,13 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
+use nix::unistd::ForkResult;
 use terra_policy::{Capability, CapabilitySet, NetworkMode, ResolvedRule, RootMode, SandboxPlan};
 
+mod error;
 mod init;
 mod landlock;
 pub mod lower;
@@ -25,18 +27,7 @@ pub use landlock::{FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
 
-/// Why the launcher refused or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error("unsupported on this host: {0}")]
-    Unsupported(String),
-    #[error("launcher failed: {0}")]
-    Launch(String),
-    #[error("activation check failed: {0}")]
-    Activation(String),
-    #[error("io error: {0}")]
-    Io(String),
-}
+pub use error::SandboxError;
 
 /// A service that runs inside the box (in a child of the box init, after the
 /// box's namespaces, root and filters are in place) before the workload starts:
@@ -46,9 +37,12 @@ pub enum SandboxError {
 pub type BoxService = fn(listener: std::net::TcpListener, broker: OwnedFd) -> !;
 
 /// Everything the launcher needs to start one box.
-pub struct BoxConfig {
+///
+/// `P` is the plan: a resolved, capability-checked [`SandboxPlan`]; or, as
+/// [`BoxSpec`], the [`PlanView`] of one.
+pub struct BoxConfig<P = SandboxPlan> {
     /// The resolved, capability-checked plan (never grant more than it says).
-    pub plan: SandboxPlan,
+    pub plan: P,
     /// The workload: argv[0] is looked up on the box's PATH.
     pub argv: Vec<OsString>,
     /// Working directory inside the box (the workspace, at its real path).
@@ -122,7 +116,7 @@ pub fn declared_capabilities(broker_available: bool) -> CapabilitySet {
     caps
 }
 
-/// The parts of a plan the launcher lowers (added: lets tests and tools lower
+/// The parts of a plan the launcher lowers (lets tests and tools lower
 /// hand-made rules; `spawn_box` builds it from the checked plan).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanView {
@@ -141,24 +135,13 @@ impl PlanView {
     }
 }
 
-/// [`BoxConfig`] over a [`PlanView`] (added). Callers must take the rules from a
+/// [`BoxConfig`] over a [`PlanView`]. Callers must take the rules from a
 /// resolved, capability-checked plan; `spawn_box` does exactly that.
-pub struct BoxSpec {
-    pub plan: PlanView,
-    pub argv: Vec<OsString>,
-    pub cwd: PathBuf,
-    pub env: Vec<(OsString, OsString)>,
-    pub temp_dir: PathBuf,
-    pub canary_path: PathBuf,
-    pub canary_tcp: Option<SocketAddr>,
-    pub canary_gate: Option<OwnedFd>,
-    pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
-    pub hostname: String,
-}
+pub type BoxSpec = BoxConfig<PlanView>;
 
 impl From<BoxConfig> for BoxSpec {
     fn from(c: BoxConfig) -> BoxSpec {
-        BoxSpec {
+        BoxConfig {
             plan: PlanView::of(&c.plan),
             argv: c.argv,
             cwd: c.cwd,
@@ -203,29 +186,25 @@ impl BoxHandle {
     /// box ended), then reaps the caller's child and, for a cloned init, reads
     /// how the workload ended.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
-        let reports = status::read_all(self.status.as_raw_fd());
-        let mut st = 0;
-        loop {
-            // SAFETY: waiting for our own child.
-            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
-            if rc == self.pid {
-                break;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return Err(SandboxError::Io(sys::errno_str(
-                    "waitpid",
-                    &self.pid.to_string(),
-                )));
-            }
-        }
+        let reports = status::read_all(self.status.as_fd());
+        let ended = wait_for(self.pid)?;
         // init has exited: its result bytes, if it wrote them, are in the pipe.
         let result = self.result.as_ref().and_then(|fd| {
             let mut b = [0u8; 2];
-            // SAFETY: reading into a 2-byte buffer from our own descriptor.
-            let n = unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 2) };
-            (n == 2).then(|| (b[0] == 1, b[1] as i32))
+            (sys::read_full(fd.as_fd(), &mut b) == 2).then(|| (b[0] == 1, b[1] as i32))
         });
-        Ok(prepare::report(&reports, st, result))
+        Ok(prepare::report(&reports, ended, result))
+    }
+}
+
+/// How the caller's child `pid` ended: (signaled, exit code or signal).
+fn wait_for(pid: i32) -> Result<(bool, i32), SandboxError> {
+    let pid = nix::unistd::Pid::from_raw(pid);
+    match sys::wait_child(pid, false)? {
+        Some((_, ended)) => Ok(ended),
+        None => Err(SandboxError::Io(format!(
+            "waitpid({pid}) returned no status"
+        ))),
     }
 }
 
@@ -246,7 +225,7 @@ pub fn spawn_box_with_terminal(
     spawn_box_spec_terminal(config.into(), terminal)
 }
 
-/// Starts a box from a [`BoxSpec`] (added).
+/// Starts a box from a [`BoxSpec`].
 pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
     spawn_box_spec_terminal(spec, None)
 }
@@ -261,7 +240,7 @@ pub fn spawn_box_spec_terminal(
     let mut prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
     let mut channel = None;
     if let Some(t) = &terminal {
-        let (ours, theirs) = terminal::prepare(t).map_err(SandboxError::Launch)?;
+        let (ours, theirs) = terminal::prepare(t)?;
         channel = Some(ours);
         prep.terminal = Some(theirs);
     }
@@ -273,44 +252,31 @@ pub fn spawn_box_spec_terminal(
     // The box holds its own copies now.
     drop(spec.mediated);
     drop(spec.canary_gate);
-    if let Some(t) = &prep.terminal {
-        sys::close(t.channel);
-    }
+    drop(prep.terminal.take());
     handle.map(|mut h| {
         h.terminal = channel;
         h
     })
 }
 
-/// Closes raw descriptors on an error path.
-fn close_all(fds: &[i32]) {
-    for fd in fds {
-        sys::close(*fd);
-    }
-}
-
 /// Forks the launcher, which unshares and forks init (any caller).
 fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
-    let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
-    // SAFETY: getpid has no preconditions.
-    let caller = unsafe { libc::getpid() };
-    let pid = match sys::fork() {
-        Ok(0) => {
-            sys::close(status_r);
+    let (status_r, status_w) = sys::pipe_cloexec()?;
+    let caller = nix::unistd::getpid();
+    // SAFETY: the launcher child only makes system calls, allocates (the C
+    // library's malloc is reset by fork(3)) and ends with `exit_now` or in
+    // `supervise_child`; it never returns here.
+    let pid = match unsafe { sys::fork() }? {
+        ForkResult::Child => {
+            drop(status_r);
             init::launcher(prep, status_w, caller)
         }
-        Ok(pid) => pid,
-        Err(e) => {
-            close_all(&[status_r, status_w]);
-            return Err(SandboxError::Launch(e));
-        }
+        ForkResult::Parent { child } => child,
     };
-    sys::close(status_w);
-    // SAFETY: status_r is a fresh descriptor owned only by this handle.
-    let status = unsafe { OwnedFd::from_raw_fd(status_r) };
+    drop(status_w);
     Ok(BoxHandle {
-        pid,
-        status,
+        pid: pid.as_raw(),
+        status: status_r,
         result: None,
         _life: None,
         terminal: None,
@@ -319,22 +285,16 @@ fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> 
 
 /// Clones init straight into the box's namespaces (single-threaded caller only).
 fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
-    let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
-    let (res_r, res_w) = sys::pipe_cloexec().map_err(|e| {
-        close_all(&[status_r, status_w]);
-        SandboxError::Launch(e)
-    })?;
+    let (status_r, status_w) = sys::pipe_cloexec()?;
+    let (res_r, res_w) = sys::pipe_cloexec()?;
     // How init learns that the caller is gone before its parent-death signal
     // was armed: a pidfd of the caller, or a pipe only the caller writes.
     let (parent_fd, life_w) = match sys::pidfd_self() {
         Some(fd) => (fd, None),
-        None => match sys::pipe_cloexec() {
-            Ok((r, w)) => (r, Some(w)),
-            Err(e) => {
-                close_all(&[status_r, status_w, res_r, res_w]);
-                return Err(SandboxError::Launch(e));
-            }
-        },
+        None => {
+            let (r, w) = sys::pipe_cloexec()?;
+            (r, Some(w))
+        }
     };
     // init starts with the forwarded signals and SIGCHLD blocked (see
     // `sys::block_init_signals`); the caller gets its own mask back.
@@ -346,60 +306,34 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
         Ok(g) => g,
         Err(e) => {
             sys::set_mask(&mask);
-            close_all(&[status_r, status_w, res_r, res_w, parent_fd]);
-            if let Some(w) = life_w {
-                sys::close(w);
-            }
-            return Err(SandboxError::Launch(e));
+            return Err(e);
         }
     };
-    let cloned = sys::clone_into(init::box_namespaces(prep));
-    if cloned == Ok(0) {
-        init::cloned_init(prep, status_w, res_w, parent_fd)
-    }
+    // SAFETY: only called when `sys::single_threaded()`; the child never
+    // returns here (`cloned_init` ends with exec or `_exit`).
+    let cloned = match unsafe { sys::clone_into(init::box_namespaces(prep)) } {
+        Ok(ForkResult::Child) => init::cloned_init(prep, status_w, res_w, parent_fd),
+        Ok(ForkResult::Parent { child }) => Ok(child),
+        Err(e) => Err(e),
+    };
     let restored = groups.map(|g| sys::set_thread_groups(&g));
     sys::set_mask(&mask);
-    close_all(&[status_w, res_w, parent_fd]);
-    let pid = match cloned {
-        Ok(pid) => pid,
-        Err(e) => {
-            close_all(&[status_r, res_r]);
-            if let Some(w) = life_w {
-                sys::close(w);
-            }
-            return Err(SandboxError::Unsupported(format!(
-                "cannot create the box namespaces: {e}"
-            )));
-        }
-    };
+    drop((status_w, res_w, parent_fd));
+    let pid = cloned
+        .map_err(|e| SandboxError::Unsupported(format!("cannot create the box namespaces: {e}")))?;
     if let Some(Err(e)) = restored {
         // The caller lost its own groups: end the box rather than go on changed.
-        // SAFETY: signalling the child just cloned.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        let mut st = 0;
-        // SAFETY: reaping that child.
-        unsafe { libc::waitpid(pid, &mut st, 0) };
-        close_all(&[status_r, res_r]);
-        if let Some(w) = life_w {
-            sys::close(w);
-        }
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = sys::wait_child(pid, false);
         return Err(SandboxError::Launch(format!(
-            "setgroups: cannot restore the caller's supplementary groups: {e}"
+            "cannot restore the caller's supplementary groups: {e}"
         )));
     }
-    // SAFETY: these are fresh descriptors owned only by this handle.
-    let (status, result, life) = unsafe {
-        (
-            OwnedFd::from_raw_fd(status_r),
-            OwnedFd::from_raw_fd(res_r),
-            life_w.map(|w| OwnedFd::from_raw_fd(w)),
-        )
-    };
     Ok(BoxHandle {
-        pid,
-        status,
-        result: Some(result),
-        _life: life,
+        pid: pid.as_raw(),
+        status: status_r,
+        result: Some(res_r),
+        _life: life_w,
         terminal: None,
     })
 }
@@ -414,7 +348,7 @@ pub fn describe(config: &BoxConfig) -> String {
     )
 }
 
-/// [`describe`] over a [`BoxSpec`] (added).
+/// [`describe`] over a [`BoxSpec`].
 pub fn describe_spec(spec: &BoxSpec) -> String {
     prepare::describe(
         &spec.plan,
@@ -443,21 +377,8 @@ impl RoleHandle {
     }
     /// Waits for the role; returns its exit code (128+N for signal N).
     pub fn wait(self) -> Result<i32, SandboxError> {
-        let mut st = 0;
-        loop {
-            // SAFETY: waiting for our own child.
-            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
-            if rc == self.pid {
-                let (signaled, v) = sys::decode_status(st);
-                return Ok(if signaled { 128 + v } else { v });
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return Err(SandboxError::Io(sys::errno_str(
-                    "waitpid",
-                    &self.pid.to_string(),
-                )));
-            }
-        }
+        let (signaled, v) = wait_for(self.pid)?;
+        Ok(if signaled { 128 + v } else { v })
     }
 }
 
