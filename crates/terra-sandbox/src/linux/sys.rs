@@ -48,17 +48,6 @@ const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
 const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
 
-/// True for the error of a kernel without the system call.
-fn is_enosys(e: &SandboxError) -> bool {
-    matches!(
-        e,
-        SandboxError::Sys {
-            errno: Errno::ENOSYS,
-            ..
-        }
-    )
-}
-
 /// Adds nosuid and nodev to the mount at `path` and every mount below it
 /// (host binds: no set-id programs, no device nodes). Best effort on kernels
 /// without mount_setattr (no_new_privs already disables set-id on exec).
@@ -69,7 +58,11 @@ pub fn harden(path: &str) -> Result<()> {
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         true,
     ) {
-        Err(e) if is_enosys(&e) => Ok(()),
+        // A kernel without mount_setattr.
+        Err(SandboxError::Sys {
+            errno: Errno::ENOSYS,
+            ..
+        }) => Ok(()),
         r => r,
     }
 }
@@ -84,7 +77,10 @@ pub fn harden_readonly(path: &str) -> Result<()> {
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_RDONLY,
         true,
     ) {
-        Err(e) if is_enosys(&e) => make_readonly(path, true),
+        Err(SandboxError::Sys {
+            errno: Errno::ENOSYS,
+            ..
+        }) => make_readonly(path, true),
         r => r,
     }
 }
@@ -125,7 +121,10 @@ fn setattr(call: &'static str, path: &str, attr_set: u64, recursive: bool) -> Re
 /// inherited from the host; falls back to a remount on old kernels.
 pub fn make_readonly(path: &str, recursive: bool) -> Result<()> {
     match setattr("mount_setattr(ro)", path, MOUNT_ATTR_RDONLY, recursive) {
-        Err(e) if is_enosys(&e) && !recursive => {}
+        Err(SandboxError::Sys {
+            errno: Errno::ENOSYS,
+            ..
+        }) if !recursive => {}
         r => return r,
     }
     let st = nix::sys::statvfs::statvfs(path)
