@@ -708,3 +708,60 @@ pub fn cstr_lossy(c: &CStr) -> String {
 pub fn raw(fd: &impl AsFd) -> RawFd {
     fd.as_fd().as_raw_fd()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_call_keeps_its_name_errno_and_path() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("missing");
+        let m = missing.to_str().expect("UTF-8 temp path");
+        match chdir(m) {
+            Err(SandboxError::Sys {
+                call: "chdir",
+                errno: Errno::ENOENT,
+                path: Some(p),
+            }) => assert_eq!(p, m),
+            other => panic!("{other:?}"),
+        }
+        assert!(lstat(m).expect("lstat").is_none());
+        mkdir(m, 0o700).expect("mkdir");
+        mkdir(m, 0o700).expect("an existing directory is fine");
+        assert!(lstat(m).expect("lstat").is_some_and(|st| is_dir(&st)));
+    }
+
+    #[test]
+    fn touch_creates_a_file_but_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = |n: &str| dir.path().join(n).to_str().expect("UTF-8").to_string();
+        touch(&path("plain"), 0o444).expect("a new file");
+        assert!(lstat(&path("plain")).expect("lstat").is_some());
+        symlink(&path("target"), &path("link")).expect("symlink");
+        assert!(matches!(
+            touch(&path("link"), 0o444),
+            Err(SandboxError::Sys {
+                errno: Errno::ELOOP,
+                ..
+            })
+        ));
+        assert!(
+            lstat(&path("target")).expect("lstat").is_none(),
+            "nothing created through the link"
+        );
+    }
+
+    #[test]
+    fn pipe_reads_writes_and_sees_its_peer_go() {
+        let (r, w) = pipe_cloexec().expect("pipe");
+        assert!(!peer_gone(r.as_fd()), "writer open, nothing written");
+        write_all_fd(w.as_fd(), &[1, 42]);
+        let mut b = [0u8; 2];
+        assert_eq!(read_full(r.as_fd(), &mut b), 2);
+        assert_eq!(b, [1, 42]);
+        drop(w);
+        assert!(peer_gone(r.as_fd()), "writer closed");
+        assert!(!read_byte(r.as_fd()), "end of file");
+    }
+}
