@@ -45,16 +45,16 @@ use super::{mounts, sys, BoxService};
 use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, prepared by the caller before forking.
-pub struct BoxPrep {
+pub struct BoxPrep<'a> {
     pub uid: u32,
     pub gid: u32,
     pub new_net: bool,
     pub hostname: String,
     pub ops: Vec<MountOp>,
-    pub workload: WorkloadPrep,
+    pub workload: WorkloadPrep<'a>,
     /// The box end of the broker socketpair (the caller's descriptor, owned
     /// by its `BoxSpec` and inherited by the box), address, service.
-    pub mediated: Option<(RawFd, SocketAddr, BoxService)>,
+    pub mediated: Option<(BorrowedFd<'a>, SocketAddr, BoxService)>,
     pub service_seccomp: Vec<BpfProgram>,
     /// The box's own terminal (see `terminal.rs`), when the caller's stdio has one.
     pub terminal: Option<TerminalPrep>,
@@ -170,9 +170,9 @@ pub fn cloned_init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd, parent: Owne
 fn box_fds(prep: &BoxPrep) -> Vec<RawFd> {
     let mut v = Vec::new();
     if let Some((fd, _, _)) = &prep.mediated {
-        v.push(*fd);
+        v.push(sys::raw(fd));
     }
-    v.extend(prep.workload.canary_gate);
+    v.extend(prep.workload.canary_gate.as_ref().map(sys::raw));
     v.extend(prep.terminal.as_ref().map(|t| sys::raw(&t.channel)));
     v
 }
@@ -286,8 +286,11 @@ fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
     };
     drop(status);
     drop(service_listener);
-    let inherited = prep.mediated.as_ref().map(|(fd, _, _)| *fd);
-    for fd in inherited.into_iter().chain(prep.workload.canary_gate) {
+    let inherited = prep.mediated.as_ref().map(|(fd, _, _)| sys::raw(fd));
+    for fd in inherited
+        .into_iter()
+        .chain(prep.workload.canary_gate.as_ref().map(sys::raw))
+    {
         // SAFETY: the caller's descriptors, inherited; init never returns
         // into the caller's code, and only its children use them.
         unsafe { sys::close_inherited(fd) };
@@ -312,7 +315,12 @@ fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
 
 /// The mediated-networking service: a child of init, capabilities dropped,
 /// no_new_privs and the workload's seccomp filter.
-fn run_service(prep: &BoxPrep, service: BoxService, listener: BorrowedFd<'_>, broker: RawFd) -> ! {
+fn run_service(
+    prep: &BoxPrep,
+    service: BoxService,
+    listener: BorrowedFd<'_>,
+    broker: BorrowedFd<'_>,
+) -> ! {
     sys::reset_signals();
     if !sys::die_with_parent(Pid::from_raw(1)) {
         sys::exit_now(EXIT_REFUSED.into());
@@ -320,7 +328,7 @@ fn run_service(prep: &BoxPrep, service: BoxService, listener: BorrowedFd<'_>, br
     // Move the broker end to fd 7 (the fixed number) and the listener beside
     // it; both are first moved above 100 so neither dup2 can clobber the other.
     let high = |fd: RawFd| fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(100));
-    match (high(broker), high(listener.as_raw_fd())) {
+    match (high(broker.as_raw_fd()), high(listener.as_raw_fd())) {
         (Ok(b), Ok(l)) if dup2(b, 7).is_ok() && dup2(l, 6).is_ok() => {}
         _ => sys::exit_now(EXIT_REFUSED.into()),
     }

@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
 use nix::unistd::ForkResult;
@@ -235,9 +235,7 @@ pub fn spawn_box_spec_terminal(
     spec: BoxSpec,
     terminal: Option<BoxTerminal>,
 ) -> Result<BoxHandle, SandboxError> {
-    let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
-    let gate_fd = spec.canary_gate.as_ref().map(|fd| fd.as_raw_fd());
-    let mut prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
+    let mut prep = prepare::prepare(&spec)?;
     let mut channel = None;
     if let Some(t) = &terminal {
         let (ours, theirs) = terminal::prepare(t)?;
@@ -249,10 +247,11 @@ pub fn spawn_box_spec_terminal(
     } else {
         spawn_with_launcher(&prep)
     };
-    // The box holds its own copies now.
-    drop(spec.mediated);
-    drop(spec.canary_gate);
-    drop(prep.terminal.take());
+    // The box holds its own copies now: close the caller's (the terminal
+    // channel's box end in `prep`, the broker socket and the canary gate in
+    // `spec`).
+    drop(prep);
+    drop(spec);
     handle.map(|mut h| {
         h.terminal = channel;
         h

@@ -4,6 +4,7 @@
 
 use std::ffi::CString;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -142,11 +143,9 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
         .map_err(|_| SandboxError::InvalidRequest(format!("{what} holds a NUL byte")))
 }
 
-pub fn prepare(
-    spec: &BoxSpec,
-    mediated_fd: Option<i32>,
-    gate_fd: Option<i32>,
-) -> Result<BoxPrep, SandboxError> {
+/// What the box needs of `spec`, prepared before any fork; it borrows the
+/// spec's descriptors, which the box inherits.
+pub fn prepare(spec: &BoxSpec) -> Result<BoxPrep<'_>, SandboxError> {
     if spec.argv.is_empty() {
         return Err(SandboxError::InvalidRequest("empty command".into()));
     }
@@ -194,10 +193,10 @@ pub fn prepare(
         .ok_or_else(|| SandboxError::Unsupported("the working directory is not UTF-8".into()))?
         .to_string();
     let filters = seccomp::build()?;
-    let mediated = match (&spec.mediated, mediated_fd) {
-        (Some((_, addr, service)), Some(fd)) => Some((fd, *addr, *service)),
-        _ => None,
-    };
+    let mediated = spec
+        .mediated
+        .as_ref()
+        .map(|(fd, addr, service)| (fd.as_fd(), *addr, *service));
     let (uid, gid) = ids();
     Ok(BoxPrep {
         uid,
@@ -212,7 +211,7 @@ pub fn prepare(
             cwd,
             canary_path: cstring(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
             canary_tcp: spec.canary_tcp,
-            canary_gate: gate_fd,
+            canary_gate: spec.canary_gate.as_ref().map(|fd| fd.as_fd()),
             landlock,
             seccomp: filters.clone(),
         },

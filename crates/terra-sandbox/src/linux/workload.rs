@@ -5,7 +5,7 @@
 
 use std::ffi::CString;
 use std::net::SocketAddr;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use seccompiler::BpfProgram;
 
@@ -15,7 +15,7 @@ use super::status::{self, Status};
 use super::sys;
 
 /// Everything the workload child needs, prepared before any fork.
-pub struct WorkloadPrep {
+pub struct WorkloadPrep<'a> {
     /// Executable candidates for argv[0] (PATH already expanded).
     pub candidates: Vec<CString>,
     pub argv: Vec<CString>,
@@ -24,9 +24,9 @@ pub struct WorkloadPrep {
     pub canary_path: CString,
     pub canary_tcp: Option<SocketAddr>,
     /// One byte arrives on it once the canary exists (see `BoxSpec`): the
-    /// caller's descriptor, open until the box has forked (it stays owned by
-    /// the caller's `BoxSpec`; the box's processes inherit it).
-    pub canary_gate: Option<RawFd>,
+    /// caller's descriptor, owned by its `BoxSpec` (the box's processes
+    /// inherit it).
+    pub canary_gate: Option<BorrowedFd<'a>>,
     pub landlock: LandlockPlan,
     pub seccomp: Vec<BpfProgram>,
 }
@@ -56,7 +56,7 @@ fn refuse(fd: BorrowedFd<'_>, why: String) -> ! {
 /// Runs in the workload child; never returns.
 pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
     let mut keep = vec![sys::raw(&status_fd)];
-    keep.extend(prep.canary_gate);
+    keep.extend(prep.canary_gate.as_ref().map(sys::raw));
     // SAFETY: this child never returns (it execs or exits), so no owner of a
     // closed descriptor is used or dropped again.
     unsafe { sys::close_fds_except(&keep) };
@@ -107,11 +107,11 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
 /// does.
 fn activation(prep: &WorkloadPrep) -> Result<(), SandboxError> {
     if let Some(gate) = prep.canary_gate {
-        // SAFETY: the gate is open (inherited, see `WorkloadPrep`) and kept
-        // by `run`; it is closed right after and never used again.
-        let ready = sys::read_byte(unsafe { BorrowedFd::borrow_raw(gate) });
-        // SAFETY: as above; its owner lives in the caller's memory.
-        unsafe { sys::close_inherited(gate) };
+        let ready = sys::read_byte(gate);
+        // SAFETY: the gate was inherited (its owner lives in the caller's
+        // copy of memory, which this process never drops) and is not used
+        // again.
+        unsafe { sys::close_inherited(gate.as_raw_fd()) };
         if !ready {
             return Err(SandboxError::Activation(
                 "the caller ended before the canary existed".into(),
