@@ -262,9 +262,9 @@ pub fn spawn_box_spec_terminal(
 fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
     let (status_r, status_w) = sys::pipe_cloexec()?;
     let caller = nix::unistd::getpid();
-    // SAFETY: the launcher child only makes system calls, allocates (the C
-    // library's malloc is reset by fork(3)) and ends with `exit_now` or in
-    // `supervise_child`; it never returns here.
+    // SAFETY: the launcher child only makes system calls, allocates (the
+    // allocator's lock is reset at fork(3), see `sys::fork`) and ends with
+    // `exit_now` or in `supervise_child`; it never returns here.
     let pid = match unsafe { sys::fork() }? {
         ForkResult::Child => {
             drop(status_r);

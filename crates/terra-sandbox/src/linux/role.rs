@@ -60,9 +60,9 @@ pub fn spawn(config: RoleConfig, main: fn() -> i32) -> Result<i32, SandboxError>
         fds: config.keep_fds,
     };
     let caller = nix::unistd::getpid();
-    // SAFETY: the child only makes system calls, allocates (the C library's
-    // malloc is reset by fork(3)) and ends with `exit_now` or in
-    // `supervise_child`; it never returns here.
+    // SAFETY: the child only makes system calls, allocates (the allocator's
+    // lock is reset at fork(3), see `sys::fork`) and ends with `exit_now` or
+    // in `supervise_child`; it never returns here.
     match unsafe { sys::fork() }? {
         ForkResult::Child => outer(prep, caller, main),
         // `prep` and the kept descriptors are dropped (closed) here.

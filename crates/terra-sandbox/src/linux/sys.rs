@@ -331,7 +331,9 @@ pub fn exit_now(code: i32) -> ! {
 /// The child starts with only the calling thread: a lock another thread held
 /// at the fork stays held in the child. The caller must have exactly one
 /// thread, or the child must only use async-signal-safe functions and locks
-/// that fork(3) resets (the C library's malloc) until it execs or `_exit`s.
+/// that fork(3) resets through its atfork handlers (the allocator's: the C
+/// library's malloc, and dlmalloc, the terra binary's allocator, registers
+/// one) until it execs or `_exit`s.
 /// The child must never return into code that unwinds or drops the parent's
 /// state (it ends with [`exit_now`] or exec).
 pub unsafe fn fork() -> Result<ForkResult> {
