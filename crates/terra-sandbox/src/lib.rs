@@ -9,6 +9,13 @@ use std::process::ExitCode;
 #[cfg(target_os = "linux")]
 pub mod linux;
 
+/// The exit status of a box, launcher or role that refused to start what it
+/// was given (setup failure, activation failure, a parent already gone): 125,
+/// like `env`, `chroot` and container runtimes. Defined here because the
+/// processes that exit with it are this crate's; the supervisor and the CLI
+/// use the same number for their own refusals.
+pub const EXIT_REFUSED: u8 = 125;
+
 /// Entry point of the hidden `terra __sandbox_launcher` role.
 ///
 /// On Linux the launcher is not a separate executable: `linux::spawn_box` and
@@ -18,7 +25,7 @@ pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
     eprintln!(
         "terra __sandbox_launcher: the Linux launcher runs in process (spawn_box); nothing to do"
     );
-    ExitCode::from(125)
+    ExitCode::from(EXIT_REFUSED)
 }
 
 /// Entry point of the hidden `terra __vm` role (the box's init).
@@ -27,5 +34,5 @@ pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
 /// box's PID namespace without an exec), so this entry point only refuses.
 pub fn vm_role_main(_args: Vec<OsString>) -> ExitCode {
     eprintln!("terra __vm: the box init is started by spawn_box; nothing to do");
-    ExitCode::from(125)
+    ExitCode::from(EXIT_REFUSED)
 }

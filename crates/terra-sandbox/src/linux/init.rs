@@ -27,27 +27,34 @@
 //! read by the launcher or, in the cloned shape, by `BoxHandle::wait`.
 
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use nix::fcntl::{fcntl, FcntlArg};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::unistd::{dup2, ForkResult, Pid};
 use seccompiler::BpfProgram;
 
+use super::error::SandboxError;
 use super::landlock::{self, LandlockPlan, NetRule};
 use super::lower::MountOp;
 use super::status::{self, Status};
 use super::terminal::{self, TerminalPrep};
 use super::workload::{self, WorkloadPrep};
 use super::{mounts, sys, BoxService};
+use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, prepared by the caller before forking.
-pub struct BoxPrep {
+pub struct BoxPrep<'a> {
     pub uid: u32,
     pub gid: u32,
     pub new_net: bool,
     pub hostname: String,
     pub ops: Vec<MountOp>,
-    pub workload: WorkloadPrep,
-    /// Raw fd of the box end of the broker socketpair, address, service.
-    pub mediated: Option<(i32, SocketAddr, BoxService)>,
+    pub workload: WorkloadPrep<'a>,
+    /// The box end of the broker socketpair (the caller's descriptor, owned
+    /// by its `BoxSpec` and inherited by the box), address, service.
+    pub mediated: Option<(BorrowedFd<'a>, SocketAddr, BoxService)>,
     pub service_seccomp: Vec<BpfProgram>,
     /// The box's own terminal (see `terminal.rs`), when the caller's stdio has one.
     pub terminal: Option<TerminalPrep>,
@@ -68,8 +75,8 @@ pub fn box_namespaces(prep: &BoxPrep) -> libc::c_int {
 
 /// What a process does first in the box's fresh namespaces: the uid/gid maps,
 /// the host name, and the loopback interface of a new network namespace.
-fn set_up_namespaces(prep: &BoxPrep) -> Result<(), String> {
-    sys::write_id_maps(prep.uid, prep.gid).map_err(|e| format!("uid/gid maps: {e}"))?;
+fn set_up_namespaces(prep: &BoxPrep) -> Result<(), SandboxError> {
+    sys::write_id_maps(prep.uid, prep.gid).map_err(|e| e.context("uid/gid maps"))?;
     // Only now: a non-dumpable process cannot write its own /proc/self maps.
     sys::not_dumpable();
     sys::sethostname(&prep.hostname)?;
@@ -80,132 +87,125 @@ fn set_up_namespaces(prep: &BoxPrep) -> Result<(), String> {
 }
 
 /// The launcher (first child of a multi-threaded caller). Never returns.
-pub fn launcher(prep: &BoxPrep, status_fd: i32, caller: libc::pid_t) -> ! {
+pub fn launcher(prep: &BoxPrep, status: OwnedFd, caller: Pid) -> ! {
     if !sys::die_with_parent(caller) {
-        sys::exit_now(125);
+        sys::exit_now(EXIT_REFUSED.into());
     }
-    let mut keep = vec![status_fd];
+    let mut keep = vec![sys::raw(&status)];
     keep.extend(box_fds(prep));
-    sys::close_fds_except(&keep);
+    // SAFETY: this child never returns to the caller's code (it ends with
+    // `exit_now` or in `supervise_child`), so no owner of a closed
+    // descriptor is used or dropped again.
+    unsafe { sys::close_fds_except(&keep) };
     let refuse = |why: String| -> ! {
-        status::send(status_fd, &Status::Refused(why));
-        sys::exit_now(125)
+        status::send(status.as_fd(), &Status::Refused(why));
+        sys::exit_now(EXIT_REFUSED.into())
     };
     // Inside the new user namespace the groups can no longer be dropped.
     if let Err(e) = sys::drop_thread_groups() {
-        refuse(e);
+        refuse(e.to_string());
     }
-    // SAFETY: unshare with namespace flags only affects this process.
-    if unsafe { libc::unshare(box_namespaces(prep)) } != 0 {
-        refuse(sys::errno_str(
-            "unshare",
-            "user, mount, pid, ipc, uts, net namespaces",
-        ));
+    if let Err(errno) = unshare(CloneFlags::from_bits_retain(box_namespaces(prep))) {
+        refuse(SandboxError::sys_at("unshare", errno, NAMESPACES).to_string());
     }
     if let Err(e) = set_up_namespaces(prep) {
-        refuse(e);
+        refuse(e.to_string());
     }
     let ((life_r, life_w), (res_r, res_w)) = match (sys::pipe_cloexec(), sys::pipe_cloexec()) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => refuse(e),
+        (Err(e), _) | (_, Err(e)) => refuse(e.to_string()),
     };
     let sigs = sys::block_forwarded();
-    let init_pid = match sys::fork() {
-        Ok(0) => {
-            sys::close(life_w);
-            sys::close(res_r);
+    // SAFETY: the launcher has one thread (the fork child of its caller's
+    // one calling thread).
+    let init_pid = match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
+            drop(life_w);
+            drop(res_r);
             arm_parent_death(life_r);
             sys::not_dumpable();
-            init(prep, status_fd, res_w)
+            init(prep, status, res_w)
         }
-        Ok(pid) => pid,
-        Err(e) => refuse(e),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => refuse(e.to_string()),
     };
-    sys::close(life_r);
-    sys::close(res_w);
-    sys::close(status_fd);
+    drop(life_r);
+    drop(res_w);
+    drop(status);
     for fd in box_fds(prep) {
-        sys::close(fd);
+        // SAFETY: the caller's descriptors the box keeps, inherited; this
+        // process only supervises from here on and never returns.
+        unsafe { sys::close_inherited(fd) };
     }
     supervise_child(init_pid, &sigs, Some(res_r))
 }
 
+/// The namespaces of a box, in words (for an error).
+const NAMESPACES: &str = "user, mount, pid, ipc, uts, net namespaces";
+
 /// The box init in the child of `clone(box_namespaces)` (a single-threaded
 /// caller): PID 1 of the new PID namespace, already in all the new
-/// namespaces. `parent_fd` becomes readable when the caller is gone (a pidfd
+/// namespaces. `parent` becomes readable when the caller is gone (a pidfd
 /// of the caller, or a pipe whose only writer the caller holds). Never returns.
-pub fn cloned_init(prep: &BoxPrep, status_fd: i32, res_w: i32, parent_fd: i32) -> ! {
+pub fn cloned_init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd, parent: OwnedFd) -> ! {
     // First close the caller's descriptors: with the pipe fallback, this
     // copy of the pipe's write end would otherwise keep it from ever hanging up.
-    let mut keep = vec![status_fd, res_w, parent_fd];
+    let mut keep = vec![sys::raw(&status), sys::raw(&res_w), sys::raw(&parent)];
     keep.extend(box_fds(prep));
-    sys::close_fds_except(&keep);
-    arm_parent_death(parent_fd);
+    // SAFETY: this child never returns to the caller's code (it ends in
+    // `init` or `report_and_exit`), so no owner of a closed descriptor is
+    // used or dropped again.
+    unsafe { sys::close_fds_except(&keep) };
+    arm_parent_death(parent);
     if let Err(e) = set_up_namespaces(prep) {
-        status::send(status_fd, &Status::Refused(e));
-        report_and_exit(res_w, false, 125)
+        status::send(status.as_fd(), &Status::Refused(e.to_string()));
+        report_and_exit(res_w.as_fd(), false, EXIT_REFUSED.into())
     }
-    init(prep, status_fd, res_w)
+    init(prep, status, res_w)
 }
 
 /// The caller's descriptors the box keeps: the broker socket (for the
 /// service), the canary gate (for the workload) and the terminal channel
 /// (for init).
-fn box_fds(prep: &BoxPrep) -> Vec<i32> {
+fn box_fds(prep: &BoxPrep) -> Vec<RawFd> {
     let mut v = Vec::new();
     if let Some((fd, _, _)) = &prep.mediated {
-        v.push(*fd);
+        v.push(sys::raw(fd));
     }
-    v.extend(prep.workload.canary_gate);
-    v.extend(prep.terminal.as_ref().map(|t| t.channel));
+    v.extend(prep.workload.canary_gate.as_ref().map(sys::raw));
+    v.extend(prep.terminal.as_ref().map(|t| sys::raw(&t.channel)));
     v
 }
 
 /// Arms SIGKILL on the parent's death, then exits at once if the parent is
-/// already gone (`parent_fd` readable: its only writer closed, or a pidfd of
-/// an exited process), and closes `parent_fd`. getppid() cannot tell: a PID
+/// already gone (`parent` readable: its only writer closed, or a pidfd of
+/// an exited process), and closes `parent`. getppid() cannot tell: a PID
 /// namespace init's parent is outside its namespace, so it reads 0.
-pub fn arm_parent_death(parent_fd: i32) {
-    // SAFETY: prctl with integer arguments.
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    if sys::peer_gone(parent_fd) {
-        sys::exit_now(125);
+pub fn arm_parent_death(parent: OwnedFd) {
+    sys::kill_with_parent();
+    if sys::peer_gone(parent.as_fd()) {
+        sys::exit_now(EXIT_REFUSED.into());
     }
-    sys::close(parent_fd);
 }
 
 /// Forwards signals to `child` until it ends, then ends the same way. With a
 /// result pipe, the child's report (how the workload ended) wins over its own
 /// exit status.
-pub fn supervise_child(child: libc::pid_t, sigs: &libc::sigset_t, result_fd: Option<i32>) -> ! {
+pub fn supervise_child(child: Pid, sigs: &SigSet, result: Option<OwnedFd>) -> ! {
     loop {
         let (sig, from_kernel) = sys::wait_signal(sigs);
         if sig != libc::SIGCHLD {
             if !from_kernel {
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(child, sig) };
+                forward(child, sig);
             }
             continue;
         }
-        let mut st = 0;
-        // SAFETY: waiting for our own child without blocking.
-        let rc = unsafe { libc::waitpid(child, &mut st, libc::WNOHANG) };
-        if rc != child {
+        let Ok(Some((_, (mut signaled, mut value)))) = sys::wait_child(child, true) else {
             continue;
-        }
-        let (mut signaled, mut value) = sys::decode_status(st);
-        if let Some(fd) = result_fd {
+        };
+        if let Some(fd) = &result {
             let mut b = [0u8; 2];
-            // SAFETY: reading into a 2-byte buffer.
-            if unsafe { libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, 2) } == 2 {
+            if sys::read_full(fd.as_fd(), &mut b) == 2 {
                 signaled = b[0] == 1;
                 value = b[1] as i32;
             }
@@ -214,16 +214,23 @@ pub fn supervise_child(child: libc::pid_t, sigs: &libc::sigset_t, result_fd: Opt
     }
 }
 
-fn report_and_exit(res_w: i32, signaled: bool, value: i32) -> ! {
+/// Sends one of the forwarded signals to `child` (best effort: it may be gone).
+fn forward(child: Pid, sig: libc::c_int) {
+    if let Ok(sig) = Signal::try_from(sig) {
+        let _ = kill(child, sig);
+    }
+}
+
+fn report_and_exit(res_w: BorrowedFd<'_>, signaled: bool, value: i32) -> ! {
     sys::write_all_fd(res_w, &[signaled as u8, value as u8]);
     sys::exit_now(if signaled { 128 + value } else { value })
 }
 
 /// PID 1 of the box, from the root onwards. Never returns.
-fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
+fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
     let refuse = |why: String| -> ! {
-        status::send(status_fd, &Status::Refused(why));
-        report_and_exit(res_w, false, 125)
+        status::send(status.as_fd(), &Status::Refused(why));
+        report_and_exit(res_w.as_fd(), false, EXIT_REFUSED.into())
     };
     if let Err(e) = mounts::enter_staging()
         .and_then(|_| mounts::apply(&prep.ops))
@@ -237,27 +244,29 @@ fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
             refuse(format!("the box's terminal: {e}"));
         }
     }
-    let mut service_fds: Vec<i32> = Vec::new();
+    let mut service_listener: Option<OwnedFd> = None;
     if let Some((broker_fd, addr, service)) = &prep.mediated {
         let listener = match std::net::TcpListener::bind(addr) {
-            Ok(l) => l,
+            Ok(l) => OwnedFd::from(l),
             Err(e) => refuse(format!(
                 "mediated networking: cannot listen on {addr} inside the box: {e}"
             )),
         };
-        let lfd = std::os::fd::IntoRawFd::into_raw_fd(listener);
-        match sys::fork() {
-            Ok(0) => run_service(prep, *service, lfd, *broker_fd),
-            Ok(_) => {}
-            Err(e) => refuse(e),
+        // SAFETY: init has one thread (the launcher's fork child, or the
+        // clone child of a single-threaded caller).
+        match unsafe { sys::fork() } {
+            Ok(ForkResult::Child) => run_service(prep, *service, listener.as_fd(), *broker_fd),
+            Ok(ForkResult::Parent { .. }) => {}
+            Err(e) => refuse(e.to_string()),
         }
-        service_fds = vec![lfd, *broker_fd];
+        service_listener = Some(listener);
     }
-    let workload_pid = match sys::fork() {
-        Ok(0) => {
+    // SAFETY: as above, init has one thread.
+    let workload_pid = match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
             sys::reset_signals();
-            if !sys::die_with_parent(1) {
-                sys::exit_now(125);
+            if !sys::die_with_parent(Pid::from_raw(1)) {
+                sys::exit_now(EXIT_REFUSED.into());
             }
             if let Some(e) = prep
                 .terminal
@@ -265,43 +274,40 @@ fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
                 .and_then(|t| terminal::take_as_controlling(t).err())
             {
                 status::send(
-                    status_fd,
+                    status.as_fd(),
                     &Status::Refused(format!("the box's terminal: {e}")),
                 );
-                sys::exit_now(125);
+                sys::exit_now(EXIT_REFUSED.into());
             }
-            workload::run(&prep.workload, status_fd)
+            workload::run(&prep.workload, status.as_fd())
         }
-        Ok(pid) => pid,
-        Err(e) => refuse(e),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => refuse(e.to_string()),
     };
-    sys::close(status_fd);
-    for fd in service_fds {
-        sys::close(fd);
-    }
-    if let Some(gate) = prep.workload.canary_gate {
-        sys::close(gate);
+    drop(status);
+    drop(service_listener);
+    let inherited = prep.mediated.as_ref().map(|(fd, _, _)| sys::raw(fd));
+    for fd in inherited
+        .into_iter()
+        .chain(prep.workload.canary_gate.as_ref().map(sys::raw))
+    {
+        // SAFETY: the caller's descriptors, inherited; init never returns
+        // into the caller's code, and only its children use them.
+        unsafe { sys::close_inherited(fd) };
     }
     let sigs = sys::block_forwarded();
     loop {
         let (sig, from_kernel) = sys::wait_signal(&sigs);
         if sig != libc::SIGCHLD {
             if !from_kernel {
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(workload_pid, sig) };
+                forward(workload_pid, sig);
             }
             continue;
         }
-        loop {
-            let mut st = 0;
-            // SAFETY: reaping any child without blocking.
-            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
-            if pid <= 0 {
-                break;
-            }
+        // Reap every child without blocking; the workload's end ends the box.
+        while let Ok(Some((pid, (signaled, value)))) = sys::wait_child(Pid::from_raw(-1), true) {
             if pid == workload_pid {
-                let (signaled, value) = sys::decode_status(st);
-                report_and_exit(res_w, signaled, value);
+                report_and_exit(res_w.as_fd(), signaled, value);
             }
         }
     }
@@ -309,21 +315,26 @@ fn init(prep: &BoxPrep, status_fd: i32, res_w: i32) -> ! {
 
 /// The mediated-networking service: a child of init, capabilities dropped,
 /// no_new_privs and the workload's seccomp filter.
-fn run_service(prep: &BoxPrep, service: BoxService, listener: i32, broker: i32) -> ! {
+fn run_service(
+    prep: &BoxPrep,
+    service: BoxService,
+    listener: BorrowedFd<'_>,
+    broker: BorrowedFd<'_>,
+) -> ! {
     sys::reset_signals();
-    if !sys::die_with_parent(1) {
-        sys::exit_now(125);
+    if !sys::die_with_parent(Pid::from_raw(1)) {
+        sys::exit_now(EXIT_REFUSED.into());
     }
-    // Move the broker end to fd 7 (the fixed number) and the listener beside it.
-    // SAFETY: fcntl/dup2 on descriptors this freshly forked child owns; both
-    // are first moved above 100 so neither dup2 can clobber the other.
-    unsafe {
-        let b = libc::fcntl(broker, libc::F_DUPFD_CLOEXEC, 100);
-        let l = libc::fcntl(listener, libc::F_DUPFD_CLOEXEC, 100);
-        libc::dup2(b, 7);
-        libc::dup2(l, 6);
+    // Move the broker end to fd 7 (the fixed number) and the listener beside
+    // it; both are first moved above 100 so neither dup2 can clobber the other.
+    let high = |fd: RawFd| fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(100));
+    match (high(broker.as_raw_fd()), high(listener.as_raw_fd())) {
+        (Ok(b), Ok(l)) if dup2(b, 7).is_ok() && dup2(l, 6).is_ok() => {}
+        _ => sys::exit_now(EXIT_REFUSED.into()),
     }
-    sys::close_fds_except(&[6, 7]);
+    // SAFETY: this child never returns to init's code (it ends in `service`
+    // or `exit_now`); fds 6 and 7 are kept and owned below.
+    unsafe { sys::close_fds_except(&[6, 7]) };
     // No filesystem access and no TCP connect (Landlock), no capabilities, the seccomp list.
     let no_fs = LandlockPlan {
         fs: Vec::new(),
@@ -333,7 +344,7 @@ fn run_service(prep: &BoxPrep, service: BoxService, listener: i32, broker: i32) 
         || landlock::apply(&no_fs).is_err()
         || super::seccomp::install(&prep.service_seccomp).is_err()
     {
-        sys::exit_now(125);
+        sys::exit_now(EXIT_REFUSED.into());
     }
     // SAFETY: fds 6 and 7 are open and owned by nobody else in this process.
     let (l, b) = unsafe {

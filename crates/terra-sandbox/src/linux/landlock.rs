@@ -6,6 +6,7 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope as LlScope, ABI,
 };
 
+use super::error::SandboxError;
 use super::lower::MountOp;
 use super::mounts::DEV_NODES;
 
@@ -124,19 +125,16 @@ pub fn kernel_abi() -> Option<i32> {
 
 /// Applies the plan to the calling process. Returns the ABI enforced (None
 /// when the kernel has no Landlock). Paths missing in the box are skipped.
-pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, String> {
+pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, SandboxError> {
     let Some(kabi) = kernel_abi() else {
         return Ok(None);
     };
-    let err = |e: landlock::RulesetError| format!("landlock: {e}");
-    let mut rs = Ruleset::default()
-        .handle_access(AccessFs::from_all(TARGET))
-        .map_err(err)?;
+    let mut rs = Ruleset::default().handle_access(AccessFs::from_all(TARGET))?;
     if plan.net != NetRule::Unrestricted {
-        rs = rs.handle_access(AccessNet::ConnectTcp).map_err(err)?;
+        rs = rs.handle_access(AccessNet::ConnectTcp)?;
     }
-    rs = rs.scope(LlScope::from_all(TARGET)).map_err(err)?;
-    let mut created = rs.create().map_err(err)?;
+    rs = rs.scope(LlScope::from_all(TARGET))?;
+    let mut created = rs.create()?;
     for (path, access) in &plan.fs {
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
@@ -155,12 +153,13 @@ pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, String> {
         if rights.is_empty() {
             continue;
         }
-        let fd = PathFd::new(path).map_err(|e| format!("landlock: open {path}: {e}"))?;
-        created = created
-            .add_rule(PathBeneath::new(fd, rights))
-            .map_err(err)?;
+        let fd = PathFd::new(path).map_err(|source| SandboxError::LandlockPath {
+            path: path.clone(),
+            source,
+        })?;
+        created = created.add_rule(PathBeneath::new(fd, rights))?;
     }
-    let status = created.restrict_self().map_err(err)?;
+    let status = created.restrict_self()?;
     Ok(match status.ruleset {
         RulesetStatus::NotEnforced => None,
         _ => Some(kabi.min(TARGET as i32)),

@@ -2,7 +2,9 @@
 //! host input is a `kind` oracle that says whether a path is a file, a
 //! directory or missing), so it is unit-tested with hand-made rules.
 
-use terra_policy::{Access, ResolvedRule, RootMode, Scope};
+use terra_policy::{Access, Capability, ResolvedRule, RootMode, Scope};
+
+use super::error::SandboxError;
 
 /// What a host path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +136,7 @@ struct Grant {
 pub fn lower(
     input: &LowerInput<'_>,
     kind: &dyn Fn(&str) -> NodeKind,
-) -> Result<Vec<MountOp>, String> {
+) -> Result<Vec<MountOp>, SandboxError> {
     // 1. Grants, de-duplicated by (path, tree-like) keeping the strongest access.
     let mut grants: Vec<Grant> = Vec::new();
     for r in input
@@ -144,10 +146,10 @@ pub fn lower(
     {
         let k = kind(&r.path);
         if k == NodeKind::Missing {
-            return Err(format!(
+            return Err(SandboxError::InvalidPlan(format!(
                 "granted path {} does not exist on this host",
                 r.path
-            ));
+            )));
         }
         let tree = r.scope == Scope::Tree || k == NodeKind::File;
         let write = r.access == Access::Write;
@@ -358,27 +360,32 @@ fn parent_of(p: &str) -> String {
     }
 }
 
-fn protect_create_refusal(path: &str) -> String {
-    format!(
-        "fs-protect-create: {path} is absent inside a writable host bind; stopping its creation would need a mount \
-         point on the host (this backend does not declare fs-protect-create)"
-    )
+fn protect_create_refusal(path: &str) -> SandboxError {
+    SandboxError::UnsupportedCapability {
+        capability: Capability::FsProtectCreate,
+        why: format!(
+            "{path} is absent inside a writable host bind; stopping its creation would need a mount \
+             point on the host (this backend does not declare fs-protect-create)"
+        ),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terra_policy::RootKind;
+    use Access::{Deny, DenyWrite, Read, Write};
 
-    fn rule(access: Access, path: &str, scope: Scope) -> ResolvedRule {
-        ResolvedRule {
-            access,
-            path: path.into(),
-            scope,
-            protect_create: false,
-            source_rule: 0,
-            source_root: RootKind::Host,
-        }
+    /// Tree rules on host paths.
+    fn tree(rules: &[(Access, &str)]) -> Vec<ResolvedRule> {
+        rules
+            .iter()
+            .map(|(a, p)| ResolvedRule::host(*a, Scope::Tree, p))
+            .collect()
+    }
+
+    /// Index of the first op that `f` accepts.
+    fn first(ops: &[MountOp], f: impl Fn(&MountOp) -> bool) -> usize {
+        ops.iter().position(f).expect("an op of that kind")
     }
 
     fn kinds(p: &str) -> NodeKind {
@@ -391,7 +398,7 @@ mod tests {
         }
     }
 
-    fn run(rules: &[ResolvedRule], mode: RootMode) -> Result<Vec<MountOp>, String> {
+    fn run(rules: &[ResolvedRule], mode: RootMode) -> Result<Vec<MountOp>, SandboxError> {
         lower(
             &LowerInput {
                 rules,
@@ -408,10 +415,10 @@ mod tests {
     fn nested_grants_only_bind_when_they_add_access() {
         let ops = run(
             &[
-                rule(Access::Read, "/a", Scope::Tree),
-                rule(Access::Write, "/a/b", Scope::Tree),
-                rule(Access::Read, "/a/b/c", Scope::Tree),
-                rule(Access::Read, "/x/y.txt", Scope::Exact),
+                ResolvedRule::host(Access::Read, Scope::Tree, "/a"),
+                ResolvedRule::host(Access::Write, Scope::Tree, "/a/b"),
+                ResolvedRule::host(Access::Read, Scope::Tree, "/a/b/c"),
+                ResolvedRule::host(Access::Read, Scope::Exact, "/x/y.txt"),
             ],
             RootMode::ReadOnly,
         )
@@ -434,14 +441,14 @@ mod tests {
             dir: false,
             writable: false
         }));
-        let a = ops
-            .iter()
-            .position(|o| matches!(o, MountOp::Bind { path, .. } if path == "/a"))
-            .unwrap();
-        let ab = ops
-            .iter()
-            .position(|o| matches!(o, MountOp::Bind { path, .. } if path == "/a/b"))
-            .unwrap();
+        let a = first(
+            &ops,
+            |o| matches!(o, MountOp::Bind { path, .. } if path == "/a"),
+        );
+        let ab = first(
+            &ops,
+            |o| matches!(o, MountOp::Bind { path, .. } if path == "/a/b"),
+        );
         assert!(a < ab, "parents are mounted first");
         assert_eq!(ops.last(), Some(&MountOp::RootReadOnly));
     }
@@ -449,7 +456,7 @@ mod tests {
     #[test]
     fn exact_dir_outside_trees_is_an_empty_dir() {
         let ops = run(
-            &[rule(Access::Read, "/e", Scope::Exact)],
+            &[ResolvedRule::host(Access::Read, Scope::Exact, "/e")],
             RootMode::EphemeralWrite,
         )
         .unwrap();
@@ -460,14 +467,14 @@ mod tests {
     #[test]
     fn ancestors_of_protected_paths_inside_writable_binds_are_pinned_first() {
         let ops = run(
-            &[
-                rule(Access::Write, "/w", Scope::Tree),
-                rule(Access::DenyWrite, "/w/a/b/ro", Scope::Tree),
-                rule(Access::Deny, "/w/a/c/secret", Scope::Tree),
-                rule(Access::Deny, "/w/top", Scope::Tree),
-                rule(Access::Read, "/r", Scope::Tree),
-                rule(Access::Deny, "/r/x/secret", Scope::Tree),
-            ],
+            &tree(&[
+                (Write, "/w"),
+                (DenyWrite, "/w/a/b/ro"),
+                (Deny, "/w/a/c/secret"),
+                (Deny, "/w/top"),
+                (Read, "/r"),
+                (Deny, "/r/x/secret"),
+            ]),
             RootMode::ReadOnly,
         )
         .unwrap();
@@ -480,10 +487,9 @@ mod tests {
             .collect();
         // Not /w (already a bind), not under the read-only /r (rename fails there).
         assert_eq!(pins, ["/w/a", "/w/a/b", "/w/a/c"]);
-        let first_protect = ops
-            .iter()
-            .position(|op| matches!(op, MountOp::ReadOnly { .. } | MountOp::MaskDir { .. }))
-            .unwrap();
+        let first_protect = first(&ops, |op| {
+            matches!(op, MountOp::ReadOnly { .. } | MountOp::MaskDir { .. })
+        });
         let last_pin = ops
             .iter()
             .rposition(|op| matches!(op, MountOp::Pin { .. }))
@@ -494,14 +500,14 @@ mod tests {
     #[test]
     fn deny_and_deny_write() {
         let ops = run(
-            &[
-                rule(Access::Write, "/w", Scope::Tree),
-                rule(Access::DenyWrite, "/w/ro", Scope::Tree),
-                rule(Access::Deny, "/w/secret", Scope::Tree),
-                rule(Access::Deny, "/w/key.txt", Scope::Tree),
-                rule(Access::Deny, "/elsewhere", Scope::Tree),
-                rule(Access::DenyWrite, "/elsewhere2", Scope::Tree),
-            ],
+            &tree(&[
+                (Write, "/w"),
+                (DenyWrite, "/w/ro"),
+                (Deny, "/w/secret"),
+                (Deny, "/w/key.txt"),
+                (Deny, "/elsewhere"),
+                (DenyWrite, "/elsewhere2"),
+            ]),
             RootMode::ReadOnly,
         )
         .unwrap();
@@ -515,33 +521,21 @@ mod tests {
             path: "/w/key.txt".into()
         }));
         assert!(!ops.iter().any(|o| format!("{o:?}").contains("elsewhere")));
-        let ro = ops
-            .iter()
-            .position(|o| matches!(o, MountOp::ReadOnly { .. }))
-            .unwrap();
-        let mask = ops
-            .iter()
-            .position(|o| matches!(o, MountOp::MaskDir { .. }))
-            .unwrap();
+        let ro = first(&ops, |o| matches!(o, MountOp::ReadOnly { .. }));
+        let mask = first(&ops, |o| matches!(o, MountOp::MaskDir { .. }));
         assert!(ro < mask);
     }
 
     #[test]
     fn deny_under_temp_is_applied_at_both_names() {
         let ops = run(
-            &[
-                rule(Access::Write, "/t/run", Scope::Tree),
-                rule(Access::Deny, "/t/run/s", Scope::Tree),
-            ],
+            &tree(&[(Write, "/t/run"), (Deny, "/t/run/s")]),
             RootMode::ReadOnly,
         )
         .unwrap();
-        assert!(ops.contains(&MountOp::MaskDir {
-            path: "/t/run/s".into()
-        }));
-        assert!(ops.contains(&MountOp::MaskDir {
-            path: "/tmp/s".into()
-        }));
+        for p in ["/t/run/s", "/tmp/s"] {
+            assert!(ops.contains(&MountOp::MaskDir { path: p.into() }), "{p}");
+        }
     }
 
     #[test]
@@ -550,9 +544,9 @@ mod tests {
             lower(
                 &LowerInput {
                     rules: &[
-                        rule(Access::Write, temp, Scope::Tree),
-                        rule(Access::Deny, &format!("{temp}/s"), Scope::Tree),
-                        rule(Access::DenyWrite, &format!("{temp}/r"), Scope::Tree),
+                        ResolvedRule::host(Access::Write, Scope::Tree, temp),
+                        ResolvedRule::host(Access::Deny, Scope::Tree, &format!("{temp}/s")),
+                        ResolvedRule::host(Access::DenyWrite, Scope::Tree, &format!("{temp}/r")),
                     ],
                     root_mode: RootMode::ReadOnly,
                     temp_dir: temp,
@@ -587,30 +581,35 @@ mod tests {
 
     #[test]
     fn protect_create() {
-        let mut pc = rule(Access::Deny, "/w/absent", Scope::Tree);
+        let mut pc = ResolvedRule::host(Access::Deny, Scope::Tree, "/w/absent");
         pc.protect_create = true;
-        let err = run(
-            &[rule(Access::Write, "/w", Scope::Tree), pc.clone()],
-            RootMode::ReadOnly,
-        )
-        .unwrap_err();
-        assert!(err.contains("fs-protect-create"), "{err}");
-        let ops = run(
-            &[rule(Access::Read, "/w", Scope::Tree), pc.clone()],
-            RootMode::ReadOnly,
-        )
-        .unwrap();
+        // The absent path under a grant of /w with `access`.
+        let under = |access, pc: &ResolvedRule, mode| {
+            run(
+                &[ResolvedRule::host(access, Scope::Tree, "/w"), pc.clone()],
+                mode,
+            )
+        };
+        let err = under(Write, &pc, RootMode::ReadOnly).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SandboxError::UnsupportedCapability {
+                    capability: Capability::FsProtectCreate,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("fs-protect-create"), "{err}");
+        let ops = under(Read, &pc, RootMode::ReadOnly).unwrap();
         assert!(
             !ops.iter()
                 .any(|o| matches!(o, MountOp::ProtectCreate { .. })),
             "read-only bind already stops it"
         );
         pc.path = "/nowhere/absent".into();
-        let ops = run(
-            &[rule(Access::Read, "/w", Scope::Tree), pc],
-            RootMode::EphemeralWrite,
-        )
-        .unwrap();
+        let ops = under(Read, &pc, RootMode::EphemeralWrite).unwrap();
         assert!(ops.contains(&MountOp::ProtectCreate {
             path: "/nowhere/absent".into()
         }));
@@ -619,7 +618,7 @@ mod tests {
     #[test]
     fn missing_grant_is_refused_and_covers_respects_segments() {
         assert!(run(
-            &[rule(Access::Read, "/absent", Scope::Tree)],
+            &[ResolvedRule::host(Access::Read, Scope::Tree, "/absent")],
             RootMode::ReadOnly
         )
         .is_err());

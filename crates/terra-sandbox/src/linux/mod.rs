@@ -3,11 +3,13 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
+use nix::unistd::ForkResult;
 use terra_policy::{Capability, CapabilitySet, SandboxPlan};
 
+mod error;
 mod init;
 mod landlock;
 pub mod lower;
@@ -32,18 +34,7 @@ pub use spec::{BoxSpec, PlanView};
 #[cfg(not(feature = "test-support"))]
 use spec::{BoxSpec, PlanView};
 
-/// Why the launcher refused or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
-    #[error("unsupported on this host: {0}")]
-    Unsupported(String),
-    #[error("launcher failed: {0}")]
-    Launch(String),
-    #[error("activation check failed: {0}")]
-    Activation(String),
-    #[error("io error: {0}")]
-    Io(String),
-}
+pub use error::SandboxError;
 
 /// A service that runs inside the box (in a child of the box init, after the
 /// box's namespaces, root and filters are in place) before the workload starts:
@@ -179,29 +170,25 @@ impl BoxHandle {
     /// box ended), then reaps the caller's child and, for a cloned init, reads
     /// how the workload ended.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
-        let reports = status::read_all(self.status.as_raw_fd());
-        let mut st = 0;
-        loop {
-            // SAFETY: waiting for our own child.
-            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
-            if rc == self.pid {
-                break;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return Err(SandboxError::Io(sys::errno_str(
-                    "waitpid",
-                    &self.pid.to_string(),
-                )));
-            }
-        }
+        let reports = status::read_all(self.status.as_fd());
+        let ended = wait_for(self.pid)?;
         // init has exited: its result bytes, if it wrote them, are in the pipe.
         let result = self.result.as_ref().and_then(|fd| {
             let mut b = [0u8; 2];
-            // SAFETY: reading into a 2-byte buffer from our own descriptor.
-            let n = unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), 2) };
-            (n == 2).then(|| (b[0] == 1, b[1] as i32))
+            (sys::read_full(fd.as_fd(), &mut b) == 2).then(|| (b[0] == 1, b[1] as i32))
         });
-        Ok(prepare::report(&reports, st, result))
+        Ok(prepare::report(&reports, ended, result))
+    }
+}
+
+/// How the caller's child `pid` ended: (signaled, exit code or signal).
+fn wait_for(pid: i32) -> Result<(bool, i32), SandboxError> {
+    let pid = nix::unistd::Pid::from_raw(pid);
+    match sys::wait_child(pid, false)? {
+        Some((_, ended)) => Ok(ended),
+        None => Err(SandboxError::Io(format!(
+            "waitpid({pid}) returned no status"
+        ))),
     }
 }
 
@@ -229,12 +216,10 @@ pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
 }
 
 fn spawn_spec(spec: BoxSpec, terminal: Option<BoxTerminal>) -> Result<BoxHandle, SandboxError> {
-    let mediated_fd = spec.mediated.as_ref().map(|(fd, _, _)| fd.as_raw_fd());
-    let gate_fd = spec.canary_gate.as_ref().map(|fd| fd.as_raw_fd());
-    let mut prep = prepare::prepare(&spec, mediated_fd, gate_fd)?;
+    let mut prep = prepare::prepare(&spec)?;
     let mut channel = None;
     if let Some(t) = &terminal {
-        let (ours, theirs) = terminal::prepare(t).map_err(SandboxError::Launch)?;
+        let (ours, theirs) = terminal::prepare(t)?;
         channel = Some(ours);
         prep.terminal = Some(theirs);
     }
@@ -243,47 +228,35 @@ fn spawn_spec(spec: BoxSpec, terminal: Option<BoxTerminal>) -> Result<BoxHandle,
     } else {
         spawn_with_launcher(&prep)
     };
-    // The box holds its own copies now.
-    drop(spec.mediated);
-    drop(spec.canary_gate);
-    if let Some(t) = &prep.terminal {
-        sys::close(t.channel);
-    }
+    // The box holds its own copies now: close the caller's (the terminal
+    // channel's box end in `prep`, the broker socket and the canary gate in
+    // `spec`).
+    drop(prep);
+    drop(spec);
     handle.map(|mut h| {
         h.terminal = channel;
         h
     })
 }
 
-/// Closes raw descriptors on an error path.
-fn close_all(fds: &[i32]) {
-    for fd in fds {
-        sys::close(*fd);
-    }
-}
-
 /// Forks the launcher, which unshares and forks init (any caller).
 fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
-    let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
-    // SAFETY: getpid has no preconditions.
-    let caller = unsafe { libc::getpid() };
-    let pid = match sys::fork() {
-        Ok(0) => {
-            sys::close(status_r);
+    let (status_r, status_w) = sys::pipe_cloexec()?;
+    let caller = nix::unistd::getpid();
+    // SAFETY: the launcher child only makes system calls, allocates (the
+    // allocator's lock is reset at fork(3), see `sys::fork`) and ends with
+    // `exit_now` or in `supervise_child`; it never returns here.
+    let pid = match unsafe { sys::fork() }? {
+        ForkResult::Child => {
+            drop(status_r);
             init::launcher(prep, status_w, caller)
         }
-        Ok(pid) => pid,
-        Err(e) => {
-            close_all(&[status_r, status_w]);
-            return Err(SandboxError::Launch(e));
-        }
+        ForkResult::Parent { child } => child,
     };
-    sys::close(status_w);
-    // SAFETY: status_r is a fresh descriptor owned only by this handle.
-    let status = unsafe { OwnedFd::from_raw_fd(status_r) };
+    drop(status_w);
     Ok(BoxHandle {
-        pid,
-        status,
+        pid: pid.as_raw(),
+        status: status_r,
         result: None,
         _life: None,
         terminal: None,
@@ -292,22 +265,16 @@ fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> 
 
 /// Clones init straight into the box's namespaces (single-threaded caller only).
 fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
-    let (status_r, status_w) = sys::pipe_cloexec().map_err(SandboxError::Launch)?;
-    let (res_r, res_w) = sys::pipe_cloexec().map_err(|e| {
-        close_all(&[status_r, status_w]);
-        SandboxError::Launch(e)
-    })?;
+    let (status_r, status_w) = sys::pipe_cloexec()?;
+    let (res_r, res_w) = sys::pipe_cloexec()?;
     // How init learns that the caller is gone before its parent-death signal
     // was armed: a pidfd of the caller, or a pipe only the caller writes.
     let (parent_fd, life_w) = match sys::pidfd_self() {
         Some(fd) => (fd, None),
-        None => match sys::pipe_cloexec() {
-            Ok((r, w)) => (r, Some(w)),
-            Err(e) => {
-                close_all(&[status_r, status_w, res_r, res_w]);
-                return Err(SandboxError::Launch(e));
-            }
-        },
+        None => {
+            let (r, w) = sys::pipe_cloexec()?;
+            (r, Some(w))
+        }
     };
     // init starts with the forwarded signals and SIGCHLD blocked (see
     // `sys::block_init_signals`); the caller gets its own mask back.
@@ -319,60 +286,34 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
         Ok(g) => g,
         Err(e) => {
             sys::set_mask(&mask);
-            close_all(&[status_r, status_w, res_r, res_w, parent_fd]);
-            if let Some(w) = life_w {
-                sys::close(w);
-            }
-            return Err(SandboxError::Launch(e));
+            return Err(e);
         }
     };
-    let cloned = sys::clone_into(init::box_namespaces(prep));
-    if cloned == Ok(0) {
-        init::cloned_init(prep, status_w, res_w, parent_fd)
-    }
+    // SAFETY: only called when `sys::single_threaded()`; the child never
+    // returns here (`cloned_init` ends with exec or `_exit`).
+    let cloned = match unsafe { sys::clone_into(init::box_namespaces(prep)) } {
+        Ok(ForkResult::Child) => init::cloned_init(prep, status_w, res_w, parent_fd),
+        Ok(ForkResult::Parent { child }) => Ok(child),
+        Err(e) => Err(e),
+    };
     let restored = groups.map(|g| sys::set_thread_groups(&g));
     sys::set_mask(&mask);
-    close_all(&[status_w, res_w, parent_fd]);
-    let pid = match cloned {
-        Ok(pid) => pid,
-        Err(e) => {
-            close_all(&[status_r, res_r]);
-            if let Some(w) = life_w {
-                sys::close(w);
-            }
-            return Err(SandboxError::Unsupported(format!(
-                "cannot create the box namespaces: {e}"
-            )));
-        }
-    };
+    drop((status_w, res_w, parent_fd));
+    let pid = cloned
+        .map_err(|e| SandboxError::Unsupported(format!("cannot create the box namespaces: {e}")))?;
     if let Some(Err(e)) = restored {
         // The caller lost its own groups: end the box rather than go on changed.
-        // SAFETY: signalling the child just cloned.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        let mut st = 0;
-        // SAFETY: reaping that child.
-        unsafe { libc::waitpid(pid, &mut st, 0) };
-        close_all(&[status_r, res_r]);
-        if let Some(w) = life_w {
-            sys::close(w);
-        }
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = sys::wait_child(pid, false);
         return Err(SandboxError::Launch(format!(
-            "setgroups: cannot restore the caller's supplementary groups: {e}"
+            "cannot restore the caller's supplementary groups: {e}"
         )));
     }
-    // SAFETY: these are fresh descriptors owned only by this handle.
-    let (status, result, life) = unsafe {
-        (
-            OwnedFd::from_raw_fd(status_r),
-            OwnedFd::from_raw_fd(res_r),
-            life_w.map(|w| OwnedFd::from_raw_fd(w)),
-        )
-    };
     Ok(BoxHandle {
-        pid,
-        status,
-        result: Some(result),
-        _life: life,
+        pid: pid.as_raw(),
+        status: status_r,
+        result: Some(res_r),
+        _life: life_w,
         terminal: None,
     })
 }
@@ -417,21 +358,8 @@ impl RoleHandle {
     }
     /// Waits for the role; returns its exit code (128+N for signal N).
     pub fn wait(self) -> Result<i32, SandboxError> {
-        let mut st = 0;
-        loop {
-            // SAFETY: waiting for our own child.
-            let rc = unsafe { libc::waitpid(self.pid, &mut st, 0) };
-            if rc == self.pid {
-                let (signaled, v) = sys::decode_status(st);
-                return Ok(if signaled { 128 + v } else { v });
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return Err(SandboxError::Io(sys::errno_str(
-                    "waitpid",
-                    &self.pid.to_string(),
-                )));
-            }
-        }
+        let (signaled, v) = wait_for(self.pid)?;
+        Ok(if signaled { 128 + v } else { v })
     }
 }
 

@@ -12,16 +12,21 @@
 //! read-only (and nosuid, nodev, noexec) from the start, one mount(2) each.
 
 use super::lower::MountOp;
-use super::sys::{self, SysResult};
+use nix::mount::MsFlags;
+
+use super::error::{Result, SandboxError};
+use super::sys;
 
 const OLD: &str = "/oldroot";
 const NEW: &str = "/newroot";
 const SYNTH: &str = "/synth";
 const EMPTY_FILE: &str = "/synth/.empty";
 
-const NOSUID: libc::c_ulong = libc::MS_NOSUID;
-const NODEV: libc::c_ulong = libc::MS_NODEV;
-const NOEXEC: libc::c_ulong = libc::MS_NOEXEC;
+const NOSUID: MsFlags = MsFlags::MS_NOSUID;
+const NODEV: MsFlags = MsFlags::MS_NODEV;
+const NOEXEC: MsFlags = MsFlags::MS_NOEXEC;
+const BIND: MsFlags = MsFlags::MS_BIND;
+const RBIND: MsFlags = MsFlags::MS_BIND.union(MsFlags::MS_REC);
 
 /// Host nodes bound into the box /dev.
 pub const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
@@ -53,6 +58,11 @@ const PROC_READ_ONLY_DIRS: [&str; 4] = ["sys", "irq", "bus", "fs"];
 /// shows /sys in the box (firmware tables and variables).
 const SYS_MASK_DIRS: [&str; 1] = ["/sys/firmware"];
 
+/// Mounts a new file system of type `fstype` (tmpfs, devpts) at `target`.
+fn new_fs(fstype: &str, target: &str, flags: MsFlags, data: &str) -> Result<()> {
+    sys::mount(Some(fstype), target, Some(fstype), flags, Some(data))
+}
+
 fn new(p: &str) -> String {
     if p == "/" {
         NEW.to_string()
@@ -70,8 +80,8 @@ fn old(p: &str) -> String {
 
 /// Step 1: private propagation, staging tmpfs as root, host at /oldroot, empty
 /// box root tmpfs at /newroot.
-pub fn enter_staging() -> SysResult<()> {
-    sys::mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+pub fn enter_staging() -> Result<()> {
+    sys::mount(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)?;
     // Any existing host directory can carry the staging tmpfs: after pivot_root
     // the host tree, including that directory, is visible again under /oldroot.
     let base = ["/tmp", "/mnt", "/var", "/usr", "/"]
@@ -82,30 +92,20 @@ pub fn enter_staging() -> SysResult<()> {
                 .flatten()
                 .is_some_and(|st| sys::is_dir(&st))
         })
-        .ok_or("no host directory to stage the box root on")?;
-    sys::mount(
-        Some("tmpfs"),
-        base,
-        Some("tmpfs"),
-        NOSUID | NODEV,
-        Some("mode=0700"),
-    )?;
+        .ok_or_else(|| {
+            SandboxError::Unsupported("no host directory to stage the box root on".into())
+        })?;
+    new_fs("tmpfs", base, NOSUID | NODEV, "mode=0700")?;
     for d in [OLD, NEW, SYNTH] {
         sys::mkdir(&format!("{base}{d}"), 0o700)?;
     }
     sys::pivot_root(base, &format!("{base}{OLD}"))?;
     sys::chdir("/")?;
-    sys::mount(
-        Some("tmpfs"),
-        NEW,
-        Some("tmpfs"),
-        NOSUID | NODEV,
-        Some("mode=0755"),
-    )
+    new_fs("tmpfs", NEW, NOSUID | NODEV, "mode=0755")
 }
 
 /// Step 3: the box root becomes `/`; the staging tmpfs and the host are detached.
-pub fn enter_new_root() -> SysResult<()> {
+pub fn enter_new_root() -> Result<()> {
     sys::chdir(NEW)?;
     sys::pivot_root(".", ".")?;
     sys::umount_detach(".")?;
@@ -113,14 +113,14 @@ pub fn enter_new_root() -> SysResult<()> {
 }
 
 /// Device of the box root tmpfs, to know where mount points may be created.
-fn root_dev() -> SysResult<u64> {
-    Ok(sys::lstat(NEW)?.ok_or("box root vanished")?.st_dev)
+fn root_dev() -> Result<u64> {
+    Ok(sys::lstat(NEW)?.ok_or_else(|| vanished(NEW))?.st_dev)
 }
 
 /// Makes sure `target` (a /newroot path) exists to mount on. Missing components
 /// are created only inside the box root tmpfs or the run's /tmp, never inside
 /// a host bind.
-fn ensure(target: &str, dir: bool, rdev: u64) -> SysResult<()> {
+fn ensure(target: &str, dir: bool, rdev: u64) -> Result<()> {
     if sys::lstat(target)?.is_some() {
         return Ok(());
     }
@@ -128,17 +128,15 @@ fn ensure(target: &str, dir: bool, rdev: u64) -> SysResult<()> {
     let parts: Vec<&str> = rel.split('/').filter(|s| !s.is_empty()).collect();
     let mut cur = NEW.to_string();
     for (i, part) in parts.iter().enumerate() {
-        let parent_dev = sys::lstat(&cur)?
-            .ok_or_else(|| format!("{cur} vanished"))?
-            .st_dev;
+        let parent_dev = sys::lstat(&cur)?.ok_or_else(|| vanished(&cur))?.st_dev;
         let next = format!("{cur}/{part}");
         if sys::lstat(&next)?.is_none() {
             let in_tmp = next.starts_with(&format!("{NEW}/tmp/"));
             if parent_dev != rdev && !in_tmp {
-                return Err(format!(
+                return Err(SandboxError::Root(format!(
                     "mount point {} is absent inside a host bind; refusing to create it on the host",
                     &next[NEW.len()..]
-                ));
+                )));
             }
             if i + 1 == parts.len() && !dir {
                 sys::touch(&next, 0o444)?;
@@ -151,47 +149,40 @@ fn ensure(target: &str, dir: bool, rdev: u64) -> SysResult<()> {
     Ok(())
 }
 
-fn is_mountpoint(target: &str) -> SysResult<bool> {
+fn is_mountpoint(target: &str) -> Result<bool> {
     if target == NEW {
         return Ok(true);
     }
-    let st = sys::lstat(target)?.ok_or_else(|| format!("{target} missing"))?;
+    let st = sys::lstat(target)?.ok_or_else(|| vanished(target))?;
     let parent = match target.rfind('/') {
         Some(0) => "/".to_string(),
         Some(i) => target[..i].to_string(),
         None => return Ok(false),
     };
-    let pst = sys::lstat(&parent)?.ok_or_else(|| format!("{parent} missing"))?;
+    let pst = sys::lstat(&parent)?.ok_or_else(|| vanished(&parent))?;
     Ok(st.st_dev != pst.st_dev || st.st_ino == pst.st_ino)
 }
 
-fn mask_dir(t: &str) -> SysResult<()> {
-    sys::mount(
-        Some("tmpfs"),
+fn mask_dir(t: &str) -> Result<()> {
+    new_fs(
+        "tmpfs",
         t,
-        Some("tmpfs"),
-        libc::MS_RDONLY | NOSUID | NODEV | NOEXEC,
-        Some("mode=0555,size=4k"),
+        MsFlags::MS_RDONLY | NOSUID | NODEV | NOEXEC,
+        "mode=0555,size=4k",
     )
 }
 
 /// Covers a file with the empty 0444 file; the bind is read-only because
 /// /synth is (see `write_synth`).
-fn mask_file(t: &str) -> SysResult<()> {
-    sys::mount(Some(EMPTY_FILE), t, None, libc::MS_BIND, None)
+fn mask_file(t: &str) -> Result<()> {
+    sys::mount(Some(EMPTY_FILE), t, None, BIND, None)
 }
 
 /// Writes the empty masking file and every synthesized file (numbered in
 /// program order) into a fresh tmpfs at /synth, then makes that tmpfs
 /// read-only: binds taken from it inherit the read-only flag.
-fn write_synth(ops: &[MountOp]) -> SysResult<()> {
-    sys::mount(
-        Some("tmpfs"),
-        SYNTH,
-        Some("tmpfs"),
-        NOSUID | NODEV | NOEXEC,
-        Some("mode=0755"),
-    )?;
+fn write_synth(ops: &[MountOp]) -> Result<()> {
+    new_fs("tmpfs", SYNTH, NOSUID | NODEV | NOEXEC, "mode=0755")?;
     sys::touch(EMPTY_FILE, 0o444)?;
     let mut n = 0;
     for op in ops {
@@ -203,8 +194,25 @@ fn write_synth(ops: &[MountOp]) -> SysResult<()> {
     sys::make_readonly(SYNTH, false)
 }
 
+/// Binds the host's `source` at `path` in the box (recursive), with nosuid
+/// and nodev, and read-only unless `writable`.
+fn bind_host(source: &str, path: &str, dir: bool, writable: bool, rdev: u64) -> Result<()> {
+    let t = new(path);
+    ensure(&t, dir, rdev)?;
+    sys::mount(Some(&old(source)), &t, None, RBIND, None)?;
+    if writable {
+        sys::harden(&t)
+    } else {
+        sys::harden_readonly(&t)
+    }
+}
+
+fn vanished(path: &str) -> SandboxError {
+    SandboxError::Root(format!("{path} vanished while the box root was built"))
+}
+
 /// Step 2: applies the program (between `enter_staging` and `enter_new_root`).
-pub fn apply(ops: &[MountOp]) -> SysResult<()> {
+pub fn apply(ops: &[MountOp]) -> Result<()> {
     write_synth(ops)?;
     let rdev = root_dev()?;
     let mut dev_dir: Option<String> = None;
@@ -215,34 +223,8 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                 path,
                 dir,
                 writable,
-            } => {
-                let t = new(path);
-                ensure(&t, *dir, rdev)?;
-                sys::mount(
-                    Some(&old(path)),
-                    &t,
-                    None,
-                    libc::MS_BIND | libc::MS_REC,
-                    None,
-                )?;
-                if *writable {
-                    sys::harden(&t)?;
-                } else {
-                    sys::harden_readonly(&t)?;
-                }
-            }
-            MountOp::BindTemp { source, path } => {
-                let t = new(path);
-                ensure(&t, true, rdev)?;
-                sys::mount(
-                    Some(&old(source)),
-                    &t,
-                    None,
-                    libc::MS_BIND | libc::MS_REC,
-                    None,
-                )?;
-                sys::harden(&t)?;
-            }
+            } => bind_host(path, path, *dir, *writable, rdev)?,
+            MountOp::BindTemp { source, path } => bind_host(source, path, true, true, rdev)?,
             MountOp::EmptyDir { path } => ensure(&new(path), true, rdev)?,
             MountOp::Proc { path } => mount_proc(&new(path), rdev)?,
             MountOp::Dev { path } => {
@@ -258,7 +240,7 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                     continue; // e.g. /etc is a host bind without this file: nothing to hide
                 }
                 let src = format!("{SYNTH}/{synth_n}");
-                sys::mount(Some(&src), &t, None, libc::MS_BIND, None)?;
+                sys::mount(Some(&src), &t, None, BIND, None)?;
             }
             MountOp::Symlink { path, target } => {
                 let t = new(path);
@@ -271,7 +253,7 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                 if sys::lstat(&t)?.is_none() {
                     continue;
                 }
-                sys::mount(Some(&t), &t, None, libc::MS_BIND | libc::MS_REC, None)?;
+                sys::mount(Some(&t), &t, None, RBIND, None)?;
                 sys::harden(&t)?;
             }
             MountOp::ReadOnly { path } => {
@@ -280,7 +262,7 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
                     continue;
                 }
                 if !is_mountpoint(&t)? {
-                    sys::mount(Some(&t), &t, None, libc::MS_BIND | libc::MS_REC, None)?;
+                    sys::mount(Some(&t), &t, None, RBIND, None)?;
                 }
                 sys::make_readonly(&t, true)?;
             }
@@ -316,7 +298,7 @@ pub fn apply(ops: &[MountOp]) -> SysResult<()> {
     Ok(())
 }
 
-fn mount_proc(t: &str, rdev: u64) -> SysResult<()> {
+fn mount_proc(t: &str, rdev: u64) -> Result<()> {
     ensure(t, true, rdev)?;
     sys::mount(Some("proc"), t, Some("proc"), NOSUID | NODEV | NOEXEC, None)?;
     for f in PROC_MASK_FILES {
@@ -334,22 +316,16 @@ fn mount_proc(t: &str, rdev: u64) -> SysResult<()> {
     for d in PROC_READ_ONLY_DIRS {
         let p = format!("{t}/{d}");
         if sys::lstat(&p)?.is_some() {
-            sys::mount(Some(&p), &p, None, libc::MS_BIND | libc::MS_REC, None)?;
+            sys::mount(Some(&p), &p, None, RBIND, None)?;
             sys::make_readonly(&p, true)?;
         }
     }
     Ok(())
 }
 
-fn mount_dev(t: &str, rdev: u64) -> SysResult<()> {
+fn mount_dev(t: &str, rdev: u64) -> Result<()> {
     ensure(t, true, rdev)?;
-    sys::mount(
-        Some("tmpfs"),
-        t,
-        Some("tmpfs"),
-        NOSUID | NOEXEC,
-        Some("mode=0755"),
-    )?;
+    new_fs("tmpfs", t, NOSUID | NOEXEC, "mode=0755")?;
     for n in DEV_NODES {
         let host = format!("{OLD}/dev/{n}");
         if sys::lstat(&host)?.is_none() {
@@ -357,27 +333,20 @@ fn mount_dev(t: &str, rdev: u64) -> SysResult<()> {
         }
         let p = format!("{t}/{n}");
         sys::touch(&p, 0o666)?;
-        sys::mount(Some(&host), &p, None, libc::MS_BIND, None)?;
+        sys::mount(Some(&host), &p, None, BIND, None)?;
     }
     let pts = format!("{t}/pts");
     sys::mkdir(&pts, 0o755)?;
-    sys::mount(
-        Some("devpts"),
+    new_fs(
+        "devpts",
         &pts,
-        Some("devpts"),
         NOSUID | NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
+        "newinstance,ptmxmode=0666,mode=0620",
     )?;
     sys::symlink("pts/ptmx", &format!("{t}/ptmx"))?;
     let shm = format!("{t}/shm");
     sys::mkdir(&shm, 0o755)?;
-    sys::mount(
-        Some("tmpfs"),
-        &shm,
-        Some("tmpfs"),
-        NOSUID | NODEV,
-        Some("mode=1777"),
-    )?;
+    new_fs("tmpfs", &shm, NOSUID | NODEV, "mode=1777")?;
     for (name, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),

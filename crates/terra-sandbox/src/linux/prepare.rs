@@ -4,6 +4,7 @@
 
 use std::ffi::CString;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -14,7 +15,7 @@ use super::landlock::{LandlockPlan, NetRule};
 use super::lower::{self, LowerInput, MountOp, NodeKind};
 use super::status::Status;
 use super::workload::{self, WorkloadPrep};
-use super::{seccomp, sys, BoxExit, BoxReport, BoxSpec, PlanView, SandboxError};
+use super::{seccomp, BoxExit, BoxReport, BoxSpec, PlanView, SandboxError};
 
 /// Top-level host names that are often symlinks into /usr (merged /usr).
 const TOP_LINKS: [&str; 6] = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
@@ -28,8 +29,8 @@ fn host_kind(p: &str) -> NodeKind {
 }
 
 fn canonical(p: &Path) -> Result<String, SandboxError> {
-    let c =
-        std::fs::canonicalize(p).map_err(|e| SandboxError::Io(format!("{}: {e}", p.display())))?;
+    let c = std::fs::canonicalize(p)
+        .map_err(|e| SandboxError::io_at("realpath", &e, p.display().to_string()))?;
     c.to_str()
         .map(str::to_string)
         .ok_or_else(|| SandboxError::Unsupported(format!("{} is not UTF-8", c.display())))
@@ -51,9 +52,16 @@ fn user_entry(uid: u32) -> (String, String) {
     )
 }
 
+/// The caller's effective uid and gid (mapped to themselves in the box).
+fn ids() -> (u32, u32) {
+    (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    )
+}
+
 fn synth_files(net: NetworkMode, hostname: &str) -> Vec<(String, String)> {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = ids();
     let (name, home) = user_entry(uid);
     let mut passwd = format!("{name}:x:{uid}:{gid}:{name}:{home}:/bin/sh\n");
     let mut group = format!("{name}:x:{gid}:\n");
@@ -113,13 +121,13 @@ pub fn programs(
         synth: synth_files(view.network, hostname),
         top_symlinks: top_symlinks(),
     };
-    let ops = lower::lower(&input, &host_kind).map_err(SandboxError::Unsupported)?;
+    let ops = lower::lower(&input, &host_kind)?;
     let net = match (view.network, proxy) {
         (NetworkMode::None | NetworkMode::Direct, _) | (NetworkMode::Mediated, Some(_)) => {
             NetRule::Unrestricted
         }
         (NetworkMode::Mediated, None) => {
-            return Err(SandboxError::Unsupported(
+            return Err(SandboxError::InvalidPlan(
                 "network mediated needs the broker socket and a proxy address; falling back to ambient \
                  networking is forbidden"
                     .into(),
@@ -131,26 +139,25 @@ pub fn programs(
 }
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
-    CString::new(bytes).map_err(|_| SandboxError::Unsupported(format!("{what} holds a NUL byte")))
+    CString::new(bytes)
+        .map_err(|_| SandboxError::InvalidRequest(format!("{what} holds a NUL byte")))
 }
 
-pub fn prepare(
-    spec: &BoxSpec,
-    mediated_fd: Option<i32>,
-    gate_fd: Option<i32>,
-) -> Result<BoxPrep, SandboxError> {
+/// What the box needs of `spec`, prepared before any fork; it borrows the
+/// spec's descriptors, which the box inherits.
+pub fn prepare(spec: &BoxSpec) -> Result<BoxPrep<'_>, SandboxError> {
     if spec.argv.is_empty() {
-        return Err(SandboxError::Launch("empty command".into()));
+        return Err(SandboxError::InvalidRequest("empty command".into()));
     }
     if spec.hostname.is_empty() || spec.hostname.len() > 64 {
-        return Err(SandboxError::Launch(format!(
+        return Err(SandboxError::InvalidRequest(format!(
             "invalid host name {:?}",
             spec.hostname
         )));
     }
     let proxy = spec.mediated.as_ref().map(|(_, a, _)| *a);
     if spec.mediated.is_some() && spec.plan.network != NetworkMode::Mediated {
-        return Err(SandboxError::Launch(
+        return Err(SandboxError::InvalidRequest(
             "a broker socket was given but the plan is not mediated".into(),
         ));
     }
@@ -164,7 +171,7 @@ pub fn prepare(
     let mut env_path = None;
     for (k, v) in &spec.env {
         if k.as_bytes().contains(&b'=') || k.is_empty() {
-            return Err(SandboxError::Launch(format!(
+            return Err(SandboxError::InvalidRequest(format!(
                 "invalid environment name {k:?}"
             )));
         }
@@ -185,13 +192,12 @@ pub fn prepare(
         .to_str()
         .ok_or_else(|| SandboxError::Unsupported("the working directory is not UTF-8".into()))?
         .to_string();
-    let filters = seccomp::build().map_err(SandboxError::Launch)?;
-    let mediated = match (&spec.mediated, mediated_fd) {
-        (Some((_, addr, service)), Some(fd)) => Some((fd, *addr, *service)),
-        _ => None,
-    };
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let filters = seccomp::build()?;
+    let mediated = spec
+        .mediated
+        .as_ref()
+        .map(|(fd, addr, service)| (fd.as_fd(), *addr, *service));
+    let (uid, gid) = ids();
     Ok(BoxPrep {
         uid,
         gid,
@@ -205,7 +211,7 @@ pub fn prepare(
             cwd,
             canary_path: cstring(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
             canary_tcp: spec.canary_tcp,
-            canary_gate: gate_fd,
+            canary_gate: spec.canary_gate.as_ref().map(|fd| fd.as_fd()),
             landlock,
             seccomp: filters.clone(),
         },
@@ -255,11 +261,11 @@ pub fn describe(
     s
 }
 
-/// The report of a finished box from its status lines, the wait status of the
-/// caller's child (launcher or init) and, when the caller cloned init itself,
+/// The report of a finished box from its status lines, how the caller's
+/// child (launcher or init) ended and, when the caller cloned init itself,
 /// init's result bytes (how the workload ended; absent when init was killed
-/// outright, e.g. by SIGKILL, and then the wait status tells).
-pub fn report(reports: &[Status], wait_status: i32, result: Option<(bool, i32)>) -> BoxReport {
+/// outright, e.g. by SIGKILL, and then the child's end tells).
+pub fn report(reports: &[Status], ended: (bool, i32), result: Option<(bool, i32)>) -> BoxReport {
     let mut landlock_abi = None;
     let mut activation = "not run".to_string();
     let mut refused = None;
@@ -272,7 +278,7 @@ pub fn report(reports: &[Status], wait_status: i32, result: Option<(bool, i32)>)
             Status::ExecFailed { code, reason } => exec_failed = Some((*code, reason.clone())),
         }
     }
-    let (signaled, value) = result.unwrap_or_else(|| sys::decode_status(wait_status));
+    let (signaled, value) = result.unwrap_or(ended);
     let exit = if let Some(why) = refused {
         BoxExit::Refused(why)
     } else if let Some((code, reason)) = exec_failed {

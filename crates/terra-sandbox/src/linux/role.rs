@@ -3,17 +3,22 @@
 //! read-only; cleared environment, no capabilities, no_new_privs; then `main`
 //! runs in process (no exec) as PID 1 of its namespace.
 
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+
+use nix::fcntl::{fcntl, FcntlArg};
+use nix::sched::{unshare, CloneFlags};
+use nix::unistd::{dup2, ForkResult, Pid};
 
 use super::lower::MountOp;
 use super::{init, mounts, sys, RoleConfig, SandboxError};
+use crate::EXIT_REFUSED;
 
 struct RolePrep {
     uid: u32,
     gid: u32,
     ops: Vec<MountOp>,
-    /// (current fd, wanted number)
-    fds: Vec<(i32, i32)>,
+    /// (descriptor, wanted number)
+    fds: Vec<(OwnedFd, RawFd)>,
 }
 
 pub fn spawn(config: RoleConfig, main: fn() -> i32) -> Result<i32, SandboxError> {
@@ -21,7 +26,7 @@ pub fn spawn(config: RoleConfig, main: fn() -> i32) -> Result<i32, SandboxError>
     let mut files: Vec<String> = Vec::new();
     for f in &config.read_only_files {
         let c = std::fs::canonicalize(f)
-            .map_err(|e| SandboxError::Io(format!("{}: {e}", f.display())))?;
+            .map_err(|e| SandboxError::io_at("realpath", &e, f.display().to_string()))?;
         let p = c
             .to_str()
             .ok_or_else(|| SandboxError::Unsupported(format!("{} is not UTF-8", c.display())))?;
@@ -39,55 +44,56 @@ pub fn spawn(config: RoleConfig, main: fn() -> i32) -> Result<i32, SandboxError>
     ops.push(MountOp::RootReadOnly);
     for (_, n) in &config.keep_fds {
         if *n < 0 {
-            return Err(SandboxError::Launch(format!(
+            return Err(SandboxError::InvalidRequest(format!(
                 "invalid descriptor number {n}"
             )));
         }
     }
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let fds: Vec<(i32, i32)> = config
-        .keep_fds
-        .into_iter()
-        .map(|(fd, n)| (fd.into_raw_fd(), n))
-        .collect();
-    let prep = RolePrep { uid, gid, ops, fds };
-    // SAFETY: getpid has no preconditions.
-    let caller = unsafe { libc::getpid() };
-    let res = match sys::fork() {
-        Ok(0) => outer(&prep, caller, main),
-        Ok(pid) => Ok(pid),
-        Err(e) => Err(SandboxError::Launch(e)),
+    let (uid, gid) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    let prep = RolePrep {
+        uid,
+        gid,
+        ops,
+        fds: config.keep_fds,
     };
-    for (fd, _) in &prep.fds {
-        sys::close(*fd);
+    let caller = nix::unistd::getpid();
+    // SAFETY: the child only makes system calls, allocates (the allocator's
+    // lock is reset at fork(3), see `sys::fork`) and ends with `exit_now` or
+    // in `supervise_child`; it never returns here.
+    match unsafe { sys::fork() }? {
+        ForkResult::Child => outer(prep, caller, main),
+        // `prep` and the kept descriptors are dropped (closed) here.
+        ForkResult::Parent { child } => Ok(child.as_raw()),
     }
-    res
 }
 
-fn fail(what: &str, e: String) -> ! {
+fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     let msg = format!("terra role: {what}: {e}\n");
-    sys::write_all_fd(2, msg.as_bytes());
-    sys::exit_now(125)
+    sys::write_all_fd(std::io::stderr().as_fd(), msg.as_bytes());
+    sys::exit_now(EXIT_REFUSED.into())
 }
 
 /// The role's launcher: namespaces, then PID 1 of them.
-fn outer(prep: &RolePrep, caller: libc::pid_t, main: fn() -> i32) -> ! {
+fn outer(prep: RolePrep, caller: Pid, main: fn() -> i32) -> ! {
     if !sys::die_with_parent(caller) {
-        sys::exit_now(125);
+        sys::exit_now(EXIT_REFUSED.into());
     }
-    let keep: Vec<i32> = prep.fds.iter().map(|(fd, _)| *fd).collect();
-    sys::close_fds_except(&keep);
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    // SAFETY: unshare with namespace flags only affects this process.
-    if unsafe { libc::unshare(flags) } != 0 {
+    let keep: Vec<RawFd> = prep.fds.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
+    // SAFETY: this child never returns to the caller's code (it ends with
+    // `exit_now` or in `supervise_child`); what it keeps is in `prep`.
+    unsafe { sys::close_fds_except(&keep) };
+    let flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS;
+    if let Err(errno) = unshare(flags) {
         fail(
             "unshare",
-            sys::errno_str("unshare", "user, mount, pid, ipc, uts"),
+            SandboxError::sys_at("unshare", errno, "user, mount, pid, ipc, uts"),
         );
     }
     if let Err(e) = sys::write_id_maps(prep.uid, prep.gid) {
@@ -95,22 +101,22 @@ fn outer(prep: &RolePrep, caller: libc::pid_t, main: fn() -> i32) -> ! {
     }
     let (life_r, life_w) = sys::pipe_cloexec().unwrap_or_else(|e| fail("pipe", e));
     let sigs = sys::block_forwarded();
-    let child = match sys::fork() {
-        Ok(0) => {
-            sys::close(life_w);
+    // SAFETY: this process has one thread (a fork child of the caller's
+    // calling thread); the child ends in `inner`, never returning here.
+    let child = match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
+            drop(life_w);
             inner(prep, life_r, main)
         }
-        Ok(pid) => pid,
+        Ok(ForkResult::Parent { child }) => child,
         Err(e) => fail("fork", e),
     };
-    sys::close(life_r);
-    for fd in &keep {
-        sys::close(*fd);
-    }
+    drop(life_r);
+    drop(prep);
     init::supervise_child(child, &sigs, None)
 }
 
-fn inner(prep: &RolePrep, life_r: i32, main: fn() -> i32) -> ! {
+fn inner(prep: RolePrep, life_r: OwnedFd, main: fn() -> i32) -> ! {
     init::arm_parent_death(life_r);
     sys::reset_signals();
     if let Err(e) = mounts::enter_staging()
@@ -120,26 +126,31 @@ fn inner(prep: &RolePrep, life_r: i32, main: fn() -> i32) -> ! {
         fail("root", e);
     }
     // Move kept descriptors above every wanted number first, so no dup2 clobbers another.
-    let high: Vec<(i32, i32)> = prep
+    let high: Vec<(RawFd, RawFd)> = prep
         .fds
         .iter()
-        .map(|(fd, n)| {
-            // SAFETY: duplicating a descriptor we own.
-            let h = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 1024) };
-            if h < 0 {
-                fail("fcntl", sys::errno_str("F_DUPFD", &fd.to_string()));
-            }
-            (h, *n)
-        })
+        .map(
+            |(fd, n)| match fcntl(fd.as_raw_fd(), FcntlArg::F_DUPFD_CLOEXEC(1024)) {
+                Ok(h) => (h, *n),
+                Err(errno) => fail(
+                    "fcntl",
+                    SandboxError::sys_at("fcntl(F_DUPFD)", errno, fd.as_raw_fd().to_string()),
+                ),
+            },
+        )
         .collect();
     for (h, n) in &high {
-        // SAFETY: dup2 onto the wanted number; the result is not close-on-exec.
-        if unsafe { libc::dup2(*h, *n) } < 0 {
-            fail("dup2", sys::errno_str("dup2", &n.to_string()));
+        // dup2 onto the wanted number; the result is not close-on-exec.
+        if let Err(errno) = dup2(*h, *n) {
+            fail("dup2", SandboxError::sys_at("dup2", errno, n.to_string()));
         }
     }
-    let wanted: Vec<i32> = high.iter().map(|(_, n)| *n).collect();
-    sys::close_fds_except(&wanted);
+    let wanted: Vec<RawFd> = high.iter().map(|(_, n)| *n).collect();
+    // The kept descriptors now live at their wanted numbers only.
+    std::mem::forget(prep.fds);
+    // SAFETY: this process never returns (it ends with `exit_now`); the
+    // originals of the kept descriptors were given up just above.
+    unsafe { sys::close_fds_except(&wanted) };
     // SAFETY: clearenv only touches this process's environment; the process is
     // single-threaded here (a fresh fork child).
     unsafe { libc::clearenv() };

@@ -23,6 +23,8 @@ use seccompiler::{
     SeccompFilter, SeccompRule, TargetArch,
 };
 
+use super::error::SandboxError;
+
 /// System calls refused without conditions, with the reason shown by `describe`.
 fn refused() -> Vec<(&'static str, i64)> {
     vec![
@@ -142,16 +144,17 @@ fn cond(
     len: SeccompCmpArgLen,
     op: SeccompCmpOp,
     value: u64,
-) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, len, op, value).map_err(|e| format!("seccomp condition: {e}"))
+) -> Result<SeccompCondition, SandboxError> {
+    SeccompCondition::new(arg, len, op, value)
+        .map_err(|e| SandboxError::Seccomp(format!("condition: {e}")))
 }
 
-fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conds).map_err(|e| format!("seccomp rule: {e}"))
+fn rule(conds: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> {
+    SeccompRule::new(conds).map_err(|e| SandboxError::Seccomp(format!("rule: {e}")))
 }
 
 /// `arg & bit == bit`, on the low 32 bits (modes and open flags are C ints).
-fn has_bit(arg: u8, bit: u64) -> Result<SeccompCondition, String> {
+fn has_bit(arg: u8, bit: u64) -> Result<SeccompCondition, SandboxError> {
     cond(
         arg,
         SeccompCmpArgLen::Dword,
@@ -162,7 +165,7 @@ fn has_bit(arg: u8, bit: u64) -> Result<SeccompCondition, String> {
 
 /// Rules matching a mode argument with the set-user-ID or set-group-ID bit
 /// (and, for the open calls, the flags that make the mode count).
-fn setid_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+fn setid_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
     let mut rules = BTreeMap::new();
     for (_, nr, mode) in mode_calls() {
         let r = SETID_BITS
@@ -184,7 +187,7 @@ fn setid_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
 }
 
 /// socket() of a family outside [`SOCKET_FAMILIES`]; socketpair() of any but AF_UNIX.
-fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
     let ne = |v: u64| cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v);
     let mut rules = BTreeMap::new();
     let others = SOCKET_FAMILIES
@@ -200,7 +203,7 @@ fn family_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
 }
 
 /// socket(AF_NETLINK, _, protocol) with a protocol other than NETLINK_ROUTE.
-fn netlink_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
+fn netlink_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
     let mut rules = BTreeMap::new();
     rules.insert(
         libc::SYS_socket,
@@ -222,20 +225,20 @@ fn netlink_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, String> {
     Ok(rules)
 }
 
-fn masked_rule(arg: u8, mask: u64) -> Result<SeccompRule, String> {
+fn masked_rule(arg: u8, mask: u64) -> Result<SeccompRule, SandboxError> {
     SeccompRule::new(vec![cond(
         arg,
         SeccompCmpArgLen::Qword,
         SeccompCmpOp::MaskedEq(mask),
         mask,
     )?])
-    .map_err(|e| format!("seccomp rule: {e}"))
+    .map_err(|e| SandboxError::Seccomp(format!("rule: {e}")))
 }
 
 /// The filters, in installation order. Several filters all run; the most
 /// restrictive answer wins (all here are ERRNO or ALLOW).
-pub fn build() -> Result<Vec<BpfProgram>, String> {
-    let e = |x: seccompiler::BackendError| format!("seccomp: {x}");
+pub fn build() -> Result<Vec<BpfProgram>, SandboxError> {
+    let e = |x: seccompiler::BackendError| SandboxError::Seccomp(x.to_string());
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, nr) in refused() {
         rules.insert(nr, vec![]);
@@ -256,7 +259,7 @@ pub fn build() -> Result<Vec<BpfProgram>, String> {
                 SeccompCmpOp::Eq,
                 *r,
             )?])
-            .map_err(|e| format!("seccomp rule: {e}"))
+            .map_err(|e| SandboxError::Seccomp(format!("rule: {e}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_ioctl, ioctl);
@@ -294,7 +297,7 @@ pub fn build() -> Result<Vec<BpfProgram>, String> {
     ] {
         out.push(
             f.try_into()
-                .map_err(|x: seccompiler::BackendError| format!("seccomp: {x}"))?,
+                .map_err(|x: seccompiler::BackendError| SandboxError::Seccomp(x.to_string()))?,
         );
     }
     if let Some(x32) = x32_filter() {
@@ -331,9 +334,9 @@ fn x32_filter() -> Option<BpfProgram> {
 }
 
 /// Installs the filters on the calling thread (no_new_privs must be set).
-pub fn install(filters: &[BpfProgram]) -> Result<(), String> {
+pub fn install(filters: &[BpfProgram]) -> Result<(), SandboxError> {
     for f in filters {
-        seccompiler::apply_filter(f).map_err(|e| format!("seccomp install: {e}"))?;
+        seccompiler::apply_filter(f).map_err(|e| SandboxError::Seccomp(format!("install: {e}")))?;
     }
     Ok(())
 }

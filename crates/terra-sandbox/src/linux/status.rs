@@ -1,6 +1,8 @@
 //! The status pipe: the box reports setup results to the caller as small JSON
 //! lines; the write end is close-on-exec, so a successful exec shows as EOF.
 
+use std::os::fd::BorrowedFd;
+
 use serde::{Deserialize, Serialize};
 
 use super::sys;
@@ -18,12 +20,12 @@ pub enum Status {
     ExecFailed { code: i32, reason: String },
 }
 
-pub fn send(fd: i32, s: &Status) {
+pub fn send(fd: BorrowedFd<'_>, s: &Status) {
     send_all(fd, std::slice::from_ref(s));
 }
 
 /// Sends several reports with one write (one wake-up of the reader).
-pub fn send_all(fd: i32, all: &[Status]) {
+pub fn send_all(fd: BorrowedFd<'_>, all: &[Status]) {
     let mut buf = Vec::new();
     for s in all {
         if let Ok(line) = serde_json::to_vec(s) {
@@ -37,19 +39,17 @@ pub fn send_all(fd: i32, all: &[Status]) {
 }
 
 /// Reads every status line until EOF.
-pub fn read_all(fd: i32) -> Vec<Status> {
+pub fn read_all(fd: BorrowedFd<'_>) -> Vec<Status> {
+    use std::os::fd::AsRawFd;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        // SAFETY: the buffer is valid for its length.
-        let n = unsafe { libc::read(fd, chunk.as_mut_ptr() as *mut libc::c_void, chunk.len()) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
+        match nix::unistd::read(fd.as_raw_fd(), &mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
         }
-        if n <= 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n as usize]);
     }
     buf.split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())

@@ -2,7 +2,11 @@
 //! The one implementation of host checks: `terra doctor` and `terra backends`
 //! print these, never probe on their own.
 
-use super::{landlock, sys, HostSupport};
+use nix::mount::MsFlags;
+use nix::sched::{unshare, CloneFlags};
+use nix::unistd::ForkResult;
+
+use super::{landlock, sys, HostSupport, SandboxError};
 
 fn read_trim(p: &str) -> Option<String> {
     std::fs::read_to_string(p)
@@ -10,67 +14,78 @@ fn read_trim(p: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// Why the user-namespace probe failed.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailure {
+    #[error("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID) was refused")]
+    Unshare,
+    #[error("writing the uid/gid maps was refused")]
+    IdMaps,
+    #[error("mounting a new procfs inside the namespaces was refused")]
+    Procfs,
+    #[error("the probe failed ({0})")]
+    Other(i32),
+    #[error("the probe child died")]
+    Died,
+    #[error("{0}")]
+    Sys(#[from] SandboxError),
+}
+
 /// Tries what a box needs in a throw-away child: user, mount and PID
 /// namespaces with the caller's ids mapped, then a new procfs mounted by PID 1
 /// of the new namespace (sysctls, AppArmor and container runtimes can each
 /// forbid one of these).
-fn userns_works() -> Result<(), String> {
-    // SAFETY: the child only makes system calls and _exits.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err("fork failed".into());
-    }
-    if pid == 0 {
-        sys::exit_now(probe_child());
-    }
-    let mut st = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut st, 0) };
-    match libc::WIFEXITED(st).then(|| libc::WEXITSTATUS(st)) {
-        Some(0) => Ok(()),
-        Some(1) => Err("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID) was refused".into()),
-        Some(2) => Err("writing the uid/gid maps was refused".into()),
-        Some(3) => Err("mounting a new procfs inside the namespaces was refused".into()),
-        Some(n) => Err(format!("the probe failed ({n})")),
-        None => Err("the probe child died".into()),
+fn userns_works() -> Result<(), ProbeFailure> {
+    // SAFETY: the child only makes system calls, writes two small files and
+    // `_exit`s (see `probe_child`); it never returns here.
+    let pid = match unsafe { sys::fork() }? {
+        ForkResult::Child => sys::exit_now(probe_child()),
+        ForkResult::Parent { child } => child,
+    };
+    match sys::wait_child(pid, false)? {
+        Some((_, (false, 0))) => Ok(()),
+        Some((_, (false, 1))) => Err(ProbeFailure::Unshare),
+        Some((_, (false, 2))) => Err(ProbeFailure::IdMaps),
+        Some((_, (false, 3))) => Err(ProbeFailure::Procfs),
+        Some((_, (false, n))) => Err(ProbeFailure::Other(n)),
+        Some((_, (true, _))) | None => Err(ProbeFailure::Died),
     }
 }
 
 /// Exit code: 0 ok, 1 unshare, 2 maps, 3 procfs, 4 fork.
 fn probe_child() -> i32 {
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    // SAFETY: unshare only affects this throw-away process.
-    if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID) } != 0 {
+    let (uid, gid) = (
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
+    if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
+        .is_err()
+    {
         return 1;
     }
     if sys::write_id_maps(uid, gid).is_err() {
         return 2;
     }
-    match sys::fork() {
-        Ok(0) => {
-            let ok =
-                sys::mount(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None).and_then(|_| {
+    // SAFETY: this process has one thread (a fork child); the child only
+    // makes system calls and `_exit`s.
+    match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
+            let ok = sys::mount(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)
+                .and_then(|_| {
                     sys::mount(
                         Some("proc"),
                         "/proc",
                         Some("proc"),
-                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
                         None,
                     )
                 });
             sys::exit_now(if ok.is_ok() { 0 } else { 3 })
         }
-        Ok(child) => {
-            let mut st = 0;
-            // SAFETY: waiting for our own child.
-            unsafe { libc::waitpid(child, &mut st, 0) };
-            if libc::WIFEXITED(st) {
-                libc::WEXITSTATUS(st)
-            } else {
-                4
-            }
-        }
+        Ok(ForkResult::Parent { child }) => match sys::wait_child(child, false) {
+            Ok(Some((_, (false, code)))) => code,
+            _ => 4,
+        },
         Err(_) => 4,
     }
 }

@@ -15,6 +15,9 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+use nix::errno::Errno;
+
+use super::error::SandboxError;
 use super::sys;
 
 /// A terminal window size (TIOCGWINSZ / TIOCSWINSZ).
@@ -57,8 +60,9 @@ pub(crate) struct TerminalPrep {
     stdio: [bool; 3],
     size: Option<libc::winsize>,
     modes: Option<libc::termios>,
-    /// Box end of the socketpair the master is sent over.
-    pub(crate) channel: RawFd,
+    /// Box end of the socketpair the master is sent over (the caller's
+    /// copy is closed once the box is started).
+    pub(crate) channel: OwnedFd,
 }
 
 /// The caller's end of the channel on which the box sends its terminal's
@@ -159,10 +163,14 @@ pub fn set_window_size(fd: BorrowedFd<'_>, size: WindowSize) -> io::Result<()> {
 /// The socketpair for `terminal` and what the box needs of it: (the caller's
 /// channel, the box's prep). The box end is close-on-exec and closed by the
 /// box init once it has sent the master.
-pub(crate) fn prepare(terminal: &BoxTerminal) -> Result<(TerminalChannel, TerminalPrep), String> {
+pub(crate) fn prepare(
+    terminal: &BoxTerminal,
+) -> Result<(TerminalChannel, TerminalPrep), SandboxError> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     if !terminal.stdio.iter().any(|t| *t) {
-        return Err("a box terminal needs at least one of descriptors 0, 1, 2".into());
+        return Err(SandboxError::InvalidRequest(
+            "a box terminal needs at least one of descriptors 0, 1, 2".into(),
+        ));
     }
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
@@ -170,12 +178,12 @@ pub(crate) fn prepare(terminal: &BoxTerminal) -> Result<(TerminalChannel, Termin
         None,
         SockFlag::SOCK_CLOEXEC,
     )
-    .map_err(|e| format!("the terminal channel socketpair: {e}"))?;
+    .map_err(|errno| SandboxError::sys_at("socketpair", errno, "the terminal channel"))?;
     let prep = TerminalPrep {
         stdio: terminal.stdio,
         size: terminal.size.map(WindowSize::to_c),
         modes: terminal.modes.clone().map(libc::termios::from),
-        channel: std::os::fd::IntoRawFd::into_raw_fd(theirs),
+        channel: theirs,
     };
     Ok((TerminalChannel { fd: ours }, prep))
 }
@@ -184,23 +192,20 @@ pub(crate) fn prepare(terminal: &BoxTerminal) -> Result<(TerminalChannel, Termin
 /// pseudo-terminal in the box's devpts, sets its modes and size, sends the
 /// master to the caller, and puts the slave on the listed stdio descriptors
 /// (replacing the caller's terminal there). Closes the master and the channel.
-pub(crate) fn open_in_box(t: &TerminalPrep) -> Result<(), String> {
-    // SAFETY: a valid C string; the descriptor is owned below.
-    let m = unsafe {
-        libc::open(
-            c"/dev/ptmx".as_ptr(),
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        )
-    };
-    if m < 0 {
-        return Err(sys::errno_str("open", "/dev/ptmx (the box's devpts)"));
-    }
+pub(crate) fn open_in_box(t: &TerminalPrep) -> Result<(), SandboxError> {
+    use nix::fcntl::OFlag;
+    let m = nix::fcntl::open(
+        c"/dev/ptmx",
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|errno| SandboxError::sys_at("open", errno, "/dev/ptmx (the box's devpts)"))?;
     // SAFETY: `m` was just opened and is owned by nobody else.
     let master = unsafe { OwnedFd::from_raw_fd(m) };
     let unlock: libc::c_int = 0;
     // SAFETY: TIOCSPTLCK reads one int.
     if unsafe { libc::ioctl(m, libc::TIOCSPTLCK, &unlock) } != 0 {
-        return Err(sys::errno_str("ioctl TIOCSPTLCK", "the box's pty master"));
+        return Err(pty_error("ioctl(TIOCSPTLCK)"));
     }
     // SAFETY: TIOCGPTPEER takes open flags and returns a new descriptor of
     // the slave, opened through the master (no path lookup).
@@ -212,20 +217,20 @@ pub(crate) fn open_in_box(t: &TerminalPrep) -> Result<(), String> {
         )
     };
     if s < 0 {
-        return Err(sys::errno_str("ioctl TIOCGPTPEER", "the box's pty master"));
+        return Err(pty_error("ioctl(TIOCGPTPEER)"));
     }
     // SAFETY: `s` was just returned by the kernel and is owned by nobody else.
     let slave = unsafe { OwnedFd::from_raw_fd(s) };
     if let Some(modes) = &t.modes {
         // SAFETY: tcsetattr reads one struct termios.
         if unsafe { libc::tcsetattr(s, libc::TCSANOW, modes) } != 0 {
-            return Err(sys::errno_str("tcsetattr", "the box's pty"));
+            return Err(pty_error("tcsetattr"));
         }
     }
     if let Some(ws) = &t.size {
         // SAFETY: TIOCSWINSZ reads one struct winsize.
         if unsafe { libc::ioctl(s, libc::TIOCSWINSZ, ws) } != 0 {
-            return Err(sys::errno_str("ioctl TIOCSWINSZ", "the box's pty"));
+            return Err(pty_error("ioctl(TIOCSWINSZ)"));
         }
     }
     {
@@ -233,21 +238,25 @@ pub(crate) fn open_in_box(t: &TerminalPrep) -> Result<(), String> {
         let fds = [m];
         let payload = [b'T'];
         sendmsg::<()>(
-            t.channel,
+            t.channel.as_raw_fd(),
             &[io::IoSlice::new(&payload)],
             &[ControlMessage::ScmRights(&fds)],
             MsgFlags::MSG_NOSIGNAL,
             None,
         )
-        .map_err(|e| format!("cannot send the box's pty master to the caller: {e}"))?;
+        .map_err(|errno| {
+            SandboxError::sys_at("sendmsg", errno, "the box's pty master, to the caller")
+        })?;
     }
     drop(master);
-    sys::close(t.channel);
+    // SAFETY: the channel was inherited from the caller's `TerminalPrep`,
+    // which init (never returning into the caller's code) does not drop.
+    unsafe { sys::close_inherited(t.channel.as_raw_fd()) };
     for (fd, is_tty) in t.stdio.iter().enumerate() {
         // dup2 clears close-on-exec on the copy: the workload inherits it.
-        // SAFETY: dup2 onto a stdio number this process owns.
-        if *is_tty && unsafe { libc::dup2(s, fd as libc::c_int) } < 0 {
-            return Err(sys::errno_str("dup2", "the box's pty slave"));
+        if *is_tty {
+            nix::unistd::dup2(s, fd as RawFd)
+                .map_err(|errno| SandboxError::sys_at("dup2", errno, "the box's pty slave"))?;
         }
     }
     drop(slave);
@@ -257,21 +266,24 @@ pub(crate) fn open_in_box(t: &TerminalPrep) -> Result<(), String> {
 /// In the workload child, before anything else: a new session whose
 /// controlling terminal is the box's pty slave (on the first listed stdio
 /// descriptor), with the workload its foreground process group.
-pub(crate) fn take_as_controlling(t: &TerminalPrep) -> Result<(), String> {
+pub(crate) fn take_as_controlling(t: &TerminalPrep) -> Result<(), SandboxError> {
     let Some(fd) = t.stdio.iter().position(|x| *x) else {
         return Ok(());
     };
-    // SAFETY: setsid has no memory preconditions; a forked child is never a
-    // process group leader, so it succeeds.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(sys::errno_str("setsid", "the workload"));
-    }
+    // A forked child is never a process group leader, so this succeeds.
+    nix::unistd::setsid().map_err(|errno| SandboxError::sys_at("setsid", errno, "the workload"))?;
     // SAFETY: TIOCSCTTY takes an int (0: do not steal from another session).
     if unsafe { libc::ioctl(fd as libc::c_int, libc::TIOCSCTTY, 0) } != 0 {
-        return Err(sys::errno_str(
-            "ioctl TIOCSCTTY",
+        return Err(SandboxError::sys_at(
+            "ioctl(TIOCSCTTY)",
+            Errno::last(),
             "the box's pty as the workload's controlling terminal",
         ));
     }
     Ok(())
+}
+
+/// The errno of a failed call on the box's pseudo-terminal.
+fn pty_error(call: &'static str) -> SandboxError {
+    SandboxError::sys_at(call, Errno::last(), "the box's pty")
 }

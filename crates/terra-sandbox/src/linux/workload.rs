@@ -5,15 +5,17 @@
 
 use std::ffi::CString;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use seccompiler::BpfProgram;
 
+use super::error::SandboxError;
 use super::landlock::{self as ll, LandlockPlan};
 use super::status::{self, Status};
 use super::sys;
 
 /// Everything the workload child needs, prepared before any fork.
-pub struct WorkloadPrep {
+pub struct WorkloadPrep<'a> {
     /// Executable candidates for argv[0] (PATH already expanded).
     pub candidates: Vec<CString>,
     pub argv: Vec<CString>,
@@ -21,8 +23,10 @@ pub struct WorkloadPrep {
     pub cwd: String,
     pub canary_path: CString,
     pub canary_tcp: Option<SocketAddr>,
-    /// Raw fd: one byte arrives once the canary exists (see `BoxSpec`).
-    pub canary_gate: Option<i32>,
+    /// One byte arrives on it once the canary exists (see `BoxSpec`): the
+    /// caller's descriptor, owned by its `BoxSpec` (the box's processes
+    /// inherit it).
+    pub canary_gate: Option<BorrowedFd<'a>>,
     pub landlock: LandlockPlan,
     pub seccomp: Vec<BpfProgram>,
 }
@@ -44,16 +48,18 @@ pub fn candidates(argv0: &[u8], env_path: Option<&[u8]>) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn refuse(fd: i32, why: String) -> ! {
+fn refuse(fd: BorrowedFd<'_>, why: String) -> ! {
     status::send(fd, &Status::Refused(why));
-    sys::exit_now(125)
+    sys::exit_now(crate::EXIT_REFUSED.into())
 }
 
 /// Runs in the workload child; never returns.
-pub fn run(prep: &WorkloadPrep, status_fd: i32) -> ! {
-    let mut keep = vec![status_fd];
-    keep.extend(prep.canary_gate);
-    sys::close_fds_except(&keep);
+pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
+    let mut keep = vec![sys::raw(&status_fd)];
+    keep.extend(prep.canary_gate.as_ref().map(sys::raw));
+    // SAFETY: this child never returns (it execs or exits), so no owner of a
+    // closed descriptor is used or dropped again.
+    unsafe { sys::close_fds_except(&keep) };
     if let Err(e) = sys::chdir(&prep.cwd) {
         refuse(
             status_fd,
@@ -61,31 +67,35 @@ pub fn run(prep: &WorkloadPrep, status_fd: i32) -> ! {
         );
     }
     if let Err(e) = sys::drop_all_capabilities() {
-        refuse(status_fd, e);
+        refuse(status_fd, e.to_string());
     }
     let abi = match ll::apply(&prep.landlock) {
         Ok(abi) => abi,
-        Err(e) => refuse(status_fd, e),
+        Err(e) => refuse(status_fd, e.to_string()),
     };
     // The Landlock report travels with the next one (activation, or the
     // refusal), so the caller's reader wakes once, not twice, before exec.
     let landlock = Status::Landlock(abi);
     if let Err(e) = super::seccomp::install(&prep.seccomp) {
-        status::send_all(status_fd, &[landlock, Status::Refused(e)]);
-        sys::exit_now(125)
+        status::send_all(status_fd, &[landlock, Status::Refused(e.to_string())]);
+        sys::exit_now(crate::EXIT_REFUSED.into())
     }
     match activation(prep) {
         Ok(()) => status::send_all(status_fd, &[landlock, Status::Activation("passed".into())]),
-        Err(why) => {
+        Err(e) => {
+            let why = match &e {
+                SandboxError::Activation(why) => why.clone(),
+                other => other.to_string(),
+            };
             status::send_all(
                 status_fd,
                 &[
                     landlock,
-                    Status::Activation(why.clone()),
-                    Status::Refused(format!("activation check failed: {why}")),
+                    Status::Activation(why),
+                    Status::Refused(e.to_string()),
                 ],
             );
-            sys::exit_now(125)
+            sys::exit_now(crate::EXIT_REFUSED.into())
         }
     }
     exec(prep, status_fd)
@@ -95,34 +105,42 @@ pub fn run(prep: &WorkloadPrep, status_fd: i32) -> ! {
 /// not accept a connection. A canary that does not exist yet would make the
 /// first test pass vacuously, so it first waits for the caller's word that it
 /// does.
-fn activation(prep: &WorkloadPrep) -> Result<(), String> {
+fn activation(prep: &WorkloadPrep) -> Result<(), SandboxError> {
     if let Some(gate) = prep.canary_gate {
         let ready = sys::read_byte(gate);
-        sys::close(gate);
+        // SAFETY: the gate was inherited (its owner lives in the caller's
+        // copy of memory, which this process never drops) and is not used
+        // again.
+        unsafe { sys::close_inherited(gate.as_raw_fd()) };
         if !ready {
-            return Err("the caller ended before the canary existed".into());
+            return Err(SandboxError::Activation(
+                "the caller ended before the canary existed".into(),
+            ));
         }
     }
-    // SAFETY: valid C string; a returned descriptor is closed right away.
-    let fd = unsafe { libc::open(prep.canary_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd >= 0 {
-        sys::close(fd);
-        return Err(format!(
+    use nix::{fcntl::OFlag, sys::stat::Mode};
+    if let Ok(fd) = nix::fcntl::open(
+        prep.canary_path.as_c_str(),
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        let _ = nix::unistd::close(fd);
+        return Err(SandboxError::Activation(format!(
             "the canary {} could be opened inside the box",
             sys::cstr_lossy(&prep.canary_path)
-        ));
+        )));
     }
     if let Some(addr) = prep.canary_tcp {
         if std::net::TcpStream::connect(addr).is_ok() {
-            return Err(format!(
+            return Err(SandboxError::Activation(format!(
                 "a TCP connection to the host canary {addr} succeeded inside the box"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
-fn exec(prep: &WorkloadPrep, status_fd: i32) -> ! {
+fn exec(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
     let mut argv: Vec<*const libc::c_char> = prep.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = prep.envp.iter().map(|a| a.as_ptr()).collect();
