@@ -220,7 +220,6 @@ pub fn run(cmd: PlanCommand) -> ExitCode {
             ExitCode::from(out.code)
         }
         Err(e) => {
-            eprintln!("terra: {}: {}", e.class(), e.detail());
             if json {
                 let mut err = json!({ "class": e.class().as_str(), "message": e.detail() });
                 if let Some((before, after)) = conflict_permissions(e.detail()) {
@@ -229,7 +228,10 @@ pub fn run(cmd: PlanCommand) -> ExitCode {
                 }
                 print_json(&json!({ "ok": false, "error": err }));
             }
-            ExitCode::from(super::EXIT_FAILURE)
+            crate::fail(crate::Failure::Policy {
+                error: &e,
+                violations: false,
+            })
         }
     }
 }

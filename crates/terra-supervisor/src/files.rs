@@ -53,6 +53,8 @@ impl std::fmt::Display for ReadError {
     }
 }
 
+impl std::error::Error for ReadError {}
+
 /// Reads `path` when it holds at most `limit` bytes. A regular file's length
 /// is checked first; every read stops after `limit + 1` bytes, so an endless
 /// source (`/dev/zero`, a FIFO that is fed forever) costs at most that much
@@ -128,6 +130,8 @@ impl std::fmt::Display for OutError {
         }
     }
 }
+
+impl std::error::Error for OutError {}
 
 /// Splits an output path into its directory and final name; the name must
 /// be a plain file name (not `.`, `..` or empty).

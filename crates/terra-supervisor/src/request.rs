@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 /// Version of the request layout; the supervisor refuses any other.
 pub const REQUEST_VERSION: u32 = 1;
 /// Largest request accepted on the pipe (MIR is at most 1 MiB, hex doubles it).
@@ -73,21 +75,21 @@ impl RunRequest {
         serde_json::to_vec(&r).unwrap_or_default()
     }
 
-    pub fn argv(&self) -> Result<Vec<OsString>, String> {
+    pub fn argv(&self) -> Result<Vec<OsString>> {
         self.argv_hex
             .iter()
             .map(|a| unhex(a).map(OsString::from_vec))
             .collect()
     }
 
-    pub fn env(&self) -> Result<Vec<(OsString, OsString)>, String> {
+    pub fn env(&self) -> Result<Vec<(OsString, OsString)>> {
         self.env_hex
             .iter()
             .map(|(k, v)| Ok((OsString::from_vec(unhex(k)?), OsString::from_vec(unhex(v)?))))
             .collect()
     }
 
-    pub fn mir_bytes(&self) -> Result<Vec<u8>, String> {
+    pub fn mir_bytes(&self) -> Result<Vec<u8>> {
         unhex(&self.mir_hex)
     }
 
@@ -118,7 +120,7 @@ pub fn hex_os(s: &OsStr) -> String {
 }
 
 /// Bytes of lowercase hex; anything else is refused.
-pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
+pub fn unhex(s: &str) -> Result<Vec<u8>> {
     fn val(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),
@@ -128,12 +130,12 @@ pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
     }
     let b = s.as_bytes();
     if b.len() & 1 == 1 {
-        return Err("hex string of odd length".into());
+        return Err(Error::Request("hex string of odd length".into()));
     }
     b.chunks(2)
         .map(|p| match (val(p[0]), val(p[1])) {
             (Some(h), Some(l)) => Ok(h << 4 | l),
-            _ => Err("invalid hex digit".to_string()),
+            _ => Err(Error::Request("invalid hex digit".into())),
         })
         .collect()
 }
