@@ -84,17 +84,22 @@ pub struct BackendsArgs {
 
 pub fn run(args: RunArgs) -> ExitCode {
     let dry_run = args.dry_run;
-    let built = RunBuilder::new(args.command)
-        .backend(args.backend)
-        .policy_file(args.policy, crate::policy_cmd::MAX_INPUT_LEN)
-        .rules(args.read, args.write, args.deny)
-        .allow_net(args.allow_net)
-        .workspace(args.workspace)
-        .env(args.env)
-        .timeout(args.timeout)
-        .receipt(args.receipt)
-        .keep_temp(args.keep_temp)
-        .build();
+    let built = RunBuilder {
+        backend: args.backend,
+        policy: args.policy,
+        max_policy_len: crate::policy_cmd::MAX_INPUT_LEN,
+        read: args.read,
+        write: args.write,
+        deny: args.deny,
+        allow_net: args.allow_net,
+        workspace: args.workspace,
+        env: args.env,
+        timeout: args.timeout,
+        receipt: args.receipt,
+        keep_temp: args.keep_temp,
+        ..RunBuilder::new(args.command)
+    }
+    .build();
     let prepared = match built {
         Ok(p) => p,
         Err(e) => return crate::fail(Failure::Run(&e)),

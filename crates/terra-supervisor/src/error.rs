@@ -38,6 +38,17 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A system call failed (nix's `Errno`, shown as `ENAME: text`).
+    #[cfg(target_os = "linux")]
+    #[error("{}", io_text(op, path.as_deref(), errno))]
+    Sys {
+        /// What was being done, e.g. `cannot lock`.
+        op: String,
+        /// The path it was done on, when there is one.
+        path: Option<PathBuf>,
+        #[source]
+        errno: nix::errno::Errno,
+    },
     /// What was being done (a flag and its value, e.g. `--write cache`, or
     /// an operation) when the error inside happened.
     #[error("{context}: {source}")]
@@ -75,7 +86,7 @@ pub enum Error {
 }
 
 /// `OP PATH: CAUSE`, leaving out what is empty.
-fn io_text(op: &str, path: Option<&Path>, source: &io::Error) -> String {
+fn io_text(op: &str, path: Option<&Path>, source: &dyn std::fmt::Display) -> String {
     let what = match path {
         Some(p) if op.is_empty() => p.display().to_string(),
         Some(p) => format!("{op} {}", p.display()),
@@ -114,12 +125,32 @@ impl Error {
         }
     }
 
-    /// A failed system call that names no path.
-    pub fn sys(op: impl Into<String>, source: impl Into<io::Error>) -> Error {
+    /// A failed operation that names no path.
+    pub fn op(op: impl Into<String>, source: io::Error) -> Error {
         Error::Io {
             op: op.into(),
             path: None,
-            source: source.into(),
+            source,
+        }
+    }
+
+    /// A failed system call that names no path.
+    #[cfg(target_os = "linux")]
+    pub fn sys(op: impl Into<String>, errno: nix::errno::Errno) -> Error {
+        Error::Sys {
+            op: op.into(),
+            path: None,
+            errno,
+        }
+    }
+
+    /// A failed system call on `path`.
+    #[cfg(target_os = "linux")]
+    pub fn sys_at(op: impl Into<String>, path: &Path, errno: nix::errno::Errno) -> Error {
+        Error::Sys {
+            op: op.into(),
+            path: Some(path.to_path_buf()),
+            errno,
         }
     }
 
@@ -135,6 +166,8 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } => source.raw_os_error(),
+            #[cfg(target_os = "linux")]
+            Error::Sys { errno, .. } => Some(*errno as i32),
             Error::Context { source, .. } => source.errno(),
             _ => None,
         }
@@ -161,9 +194,13 @@ mod tests {
             text.starts_with("cannot create the run's temp directory in /nowhere: "),
             "{text}"
         );
-        let e = Error::sys("pipe", io::Error::from_raw_os_error(24));
+        let e = Error::op("read", io::Error::from_raw_os_error(24));
         assert_eq!(e.errno(), Some(24));
-        assert!(e.to_string().starts_with("pipe: "), "{e}");
+        assert!(e.to_string().starts_with("read: "), "{e}");
+        // nix's errno keeps its name in the message, as before the error type.
+        let e = Error::sys("pipe", nix::errno::Errno::EMFILE).context("--flag x");
+        assert_eq!(e.errno(), Some(nix::libc::EMFILE));
+        assert!(e.to_string().starts_with("--flag x: pipe: EMFILE: "), "{e}");
         assert_eq!(Error::Argument("x".into()).errno(), None);
     }
 }

@@ -66,7 +66,7 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8>
     }
     let mut child = cmd
         .spawn()
-        .map_err(|e| Error::sys("cannot start the supervisor", e))?;
+        .map_err(|e| Error::op("cannot start the supervisor", e))?;
     drop(rd);
     let child_pid = Pid::from_raw(child.id() as i32);
     {
@@ -74,13 +74,13 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8>
         if let Err(e) = w.write_all(&body) {
             let _ = kill(child_pid, Signal::SIGKILL);
             let _ = child.wait();
-            return Err(Error::sys("cannot hand the run to the supervisor", e));
+            return Err(Error::op("cannot hand the run to the supervisor", e));
         }
     }
     debug!(phase = "handoff", ms = t0.elapsed().as_secs_f64() * 1e3);
 
     let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| Error::sys("wait", e))? {
+        if let Some(st) = child.try_wait().map_err(|e| Error::op("wait", e))? {
             break st;
         }
         let mut fds = [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];

@@ -57,7 +57,7 @@ impl Operator {
         }
         let dup = |i: usize| {
             fds[i].try_clone_to_owned().map_err(|e| {
-                crate::Error::sys(format!("cannot duplicate descriptor {i} (a terminal)"), e)
+                crate::Error::op(format!("cannot duplicate descriptor {i} (a terminal)"), e)
             })
         };
         // Read the operator's keys only in the terminal's foreground: a

@@ -51,22 +51,35 @@ pub const ENV_ALLOWLIST: &[&str] = &[
 /// PATH inside the box when the caller has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// One run as the command line describes it; [`RunBuilder::build`] resolves it.
+/// One run as the command line describes it; [`RunBuilder::build`] resolves
+/// it. Start from [`RunBuilder::new`] and set what the command line gave.
 #[derive(Debug, Clone)]
 pub struct RunBuilder {
-    command: Vec<OsString>,
-    backend: String,
-    policy: Option<PathBuf>,
-    max_policy_len: usize,
-    read: Vec<PathBuf>,
-    write: Vec<PathBuf>,
-    deny: Vec<PathBuf>,
-    allow_net: Vec<String>,
-    workspace: Option<PathBuf>,
-    env: Vec<OsString>,
-    timeout: Option<String>,
-    receipt: Option<PathBuf>,
-    keep_temp: bool,
+    /// The workload's argv (at least the program).
+    pub command: Vec<OsString>,
+    /// The backend to run on (`--backend`; only `linux` runs here).
+    pub backend: String,
+    /// A policy file (JSON source v3 or canonical MIR v3) instead of the
+    /// embedded default (`--policy`).
+    pub policy: Option<PathBuf>,
+    /// The most bytes read from the policy file.
+    pub max_policy_len: usize,
+    /// Grants and denials of the command line (`--read`, `--write`, `--deny`).
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+    /// `HOST:PORT` destinations (`--allow-net`); any switches the network to mediated.
+    pub allow_net: Vec<String>,
+    /// The workspace directory (default: the current directory).
+    pub workspace: Option<PathBuf>,
+    /// `NAME=VALUE`, or `NAME` copied from this environment (`--env`).
+    pub env: Vec<OsString>,
+    /// The deadline as written on the command line (`--timeout`).
+    pub timeout: Option<String>,
+    /// Where to write an extra copy of the receipt (`-`: standard output).
+    pub receipt: Option<PathBuf>,
+    /// Keep the run's temp directory (`--keep-temp`).
+    pub keep_temp: bool,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -78,8 +91,8 @@ pub struct PreparedRun {
 }
 
 impl RunBuilder {
-    /// A run of `command` (argv, at least the program) on the linux backend
-    /// under the embedded default policy.
+    /// A run of `command` on the linux backend under the embedded default
+    /// policy, with nothing added.
     pub fn new(command: Vec<OsString>) -> RunBuilder {
         RunBuilder {
             command,
@@ -98,64 +111,6 @@ impl RunBuilder {
         }
     }
 
-    /// The backend to run on (`--backend`).
-    pub fn backend(mut self, name: impl Into<String>) -> Self {
-        self.backend = name.into();
-        self
-    }
-
-    /// A policy file (JSON source v3 or canonical MIR v3) instead of the
-    /// default, read up to `max_len` bytes (`--policy`).
-    pub fn policy_file(mut self, path: Option<PathBuf>, max_len: usize) -> Self {
-        self.policy = path;
-        self.max_policy_len = max_len;
-        self
-    }
-
-    /// Read, write and deny grants of the command line (`--read`, `--write`, `--deny`).
-    pub fn rules(mut self, read: Vec<PathBuf>, write: Vec<PathBuf>, deny: Vec<PathBuf>) -> Self {
-        self.read = read;
-        self.write = write;
-        self.deny = deny;
-        self
-    }
-
-    /// `HOST:PORT` destinations (`--allow-net`); any switches the network to mediated.
-    pub fn allow_net(mut self, destinations: Vec<String>) -> Self {
-        self.allow_net = destinations;
-        self
-    }
-
-    /// The workspace directory (default: the current directory).
-    pub fn workspace(mut self, dir: Option<PathBuf>) -> Self {
-        self.workspace = dir;
-        self
-    }
-
-    /// `NAME=VALUE` or `NAME` (copied from this environment) for the workload (`--env`).
-    pub fn env(mut self, vars: Vec<OsString>) -> Self {
-        self.env = vars;
-        self
-    }
-
-    /// The deadline as written on the command line (`--timeout`).
-    pub fn timeout(mut self, duration: Option<String>) -> Self {
-        self.timeout = duration;
-        self
-    }
-
-    /// Where to write an extra copy of the receipt (`-`: standard output).
-    pub fn receipt(mut self, path: Option<PathBuf>) -> Self {
-        self.receipt = path;
-        self
-    }
-
-    /// Keep the run's temp directory (`--keep-temp`).
-    pub fn keep_temp(mut self, keep: bool) -> Self {
-        self.keep_temp = keep;
-        self
-    }
-
     /// Resolves the run: policy, rules, bindings, plan, request. The fresh
     /// temp directory it makes is removed again on any refusal.
     pub fn build(self) -> Result<PreparedRun> {
@@ -170,15 +125,15 @@ impl RunBuilder {
             }));
         }
         let cwd = std::env::current_dir()
-            .map_err(|e| Error::sys("cannot read the current directory", e))?;
+            .map_err(|e| Error::op("cannot read the current directory", e))?;
         let workspace = match &self.workspace {
             Some(w) => {
                 let flag = format!("--workspace {}", w.display());
                 resolve_cli_path(&absolute_lexical(w, &cwd))
-                    .and_then(|p| fs::canonicalize(&p).map_err(|e| Error::sys("", e)))
+                    .and_then(|p| fs::canonicalize(&p).map_err(|e| Error::op("", e)))
                     .map_err(|e| e.context(flag))?
             }
-            None => fs::canonicalize(&cwd).map_err(|e| Error::sys("the current directory", e))?,
+            None => fs::canonicalize(&cwd).map_err(|e| Error::op("the current directory", e))?,
         };
         let (mir, origin) = self.load_policy(&cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
@@ -798,10 +753,12 @@ mod tests {
             ("macos", "backend macos is not supported on this host"),
             ("plan9", "unknown backend \"plan9\""),
         ] {
-            let e = RunBuilder::new(vec!["true".into()])
-                .backend(name)
-                .build()
-                .unwrap_err();
+            let e = RunBuilder {
+                backend: name.into(),
+                ..RunBuilder::new(vec!["true".into()])
+            }
+            .build()
+            .unwrap_err();
             assert!(
                 matches!(&e, Error::Unsupported(m) if m.starts_with(words)),
                 "{name}: {e}"

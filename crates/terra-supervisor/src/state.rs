@@ -145,7 +145,7 @@ impl RunDir {
         let file = runtime_dir.create_append(OsStr::new("lock"))?;
         let lock_path = runtime.join("lock");
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, e)| Error::io("cannot lock", &lock_path, e.into()))?;
+            .map_err(|(_, e)| Error::sys_at("cannot lock", &lock_path, e))?;
         // The lock belongs to the open file description, so fd 3 holds it
         // too. dup2 replaces what is on fd 3: only the placeholder may be.
         if lock_slot.as_raw_fd() != LOCK_FD {
@@ -519,7 +519,7 @@ fn covers(rule: &str, scope: Scope, path: &str) -> bool {
 
 /// `YYYYMMDDTHHMMSSZ-<pid>-<8 hex>`: sortable, unique per host.
 fn new_run_id() -> String {
-    let t = crate::receipt::rfc3339(SystemTime::now());
+    let t = terra_netd::receipt::rfc3339(SystemTime::now());
     let compact: String = t[..19]
         .chars()
         .filter(|c| c.is_ascii_digit() || *c == 'T')

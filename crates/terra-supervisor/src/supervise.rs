@@ -22,12 +22,11 @@ use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
 use crate::files::{split_output, Existing, Follow, OutDir};
-use crate::receipt::{
-    rfc3339, Bindings, Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION,
-};
+use crate::receipt::{Bindings, Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION};
 use crate::request::{RunRequest, MAX_REQUEST_LEN, REQUEST_VERSION};
 use crate::state::RunDir;
 use crate::{forwarded_signals, EXIT_REFUSED, SI_KERNEL, TIMEOUT_GRACE};
+use terra_netd::receipt::rfc3339;
 
 struct Args {
     request_fd: i32,
@@ -135,13 +134,13 @@ pub fn main(args: Vec<OsString>) -> u8 {
 /// inherited descriptor closed, so nothing of it reaches the box.
 fn read_request(fd: i32) -> Result<RunRequest> {
     let mut f = fs::File::open(format!("/proc/self/fd/{fd}"))
-        .map_err(|e| Error::sys(format!("fd {fd}"), e))?;
+        .map_err(|e| Error::op(format!("fd {fd}"), e))?;
     let _ = nix::unistd::close(fd);
     let mut buf = Vec::new();
     f.by_ref()
         .take(MAX_REQUEST_LEN as u64 + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| Error::sys("read", e))?;
+        .map_err(|e| Error::op("read", e))?;
     if buf.len() > MAX_REQUEST_LEN {
         return Err(Error::Request(format!(
             "larger than {MAX_REQUEST_LEN} bytes"
@@ -242,7 +241,7 @@ impl ReceiptOut {
                 let mut out = std::io::stdout().lock();
                 out.write_all(json.as_bytes())
                     .and_then(|_| out.flush())
-                    .map_err(|e| Error::sys("cannot write the receipt to standard output", e))
+                    .map_err(|e| Error::op("cannot write the receipt to standard output", e))
             }
             ReceiptOut::File(dir, name) => dir
                 .write(
@@ -793,7 +792,7 @@ impl Broker {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         use std::io::Write;
         let (box_end, broker_end) = terra_netd::fdpass::broker_socketpair()
-            .map_err(|e| Error::sys("the fd 7 socketpair", e))?;
+            .map_err(|e| Error::op("the fd 7 socketpair", e))?;
         let (startup, startup_theirs) = socketpair(
             AddressFamily::Unix,
             SockType::Stream,
