@@ -141,7 +141,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_level.as_deref());
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
-        Command::Run(args) => run_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),

@@ -9,7 +9,6 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -82,7 +81,8 @@ pub struct BackendsArgs {
     json: bool,
 }
 
-pub fn run(args: RunArgs) -> ExitCode {
+/// `terra run`; `log_level` (`--log-level`) is passed on to the supervisor.
+pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     let dry_run = args.dry_run;
     let built = RunBuilder {
         backend: args.backend,
@@ -109,7 +109,10 @@ pub fn run(args: RunArgs) -> ExitCode {
         let _ = fs::remove_dir(&prepared.request.temp);
         return ExitCode::SUCCESS;
     }
-    match start_supervisor(&prepared.request, &log_level_args()) {
+    let log_args: Vec<OsString> = log_level
+        .map(|l| vec!["--log-level".into(), l.into()])
+        .unwrap_or_default();
+    match start_supervisor(&prepared.request, &log_args) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let _ = fs::remove_dir(&prepared.request.temp);
@@ -172,24 +175,6 @@ fn broker_program_text() -> String {
     );
     let _ = writeln!(s, "failure: the run is refused (exit 125) when the broker does not start; if it ends mid-run, connections fail (no restart, no fallback)");
     s
-}
-
-/// The `--log-level` given to this terra, passed on to the supervisor.
-fn log_level_args() -> Vec<OsString> {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let mut out = Vec::new();
-    for (i, a) in args.iter().enumerate() {
-        if a == "--log-level" {
-            if let Some(v) = args.get(i + 1) {
-                out = vec![a.clone(), v.clone()];
-            }
-        } else if a.as_bytes().starts_with(b"--log-level=") {
-            out = vec![a.clone()];
-        } else if a == "--" {
-            break;
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------- doctor
