@@ -106,7 +106,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     };
     if dry_run {
         print!("{}", prepared.dry_run_text(&broker_program_text()));
-        let _ = fs::remove_dir(&prepared.request.temp);
+        let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return ExitCode::SUCCESS;
     }
     let log_args: Vec<OsString> = log_level
@@ -115,7 +115,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     match start_supervisor(&prepared.request, &log_args) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            let _ = fs::remove_dir(&prepared.request.temp);
+            let _ = fs::remove_dir(&prepared.request.bindings.temp);
             crate::fail(Failure::Run(&e))
         }
     }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub use crate::request::Bindings;
 use crate::request::PolicyOrigin;
 
 pub const RECEIPT_VERSION: u32 = 1;
@@ -17,15 +18,6 @@ pub const RECEIPT_VERSION: u32 = 1;
 pub struct Capabilities {
     pub required: Vec<String>,
     pub declared: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Bindings {
-    pub workspace: Option<PathBuf>,
-    pub temp: Option<PathBuf>,
-    pub minimal_roots: Vec<PathBuf>,
-    pub mediator: Option<String>,
 }
 
 /// How the run ended. `exitCode` is what `terra run` exits with.

@@ -32,6 +32,30 @@ pub struct PolicyOrigin {
     pub overlay: Vec<String>,
 }
 
+/// What this host bound the policy's roots to, as the CLI bound them (the
+/// receipt records it as `hostBindings`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Bindings {
+    pub workspace: PathBuf,
+    /// The fresh private temp directory the CLI made for this run.
+    pub temp: PathBuf,
+    pub minimal_roots: Vec<PathBuf>,
+    pub mediator: Option<String>,
+}
+
+impl Bindings {
+    /// The bindings the policy resolves against.
+    pub fn host_bindings(&self) -> terra_policy::HostBindings {
+        terra_policy::HostBindings {
+            workspace: Some(self.workspace.clone()),
+            temp: Some(self.temp.clone()),
+            minimal_roots: self.minimal_roots.clone(),
+            mediator: self.mediator.clone(),
+        }
+    }
+}
+
 /// One run, as the CLI resolved it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -45,11 +69,7 @@ pub struct RunRequest {
     pub mir_hex: String,
     pub decision_digest: String,
     pub policy: PolicyOrigin,
-    pub workspace: PathBuf,
-    /// The fresh private temp directory the CLI made for this run.
-    pub temp: PathBuf,
-    pub minimal_roots: Vec<PathBuf>,
-    pub mediator: Option<String>,
+    pub bindings: Bindings,
     /// Capability names the backend declared when the CLI checked the plan.
     pub declared: Vec<String>,
     /// Working directory inside the box.

@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 
 use terra_policy::digest::artifact_digest;
 use terra_policy::{
-    Access, Capability, CapabilitySet, HostBindings, Mir, Missing, NetworkMode, RootKind,
-    SandboxPlan, Scope,
+    Access, Capability, CapabilitySet, Mir, Missing, NetworkMode, RootKind, SandboxPlan, Scope,
 };
 use tracing::debug;
 
 use crate::error::{Error, Result};
-use crate::request::{hex, hex_os, PolicyOrigin, RunRequest, REQUEST_VERSION};
+use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VERSION};
 
 /// The network broker role (`terra __network`, crate terra-netd) is part of
 /// this binary on Linux.
@@ -169,14 +168,14 @@ impl RunBuilder {
             _ => workspace.clone(),
         };
         let temp = make_temp_dir()?;
-        let bindings = HostBindings {
-            workspace: Some(workspace.clone()),
-            temp: Some(temp.clone()),
+        let bindings = Bindings {
+            workspace: workspace.clone(),
+            temp: temp.clone(),
             minimal_roots: terra_policy::default_minimal_roots(),
             mediator: mediator.clone(),
         };
         let result = (|| {
-            let plan = terra_policy::compile_plan(&mir, &bindings, declared)
+            let plan = terra_policy::compile_plan(&mir, &bindings.host_bindings(), declared)
                 .map_err(|e| Error::policy("policy refused", e))?;
             debug!(
                 phase = "resolve",
@@ -209,10 +208,7 @@ impl RunBuilder {
                 mir_hex: hex(mir.bytes()),
                 decision_digest: mir.decision_digest(),
                 policy: origin,
-                workspace: workspace.clone(),
-                temp: temp.clone(),
-                minimal_roots: bindings.minimal_roots.clone(),
-                mediator,
+                bindings,
                 declared: declared.iter().map(|c| c.name().to_string()).collect(),
                 cwd: box_cwd,
                 argv_hex: self.command.iter().map(|a| hex_os(a)).collect(),
@@ -587,7 +583,7 @@ impl PreparedRun {
                 }
             );
         }
-        if let Some(m) = &r.mediator {
+        if let Some(m) = &r.bindings.mediator {
             let _ = writeln!(s, "mediator:        {m}");
         }
         let _ = writeln!(s, "root:            {}", plan.root_mode());
@@ -603,8 +599,12 @@ impl PreparedRun {
             .filter_map(|n| Capability::from_name(n))
             .collect();
         let _ = writeln!(s, "declared:        {}", names(declared));
-        let _ = writeln!(s, "workspace:       {}", r.workspace.display());
-        let _ = writeln!(s, "temp:            {} (bound at /tmp)", r.temp.display());
+        let _ = writeln!(s, "workspace:       {}", r.bindings.workspace.display());
+        let _ = writeln!(
+            s,
+            "temp:            {} (bound at /tmp)",
+            r.bindings.temp.display()
+        );
         let _ = writeln!(s, "cwd:             {}", r.cwd.display());
         let _ = writeln!(s, "rules:");
         for rule in plan.rules() {
@@ -635,7 +635,7 @@ impl PreparedRun {
             argv: r.argv().unwrap_or_default(),
             cwd: r.cwd.clone(),
             env: r.env().unwrap_or_default(),
-            temp_dir: r.temp.clone(),
+            temp_dir: r.bindings.temp.clone(),
             canary_path: PathBuf::from("<runtime-dir>/request.json"),
             canary_tcp: None,
             canary_gate: None,

@@ -14,7 +14,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
-use terra_policy::{Capability, CapabilitySet, HostBindings, Mir, NetworkMode, SandboxPlan};
+use terra_policy::{Capability, CapabilitySet, Mir, NetworkMode, SandboxPlan};
 use terra_sandbox::linux::{
     self as launcher, BoxConfig, BoxExit, BoxReport, RoleConfig, RoleHandle, SandboxError,
 };
@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
 use crate::files::{split_output, Existing, Follow, OutDir};
-use crate::receipt::{Bindings, Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION};
+use crate::receipt::{Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION};
 use crate::request::{RunRequest, MAX_REQUEST_LEN, REQUEST_VERSION};
 use crate::state::RunDir;
 use crate::{forwarded_signals, EXIT_REFUSED, SI_KERNEL, TIMEOUT_GRACE};
@@ -171,13 +171,7 @@ pub fn revalidate(req: &RunRequest) -> Result<SandboxPlan> {
         )));
     }
     let declared = declared_set(&req.declared)?;
-    let bindings = HostBindings {
-        workspace: Some(req.workspace.clone()),
-        temp: Some(req.temp.clone()),
-        minimal_roots: req.minimal_roots.clone(),
-        mediator: req.mediator.clone(),
-    };
-    let plan = terra_policy::compile_plan(&mir, &bindings, declared)
+    let plan = terra_policy::compile_plan(&mir, &req.bindings.host_bindings(), declared)
         .map_err(|e| Error::policy("the plan does not resolve again", e))?;
     if plan.decision_digest() != req.decision_digest {
         return Err(Error::Request(
@@ -389,7 +383,7 @@ impl Run {
             argv,
             cwd: self.req.cwd.clone(),
             env,
-            temp_dir: self.req.temp.clone(),
+            temp_dir: self.req.bindings.temp.clone(),
             canary_path: canary,
             canary_tcp,
             canary_gate: Some(gate_r),
@@ -639,7 +633,7 @@ impl Run {
     fn cleanup_and_report(&mut self, dir: Option<&RunDir>, outcome: Outcome) -> u8 {
         // The temp directory goes on a second thread while the receipts are
         // written: both are file-system work, and the CLI waits for both.
-        let temp = (!self.req.keep_temp).then(|| self.req.temp.clone());
+        let temp = (!self.req.keep_temp).then(|| self.req.bindings.temp.clone());
         std::thread::scope(|s| {
             let mut inline = None;
             if let Some(t) = &temp {
@@ -680,12 +674,7 @@ impl Run {
                 required: self.required.clone(),
                 declared: self.req.declared.clone(),
             },
-            host_bindings: Bindings {
-                workspace: Some(self.req.workspace.clone()),
-                temp: Some(self.req.temp.clone()),
-                minimal_roots: self.req.minimal_roots.clone(),
-                mediator: self.req.mediator.clone(),
-            },
+            host_bindings: self.req.bindings.clone(),
             landlock_abi: self.landlock_abi,
             activation: self.activation.clone(),
             started_at: rfc3339(self.started),
