@@ -1,6 +1,8 @@
 //! The supervisor crate's error: one kind per refusal class, each carrying
-//! what was refused and why; system errors keep their `io::Error` (and so the
-//! errno), the operation and the path.
+//! what was refused and why; system errors keep their `io::Error` or nix
+//! `Errno` (so the errno survives, see [`Error::errno`]), the operation and
+//! the path. `terra run` turns an `Error` into `terra: MESSAGE` and exit
+//! [`crate::EXIT_REFUSED`] in one place (`fail` in the CLI's main.rs).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ pub enum Error {
     /// This build or host cannot do what the run asks.
     #[error("{0}")]
     Unsupported(String),
-    /// A file-system or system call failed.
+    /// A file-system operation failed (std's `io::Error`).
     #[error("{}", io_text(op, path.as_deref(), source))]
     Io {
         /// What was being done, e.g. `cannot create the run's temp directory in`.

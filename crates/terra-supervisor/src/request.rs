@@ -164,12 +164,68 @@ pub fn unhex(s: &str) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
 
+    fn request() -> RunRequest {
+        RunRequest {
+            version: REQUEST_VERSION,
+            parent_pid: 1,
+            backend: "linux".into(),
+            mir_hex: hex(b"MMIR"),
+            decision_digest: "d".into(),
+            policy: PolicyOrigin {
+                source: "default".into(),
+                format: "json".into(),
+                artifact_digest: "a".into(),
+                overlay: vec!["read /x".into()],
+            },
+            bindings: Bindings {
+                workspace: "/w".into(),
+                temp: "/t".into(),
+                minimal_roots: vec!["/usr".into()],
+                mediator: None,
+            },
+            declared: vec!["fs-read".into()],
+            cwd: "/w".into(),
+            argv_hex: vec![hex(b"true")],
+            env_hex: vec![(hex(b"K"), hex(b"secret"))],
+            timeout_ms: None,
+            receipt: None,
+            keep_temp: false,
+        }
+    }
+
+    #[test]
+    fn request_round_trips_and_unknown_fields_are_refused() {
+        let r = request();
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            serde_json::from_value::<RunRequest>(json.clone()).unwrap(),
+            r
+        );
+        let b = r.bindings.host_bindings();
+        assert_eq!(b.workspace.as_deref(), Some(std::path::Path::new("/w")));
+        assert_eq!(b.temp.as_deref(), Some(std::path::Path::new("/t")));
+        for (outer, inner) in [(true, false), (false, true)] {
+            let mut j = json.clone();
+            if outer {
+                j["extra"] = 1.into();
+            }
+            if inner {
+                j["bindings"]["extra"] = 1.into();
+            }
+            assert!(serde_json::from_value::<RunRequest>(j).is_err());
+        }
+        // What stays on disk keeps the names, never the values.
+        let kept = String::from_utf8(r.without_env_values()).unwrap();
+        assert!(kept.contains(&hex(b"K")) && !kept.contains(&hex(b"secret")));
+        assert_eq!(r.env().unwrap(), [("K".into(), "secret".into())]);
+    }
+
     #[test]
     fn hex_round_trip() {
         let bytes: Vec<u8> = (0..=255).collect();
         assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
         assert!(unhex("abc").is_err());
         assert!(unhex("AB").is_err());
-        assert!(unhex("zz").is_err());
+        assert!(matches!(unhex("zz"), Err(Error::Request(_))));
     }
 }

@@ -245,7 +245,7 @@ impl RunBuilder {
                     ));
                 }
                 let bytes = crate::files::read_capped(p, self.max_policy_len)
-                    .map_err(|e| Error::Argument(format!("--policy: {e}")))?;
+                    .map_err(|e| Error::Input(e).context("--policy"))?;
                 let context = || format!("--policy {}", p.display());
                 let (mir, format) = if bytes.starts_with(b"MMIR") {
                     let mir = Mir::decode(&bytes).map_err(|e| Error::policy(context(), e))?;
