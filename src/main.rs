@@ -85,6 +85,40 @@ fn usage_error_status() -> u8 {
     }
 }
 
+/// Why a command failed. [`fail`] is the one place such a failure becomes a
+/// `terra: ...` message on stderr and an exit status.
+pub enum Failure<'a> {
+    /// `terra run` refused or failed before the workload started.
+    Run(&'a terra_supervisor::Error),
+    /// A `terra policy` command failed; `violations` when it is a finding of
+    /// `validate` (a readable but non-canonical document).
+    Policy {
+        error: &'a terra_policy::PolicyError,
+        violations: bool,
+    },
+}
+
+/// Prints the failure as `terra: ...` and returns its exit status:
+/// `EXIT_REFUSED` (125) for `terra run`, 1 for a `terra policy` failure and 2
+/// for a `validate` finding (see DESIGN.md, exit codes).
+pub fn fail(failure: Failure<'_>) -> ExitCode {
+    let code = match failure {
+        Failure::Run(e) => {
+            eprintln!("terra: {e}");
+            terra_supervisor::EXIT_REFUSED
+        }
+        Failure::Policy { error, violations } => {
+            eprintln!("terra: {}: {}", error.class(), error.detail());
+            if violations {
+                policy_cmd::EXIT_VIOLATIONS
+            } else {
+                policy_cmd::EXIT_FAILURE
+            }
+        }
+    };
+    ExitCode::from(code)
+}
+
 fn main() -> ExitCode {
     // terra forks only while single-threaded, but a fork(3) must never copy
     // a held allocator lock: take it around every fork.
@@ -107,7 +141,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_level.as_deref());
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
-        Command::Run(args) => run_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),

@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use terra_policy::{ErrorClass, Mir, PolicyError};
 
-use super::{print_json, EXIT_FAILURE, EXIT_OK, EXIT_VIOLATIONS};
+use super::{print_json, EXIT_OK};
 
 #[derive(Debug, Subcommand)]
 pub enum FormatCommand {
@@ -91,7 +91,6 @@ pub fn run(cmd: FormatCommand) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(e) => {
-            eprintln!("terra: {}: {}", e.class(), e.detail());
             if json {
                 let mut v =
                     json!({ "ok": false, "class": e.class().as_str(), "message": e.detail() });
@@ -102,11 +101,10 @@ pub fn run(cmd: FormatCommand) -> ExitCode {
             }
             // Only `validate` reports a readable non-canonical document as a
             // finding (exit 2); for the other commands it is a failure.
-            if e.class() == ErrorClass::NonCanonical && e.exit_violations {
-                ExitCode::from(EXIT_VIOLATIONS)
-            } else {
-                ExitCode::from(EXIT_FAILURE)
-            }
+            crate::fail(crate::Failure::Policy {
+                error: &e.error,
+                violations: e.class() == ErrorClass::NonCanonical && e.exit_violations,
+            })
         }
     }
 }

@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use terra_policy::compose::{ContainmentReport, DiffReport, OverlapReport, Region};
 use terra_policy::evaluate::Evaluation;
 use terra_policy::{
-    capability, codec, compile_source, default_minimal_roots, resolve, CapabilitySet, Destination,
-    HostBindings, Mir, PolicyError, Resolution, ResolvedRule,
+    capability, codec, compile_source, default_minimal_roots, resolve, Capability, CapabilitySet,
+    Destination, HostBindings, Mir, PolicyError, Resolution, ResolvedRule,
 };
 
 use super::print_json;
@@ -220,7 +220,6 @@ pub fn run(cmd: PlanCommand) -> ExitCode {
             ExitCode::from(out.code)
         }
         Err(e) => {
-            eprintln!("terra: {}: {}", e.class(), e.detail());
             if json {
                 let mut err = json!({ "class": e.class().as_str(), "message": e.detail() });
                 if let Some((before, after)) = conflict_permissions(e.detail()) {
@@ -229,7 +228,10 @@ pub fn run(cmd: PlanCommand) -> ExitCode {
                 }
                 print_json(&json!({ "ok": false, "error": err }));
             }
-            ExitCode::from(super::EXIT_FAILURE)
+            crate::fail(crate::Failure::Policy {
+                error: &e,
+                violations: false,
+            })
         }
     }
 }
@@ -323,6 +325,26 @@ fn available(check: &CheckArgs) -> Result<Option<CapabilitySet>, PolicyError> {
     CapabilitySet::parse(list).map(Some)
 }
 
+/// The names of the capabilities missing (with `--check`) and one blocker per name.
+fn missing(missing: Option<Vec<Capability>>) -> (Option<Vec<&'static str>>, Vec<String>) {
+    let names: Option<Vec<&str>> = missing.map(|m| m.into_iter().map(|c| c.name()).collect());
+    let blockers = names
+        .iter()
+        .flatten()
+        .map(|c| format!("missing capability {c}"))
+        .collect();
+    (names, blockers)
+}
+
+/// Exit 0 without blockers, 2 (a valid report with violations) with.
+fn violations_code(blockers: &[String]) -> u8 {
+    if blockers.is_empty() {
+        super::EXIT_OK
+    } else {
+        super::EXIT_VIOLATIONS
+    }
+}
+
 fn capabilities(policy: &Path, check: &CheckArgs) -> Result<Outcome, PolicyError> {
     let mir = load_policy(policy)?;
     let available = available(check)?;
@@ -332,18 +354,7 @@ fn capabilities(policy: &Path, check: &CheckArgs) -> Result<Outcome, PolicyError
     } else {
         vec![]
     };
-    let missing: Option<Vec<&str>> = available.map(|a| {
-        required
-            .missing_from(a)
-            .into_iter()
-            .map(|c| c.name())
-            .collect()
-    });
-    let blockers: Vec<String> = missing
-        .iter()
-        .flatten()
-        .map(|c| format!("missing capability {c}"))
-        .collect();
+    let (missing, blockers) = missing(available.map(|a| required.missing_from(a)));
     let mut text = String::new();
     for c in required.names() {
         text.push_str(c);
@@ -362,11 +373,7 @@ fn capabilities(policy: &Path, check: &CheckArgs) -> Result<Outcome, PolicyError
         }
     }
     Ok(Outcome {
-        code: if blockers.is_empty() {
-            super::EXIT_OK
-        } else {
-            super::EXIT_VIOLATIONS
-        },
+        code: violations_code(&blockers),
         text,
         json: json!({
             "ok": blockers.is_empty(),
@@ -384,17 +391,7 @@ fn resolve_cmd(policy: &Path, host: &HostArgs, check: &CheckArgs) -> Result<Outc
     let available = available(check)?;
     let res = load_resolved(policy, host)?;
     let required = res.required_capabilities();
-    let missing: Option<Vec<&str>> = available.map(|a| {
-        res.missing_capabilities(a)
-            .into_iter()
-            .map(|c| c.name())
-            .collect()
-    });
-    let blockers: Vec<String> = missing
-        .iter()
-        .flatten()
-        .map(|c| format!("missing capability {c}"))
-        .collect();
+    let (missing, blockers) = missing(available.map(|a| res.missing_capabilities(a)));
     if let Some(a) = available {
         if blockers.is_empty() {
             // The same check the runtime makes; it cannot fail here.
@@ -457,11 +454,7 @@ fn resolve_cmd(policy: &Path, host: &HostArgs, check: &CheckArgs) -> Result<Outc
         "blockers": blockers,
     });
     Ok(Outcome {
-        code: if blockers.is_empty() {
-            super::EXIT_OK
-        } else {
-            super::EXIT_VIOLATIONS
-        },
+        code: violations_code(&blockers),
         text,
         json,
     })
@@ -574,16 +567,9 @@ fn load_two(
 
 fn contains(boundary: &Path, candidate: &Path, host: &HostArgs) -> Result<Outcome, PolicyError> {
     let (b, c) = load_two(boundary, candidate, host)?;
-    let ContainmentReport {
-        contained,
-        regions,
-        settings,
-    } = terra_policy::contains(&b, &c);
-    let headline = if contained {
-        "contained"
-    } else {
-        "not contained"
-    };
+    let report: ContainmentReport = terra_policy::contains(&b, &c);
+    let (contained, regions, settings) = (report.contained, report.regions, report.settings);
+    let headline = ["not contained", "contained"][usize::from(contained)];
     let mut text = regions_text(headline, &regions, "boundary", "candidate");
     for s in &settings {
         text.push_str(&format!("  {s}\n"));
@@ -681,17 +667,10 @@ fn diff(before: &Path, after: &Path, check: bool, host: &HostArgs) -> Result<Out
 
 fn overlaps(first: &Path, second: &Path, host: &HostArgs) -> Result<Outcome, PolicyError> {
     let (f, s) = load_two(first, second, host)?;
-    let OverlapReport {
-        overlapping,
-        regions,
-        network,
-        common_destinations,
-    } = terra_policy::overlaps(&f, &s);
-    let headline = if overlapping {
-        "overlapping"
-    } else {
-        "disjoint"
-    };
+    let report: OverlapReport = terra_policy::overlaps(&f, &s);
+    let (overlapping, network) = (report.overlapping, report.network);
+    let (regions, common_destinations) = (report.regions, report.common_destinations);
+    let headline = ["disjoint", "overlapping"][usize::from(overlapping)];
     let mut text = regions_text(headline, &regions, "first", "second");
     if network {
         text.push_str(&format!(

@@ -53,6 +53,8 @@ impl std::fmt::Display for ReadError {
     }
 }
 
+impl std::error::Error for ReadError {}
+
 /// Reads `path` when it holds at most `limit` bytes. A regular file's length
 /// is checked first; every read stops after `limit + 1` bytes, so an endless
 /// source (`/dev/zero`, a FIFO that is fed forever) costs at most that much
@@ -128,6 +130,8 @@ impl std::fmt::Display for OutError {
         }
     }
 }
+
+impl std::error::Error for OutError {}
 
 /// Splits an output path into its directory and final name; the name must
 /// be a plain file name (not `.`, `..` or empty).
@@ -288,40 +292,35 @@ impl OutDir {
     /// Opens `name` as a new file (never an existing entry, never through a
     /// symlink) for appending, mode 0600.
     pub fn create_append(&self, name: &OsStr) -> Result<File, OutError> {
-        rustix::fs::openat(
-            &self.fd,
-            name,
-            OFlags::WRONLY
-                | OFlags::APPEND
-                | OFlags::CREATE
-                | OFlags::EXCL
-                | OFlags::NOFOLLOW
-                | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map(File::from)
-        .map_err(|e| {
-            OutError::Io(format!(
-                "cannot create {}: {}",
-                self.shown(name).display(),
-                errno_io(e)
-            ))
-        })
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL;
+        self.open_at(name, flags, Mode::from_raw_mode(0o600), "create")
     }
 
     /// Opens the existing regular file `name` for reading (never through a
     /// symlink).
     pub fn open_read(&self, name: &OsStr) -> Result<File, OutError> {
+        self.open_at(name, OFlags::RDONLY, Mode::empty(), "open")
+    }
+
+    /// `openat` in this directory, never through a symlink, close-on-exec;
+    /// an error says `cannot VERB PATH: CAUSE`.
+    fn open_at(
+        &self,
+        name: &OsStr,
+        flags: OFlags,
+        mode: Mode,
+        verb: &str,
+    ) -> Result<File, OutError> {
         rustix::fs::openat(
             &self.fd,
             name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
+            flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            mode,
         )
         .map(File::from)
         .map_err(|e| {
             OutError::Io(format!(
-                "cannot open {}: {}",
+                "cannot {verb} {}: {}",
                 self.shown(name).display(),
                 errno_io(e)
             ))

@@ -7,11 +7,16 @@
 //! run's temp directory and writes the receipt. Its exit status is the run's.
 #![forbid(unsafe_code)]
 
+pub mod error;
 #[cfg(target_os = "linux")]
 pub mod files;
+#[cfg(target_os = "linux")]
+pub mod launch;
 mod pty;
 pub mod receipt;
 pub mod request;
+#[cfg(target_os = "linux")]
+pub mod run;
 #[cfg(target_os = "linux")]
 pub mod state;
 #[cfg(target_os = "linux")]
@@ -20,11 +25,17 @@ mod supervise;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+pub use error::Error;
 pub use receipt::{Outcome, Receipt};
 pub use request::{PolicyOrigin, RunRequest};
 
 /// Exit status when terra refused or failed before the workload started.
 pub const EXIT_REFUSED: u8 = 125;
+
+/// `si_code` of a signal the kernel generated (e.g. the terminal's Ctrl-C):
+/// the CLI and the supervisor leave those to the terminal.
+#[cfg(target_os = "linux")]
+const SI_KERNEL: i32 = 0x80;
 
 /// Grace between SIGTERM and SIGKILL when the deadline passes.
 pub const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);

@@ -48,7 +48,7 @@ fn is_tty(fd: std::os::fd::BorrowedFd<'_>) -> bool {
 impl Operator {
     /// None when none of stdin, stdout, stderr is a terminal (nothing changes
     /// for such runs: pipes and files stay what they are).
-    pub fn detect() -> Result<Option<Operator>, String> {
+    pub fn detect() -> Result<Option<Operator>, crate::Error> {
         let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
         let fds = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
         let stdio = [is_tty(fds[0]), is_tty(fds[1]), is_tty(fds[2])];
@@ -56,9 +56,9 @@ impl Operator {
             return Ok(None);
         }
         let dup = |i: usize| {
-            fds[i]
-                .try_clone_to_owned()
-                .map_err(|e| format!("cannot duplicate descriptor {i} (a terminal): {e}"))
+            fds[i].try_clone_to_owned().map_err(|e| {
+                crate::Error::op(format!("cannot duplicate descriptor {i} (a terminal)"), e)
+            })
         };
         // Read the operator's keys only in the terminal's foreground: a
         // background job reading it would be stopped (SIGTTIN).

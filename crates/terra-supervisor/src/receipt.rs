@@ -1,11 +1,14 @@
 //! The run receipt: what ran, under which decision, on which host, and how it ended.
 //! Written by the supervisor through [`crate::files`] (an anonymous file in the
 //! destination's directory, held open since before the run, linked into place).
+//! Its times are RFC 3339 UTC from `terra_netd::receipt::rfc3339`, as in the
+//! network receipt.
 
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+pub use crate::request::Bindings;
 use crate::request::PolicyOrigin;
 
 pub const RECEIPT_VERSION: u32 = 1;
@@ -15,15 +18,6 @@ pub const RECEIPT_VERSION: u32 = 1;
 pub struct Capabilities {
     pub required: Vec<String>,
     pub declared: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Bindings {
-    pub workspace: Option<PathBuf>,
-    pub temp: Option<PathBuf>,
-    pub minimal_roots: Vec<PathBuf>,
-    pub mediator: Option<String>,
 }
 
 /// How the run ended. `exitCode` is what `terra run` exits with.
@@ -100,7 +94,3 @@ impl Receipt {
         s
     }
 }
-
-/// RFC 3339 UTC with millisecond precision, e.g. `2026-12-01T22:05:22.123Z`
-/// (the network receipt's formatter: both receipts write time the same way).
-pub use terra_netd::receipt::rfc3339;

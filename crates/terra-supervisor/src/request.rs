@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Error, Result};
+
 /// Version of the request layout; the supervisor refuses any other.
 pub const REQUEST_VERSION: u32 = 1;
 /// Largest request accepted on the pipe (MIR is at most 1 MiB, hex doubles it).
@@ -30,6 +32,30 @@ pub struct PolicyOrigin {
     pub overlay: Vec<String>,
 }
 
+/// What this host bound the policy's roots to, as the CLI bound them (the
+/// receipt records it as `hostBindings`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Bindings {
+    pub workspace: PathBuf,
+    /// The fresh private temp directory the CLI made for this run.
+    pub temp: PathBuf,
+    pub minimal_roots: Vec<PathBuf>,
+    pub mediator: Option<String>,
+}
+
+impl Bindings {
+    /// The bindings the policy resolves against.
+    pub fn host_bindings(&self) -> terra_policy::HostBindings {
+        terra_policy::HostBindings {
+            workspace: Some(self.workspace.clone()),
+            temp: Some(self.temp.clone()),
+            minimal_roots: self.minimal_roots.clone(),
+            mediator: self.mediator.clone(),
+        }
+    }
+}
+
 /// One run, as the CLI resolved it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -43,11 +69,7 @@ pub struct RunRequest {
     pub mir_hex: String,
     pub decision_digest: String,
     pub policy: PolicyOrigin,
-    pub workspace: PathBuf,
-    /// The fresh private temp directory the CLI made for this run.
-    pub temp: PathBuf,
-    pub minimal_roots: Vec<PathBuf>,
-    pub mediator: Option<String>,
+    pub bindings: Bindings,
     /// Capability names the backend declared when the CLI checked the plan.
     pub declared: Vec<String>,
     /// Working directory inside the box.
@@ -73,21 +95,21 @@ impl RunRequest {
         serde_json::to_vec(&r).unwrap_or_default()
     }
 
-    pub fn argv(&self) -> Result<Vec<OsString>, String> {
+    pub fn argv(&self) -> Result<Vec<OsString>> {
         self.argv_hex
             .iter()
             .map(|a| unhex(a).map(OsString::from_vec))
             .collect()
     }
 
-    pub fn env(&self) -> Result<Vec<(OsString, OsString)>, String> {
+    pub fn env(&self) -> Result<Vec<(OsString, OsString)>> {
         self.env_hex
             .iter()
             .map(|(k, v)| Ok((OsString::from_vec(unhex(k)?), OsString::from_vec(unhex(v)?))))
             .collect()
     }
 
-    pub fn mir_bytes(&self) -> Result<Vec<u8>, String> {
+    pub fn mir_bytes(&self) -> Result<Vec<u8>> {
         unhex(&self.mir_hex)
     }
 
@@ -118,7 +140,7 @@ pub fn hex_os(s: &OsStr) -> String {
 }
 
 /// Bytes of lowercase hex; anything else is refused.
-pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
+pub fn unhex(s: &str) -> Result<Vec<u8>> {
     fn val(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),
@@ -128,12 +150,12 @@ pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
     }
     let b = s.as_bytes();
     if b.len() & 1 == 1 {
-        return Err("hex string of odd length".into());
+        return Err(Error::Request("hex string of odd length".into()));
     }
     b.chunks(2)
         .map(|p| match (val(p[0]), val(p[1])) {
             (Some(h), Some(l)) => Ok(h << 4 | l),
-            _ => Err("invalid hex digit".to_string()),
+            _ => Err(Error::Request("invalid hex digit".into())),
         })
         .collect()
 }
@@ -142,12 +164,68 @@ pub fn unhex(s: &str) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
+    fn request() -> RunRequest {
+        RunRequest {
+            version: REQUEST_VERSION,
+            parent_pid: 1,
+            backend: "linux".into(),
+            mir_hex: hex(b"MMIR"),
+            decision_digest: "d".into(),
+            policy: PolicyOrigin {
+                source: "default".into(),
+                format: "json".into(),
+                artifact_digest: "a".into(),
+                overlay: vec!["read /x".into()],
+            },
+            bindings: Bindings {
+                workspace: "/w".into(),
+                temp: "/t".into(),
+                minimal_roots: vec!["/usr".into()],
+                mediator: None,
+            },
+            declared: vec!["fs-read".into()],
+            cwd: "/w".into(),
+            argv_hex: vec![hex(b"true")],
+            env_hex: vec![(hex(b"K"), hex(b"secret"))],
+            timeout_ms: None,
+            receipt: None,
+            keep_temp: false,
+        }
+    }
+
+    #[test]
+    fn request_round_trips_and_unknown_fields_are_refused() {
+        let r = request();
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            serde_json::from_value::<RunRequest>(json.clone()).unwrap(),
+            r
+        );
+        let b = r.bindings.host_bindings();
+        assert_eq!(b.workspace.as_deref(), Some(std::path::Path::new("/w")));
+        assert_eq!(b.temp.as_deref(), Some(std::path::Path::new("/t")));
+        for (outer, inner) in [(true, false), (false, true)] {
+            let mut j = json.clone();
+            if outer {
+                j["extra"] = 1.into();
+            }
+            if inner {
+                j["bindings"]["extra"] = 1.into();
+            }
+            assert!(serde_json::from_value::<RunRequest>(j).is_err());
+        }
+        // What stays on disk keeps the names, never the values.
+        let kept = String::from_utf8(r.without_env_values()).unwrap();
+        assert!(kept.contains(&hex(b"K")) && !kept.contains(&hex(b"secret")));
+        assert_eq!(r.env().unwrap(), [("K".into(), "secret".into())]);
+    }
+
     #[test]
     fn hex_round_trip() {
         let bytes: Vec<u8> = (0..=255).collect();
         assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
         assert!(unhex("abc").is_err());
         assert!(unhex("AB").is_err());
-        assert!(unhex("zz").is_err());
+        assert!(matches!(unhex("zz"), Err(Error::Request(_))));
     }
 }

@@ -32,6 +32,7 @@ use std::time::SystemTime;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 use terra_policy::{Access, SandboxPlan, Scope};
 
+use crate::error::{Error, Result};
 use crate::files::{Existing, Follow, OutDir};
 
 /// The run lock lives on this descriptor for the supervisor's lifetime.
@@ -41,12 +42,13 @@ pub const LOCK_FD: i32 = 3;
 /// supervisor opens lands there before the run lock is moved onto it. Call
 /// it once the inherited request descriptor is closed; fails when fd 3 is
 /// taken already.
-pub fn reserve_lock_fd() -> Result<File, String> {
-    let f = File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+pub fn reserve_lock_fd() -> Result<File> {
+    let null = Path::new("/dev/null");
+    let f = File::open(null).map_err(|e| Error::io("", null, e))?;
     if f.as_raw_fd() != LOCK_FD {
-        return Err(format!(
+        return Err(Error::Host(format!(
             "fd {LOCK_FD} is in use (the run lock goes there); terra run starts the supervisor with it free"
-        ));
+        )));
     }
     Ok(f)
 }
@@ -78,13 +80,15 @@ impl RunDir {
     /// (moved to fd 3, where `lock_slot` keeps the number free; see
     /// [`reserve_lock_fd`]) and writes `supervisor.pid`. The state directory is
     /// named, and made by `create_state_dir`.
-    pub fn create(plan: &SandboxPlan, lock_slot: File) -> Result<RunDir, String> {
+    pub fn create(plan: &SandboxPlan, lock_slot: File) -> Result<RunDir> {
         let uid = nix::unistd::geteuid().as_raw();
         let state = match pick_base(plan, candidates(uid), uid) {
             Ok(b) => Base::Shared(b),
             Err(why) => {
                 let fresh = fresh_private_dir(plan, &shared_tmp(), &format!("terra-state-{uid}"))
-                    .map_err(|e| format!("no usable state directory: {why}; {e}"))?;
+                    .map_err(|e| {
+                    Error::Host(format!("no usable state directory: {why}; {e}"))
+                })?;
                 eprintln!(
                     "terra: no usable state directory ({why}); this run's state (its receipt) goes to \
                      the fresh private directory {}",
@@ -121,11 +125,7 @@ impl RunDir {
     /// With a runtime base of its own, the state directory is only named
     /// here; `create_state_dir` makes it (the supervisor does that while the
     /// box builds its root). A fresh directory is the run's directory itself.
-    fn create_in(
-        state: Base,
-        runtime_base: Option<Base>,
-        lock_slot: File,
-    ) -> Result<RunDir, String> {
+    fn create_in(state: Base, runtime_base: Option<Base>, lock_slot: File) -> Result<RunDir> {
         let run_id = new_run_id();
         let state_is_fresh = matches!(state, Base::Fresh(_));
         let path = state.run_dir(&run_id);
@@ -141,32 +141,30 @@ impl RunDir {
         if !runtime_fresh {
             make_private_dir(&runtime)?;
         }
-        let runtime_dir = OutDir::open(&runtime, Follow::Nothing).map_err(|e| e.to_string())?;
-        let file = runtime_dir
-            .create_append(OsStr::new("lock"))
-            .map_err(|e| e.to_string())?;
+        let runtime_dir = OutDir::open(&runtime, Follow::Nothing)?;
+        let file = runtime_dir.create_append(OsStr::new("lock"))?;
         let lock_path = runtime.join("lock");
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, e)| format!("cannot lock {}: {e}", lock_path.display()))?;
+            .map_err(|(_, e)| Error::sys_at("cannot lock", &lock_path, e))?;
         // The lock belongs to the open file description, so fd 3 holds it
         // too. dup2 replaces what is on fd 3: only the placeholder may be.
         if lock_slot.as_raw_fd() != LOCK_FD {
-            return Err(format!("fd {LOCK_FD} is not reserved for the run lock"));
+            return Err(Error::Host(format!(
+                "fd {LOCK_FD} is not reserved for the run lock"
+            )));
         }
         if lock.as_raw_fd() != LOCK_FD {
             nix::unistd::dup2(lock.as_raw_fd(), LOCK_FD)
-                .map_err(|e| format!("cannot move the run lock to fd {LOCK_FD}: {e}"))?;
+                .map_err(|e| Error::sys(format!("cannot move the run lock to fd {LOCK_FD}"), e))?;
         }
         fcntl(LOCK_FD, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
-            .map_err(|e| format!("cannot mark fd {LOCK_FD} close-on-exec: {e}"))?;
+            .map_err(|e| Error::sys(format!("cannot mark fd {LOCK_FD} close-on-exec"), e))?;
         // fd 3 now holds the lock: the placeholder's descriptor number is no
         // longer its own, so it must not be closed when the placeholder goes.
         std::mem::forget(lock_slot);
         let state_dir = OnceLock::new();
-        if path == runtime {
-            let _ = state_dir.set(OutDir::open(&path, Follow::Nothing).map_err(|e| e.to_string())?);
-        } else if state_is_fresh {
-            let _ = state_dir.set(OutDir::open(&path, Follow::Nothing).map_err(|e| e.to_string())?);
+        if path == runtime || state_is_fresh {
+            let _ = state_dir.set(OutDir::open(&path, Follow::Nothing)?);
         }
         let dir = RunDir {
             path,
@@ -187,22 +185,22 @@ impl RunDir {
     /// already (it is the runtime directory or a fresh one, or was made
     /// earlier in this run; nobody else can create entries in the owner-only
     /// base).
-    pub fn create_state_dir(&self) -> Result<(), String> {
+    pub fn create_state_dir(&self) -> Result<()> {
         if self.state_dir.get().is_some() {
             return Ok(());
         }
         make_private_dir(&self.path)?;
-        let d = OutDir::open(&self.path, Follow::Nothing).map_err(|e| e.to_string())?;
+        let d = OutDir::open(&self.path, Follow::Nothing)?;
         let _ = self.state_dir.set(d);
         Ok(())
     }
 
-    fn state(&self) -> Result<&OutDir, String> {
+    fn state(&self) -> Result<&OutDir> {
         self.state_dir.get().ok_or_else(|| {
-            format!(
+            Error::Host(format!(
                 "the state directory {} was not created",
                 self.path.display()
-            )
+            ))
         })
     }
 
@@ -216,35 +214,30 @@ impl RunDir {
     }
 
     /// Writes the canary at `canary_path` (the state directory must exist).
-    pub fn write_canary(&self, bytes: &[u8]) -> Result<PathBuf, String> {
+    pub fn write_canary(&self, bytes: &[u8]) -> Result<PathBuf> {
         self.write_file(CANARY, bytes)
     }
 
     /// Writes an owner-only file in the state directory, atomically.
-    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf> {
         write_private(self.state()?, name, bytes)
     }
 
     /// Creates an owner-only file for appending in the state directory (it
     /// must not exist).
-    pub fn create_state_file(&self, name: &str) -> Result<(File, PathBuf), String> {
-        let f = self
-            .state()?
-            .create_append(OsStr::new(name))
-            .map_err(|e| e.to_string())?;
+    pub fn create_state_file(&self, name: &str) -> Result<(File, PathBuf)> {
+        let f = self.state()?.create_append(OsStr::new(name))?;
         Ok((f, self.path.join(name)))
     }
 
     /// Opens a file of the state directory for reading (a descriptor of its
     /// own, which also reads what is appended later).
-    pub fn open_state_file_read(&self, name: &str) -> Result<File, String> {
-        self.state()?
-            .open_read(OsStr::new(name))
-            .map_err(|e| e.to_string())
+    pub fn open_state_file_read(&self, name: &str) -> Result<File> {
+        Ok(self.state()?.open_read(OsStr::new(name))?)
     }
 
     /// Writes an owner-only file in the runtime directory, atomically.
-    pub fn write_runtime(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+    pub fn write_runtime(&self, name: &str, bytes: &[u8]) -> Result<PathBuf> {
         write_private(&self.runtime_dir, name, bytes)
     }
 
@@ -263,7 +256,7 @@ impl RunDir {
     }
 }
 
-fn write_private(dir: &OutDir, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+fn write_private(dir: &OutDir, name: &str, bytes: &[u8]) -> Result<PathBuf> {
     dir.write(
         OsStr::new(name),
         bytes,
@@ -271,7 +264,7 @@ fn write_private(dir: &OutDir, name: &str, bytes: &[u8]) -> Result<PathBuf, Stri
         Existing::ReplaceRegular,
         false,
     )
-    .map_err(|e| format!("cannot write the run file: {e}"))?;
+    .map_err(|e| Error::Host(format!("cannot write the run file: {e}")))?;
     Ok(dir.path().join(name))
 }
 
@@ -302,71 +295,74 @@ fn shared_tmp() -> PathBuf {
 /// Makes a new directory `<parent>/<prefix>-<random>` (0700, exclusive, so
 /// nobody can have prepared it) outside the plan's grants; returns its
 /// canonical path.
-fn fresh_private_dir(plan: &SandboxPlan, parent: &Path, prefix: &str) -> Result<PathBuf, String> {
-    let parent = fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+fn fresh_private_dir(plan: &SandboxPlan, parent: &Path, prefix: &str) -> Result<PathBuf> {
+    let parent = fs::canonicalize(parent).map_err(|e| Error::io("", parent, e))?;
     if visible_in_box(plan, &parent.join(prefix)) {
-        return Err(format!(
+        return Err(Error::Host(format!(
             "{} is inside a grant of the plan",
             parent.display()
-        ));
+        )));
     }
+    new_private_dir(&parent, prefix)
+}
+
+/// Makes a new directory `<parent>/<prefix>-<random>`, mode 0700, exclusive
+/// (so nobody can have prepared it); returns its path.
+pub(crate) fn new_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf> {
+    let urandom = Path::new("/dev/urandom");
     for _ in 0..16 {
         let mut rnd = [0u8; 8];
-        File::open("/dev/urandom")
+        File::open(urandom)
             .and_then(|mut f| f.read_exact(&mut rnd))
-            .map_err(|e| format!("/dev/urandom: {e}"))?;
+            .map_err(|e| Error::io("", urandom, e))?;
         let dir = parent.join(format!("{prefix}-{}", crate::request::hex(&rnd)));
         match DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {
                 fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-                    .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
+                    .map_err(|e| Error::io("cannot set the mode of", &dir, e))?;
                 return Ok(dir);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(format!(
-                    "cannot create a directory in {}: {e}",
-                    parent.display()
-                ))
-            }
+            Err(e) => return Err(Error::io("cannot create a directory in", parent, e)),
         }
     }
-    Err(format!("no free directory name in {}", parent.display()))
+    Err(Error::io(
+        "no free directory name in",
+        parent,
+        std::io::ErrorKind::AlreadyExists.into(),
+    ))
 }
 
 /// mkdir 0700; the mode is set again only when the umask changed it (a chmod
 /// is one more metadata write per run).
-fn make_private_dir(path: &Path) -> Result<(), String> {
+fn make_private_dir(path: &Path) -> Result<()> {
     DirBuilder::new()
         .mode(0o700)
         .create(path)
-        .map_err(|e| format!("cannot create the run directory {}: {e}", path.display()))?;
+        .map_err(|e| Error::io("cannot create the run directory", path, e))?;
     let mode = fs::symlink_metadata(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
+        .map_err(|e| Error::io("", path, e))?
         .mode();
     if mode & 0o7777 != 0o700 {
         fs::set_permissions(path, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))?;
+            .map_err(|e| Error::io("cannot set the mode of", path, e))?;
     }
     Ok(())
 }
 
 /// The first usable base of `cands`, or why none is.
-fn pick_base(
-    plan: &SandboxPlan,
-    cands: Vec<(PathBuf, BaseKind)>,
-    uid: u32,
-) -> Result<PathBuf, String> {
+fn pick_base(plan: &SandboxPlan, cands: Vec<(PathBuf, BaseKind)>, uid: u32) -> Result<PathBuf> {
     let mut why_not = Vec::new();
+    let in_grant = |p: &Path| Error::Host(format!("{} is inside a grant of the plan", p.display()));
     for (base, kind) in cands {
         // Judge the candidate before creating anything in it.
         if visible_in_box(plan, &canonical_prefix(&base)) {
-            why_not.push(format!("{} is inside a grant of the plan", base.display()));
+            why_not.push(in_grant(&base));
             continue;
         }
         match prepare_base(&base, kind, uid).and_then(|b| {
             if visible_in_box(plan, &b) {
-                Err(format!("{} is inside a grant of the plan", b.display()))
+                Err(in_grant(&b))
             } else {
                 Ok(b)
             }
@@ -380,7 +376,7 @@ fn pick_base(
             Err(e) => why_not.push(e),
         }
     }
-    Err(why_not.join("; "))
+    Err(Error::Several(why_not))
 }
 
 /// The candidate bases, in order of preference.
@@ -431,55 +427,53 @@ pub enum BaseKind {
 }
 
 /// Creates the base if needed and checks ownership; returns its canonical path.
-fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf, String> {
+fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf> {
     // The directories terra owns: `terra/runs` under a user directory.
     let owned: Vec<&Path> = vec![base.parent().unwrap_or(base), base];
     let anchor = owned[0].parent().unwrap_or(Path::new("/"));
     match kind {
         BaseKind::RuntimeDir => {
-            let meta =
-                fs::symlink_metadata(anchor).map_err(|e| format!("{}: {e}", anchor.display()))?;
+            let meta = fs::symlink_metadata(anchor).map_err(|e| Error::io("", anchor, e))?;
             if !meta.is_dir() || meta.uid() != uid {
-                return Err(format!(
+                return Err(Error::Host(format!(
                     "{} is not a directory owned by uid {uid}",
                     anchor.display()
-                ));
+                )));
             }
         }
         BaseKind::UserDir => {
-            fs::create_dir_all(anchor)
-                .map_err(|e| format!("cannot create {}: {e}", anchor.display()))?;
+            fs::create_dir_all(anchor).map_err(|e| Error::io("cannot create", anchor, e))?;
         }
     }
     for dir in owned {
         match DirBuilder::new().mode(0o700).create(dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+            Err(e) => return Err(Error::io("cannot create", dir, e)),
         }
-        let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let meta = fs::symlink_metadata(dir).map_err(|e| Error::io("", dir, e))?;
         if !meta.is_dir() {
-            return Err(format!(
+            return Err(Error::Host(format!(
                 "{} is not a directory (or is a symlink)",
                 dir.display()
-            ));
+            )));
         }
         if meta.uid() != uid {
-            return Err(format!(
+            return Err(Error::Host(format!(
                 "{} is owned by uid {}, not {uid}",
                 dir.display(),
                 meta.uid()
-            ));
+            )));
         }
         if meta.mode() & 0o077 != 0 {
-            return Err(format!(
+            return Err(Error::Host(format!(
                 "{} has mode {:o}; it must be accessible to its owner only",
                 dir.display(),
                 meta.mode() & 0o7777
-            ));
+            )));
         }
     }
-    fs::canonicalize(base).map_err(|e| format!("{}: {e}", base.display()))
+    fs::canonicalize(base).map_err(|e| Error::io("", base, e))
 }
 
 /// The canonical form of the longest existing prefix of `path`, with the
@@ -525,7 +519,7 @@ fn covers(rule: &str, scope: Scope, path: &str) -> bool {
 
 /// `YYYYMMDDTHHMMSSZ-<pid>-<8 hex>`: sortable, unique per host.
 fn new_run_id() -> String {
-    let t = crate::receipt::rfc3339(SystemTime::now());
+    let t = terra_netd::receipt::rfc3339(SystemTime::now());
     let compact: String = t[..19]
         .chars()
         .filter(|c| c.is_ascii_digit() || *c == 'T')

@@ -14,22 +14,19 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
-use terra_policy::{Capability, CapabilitySet, HostBindings, Mir, NetworkMode, SandboxPlan};
+use terra_policy::{Capability, CapabilitySet, Mir, NetworkMode, SandboxPlan};
 use terra_sandbox::linux::{
     self as launcher, BoxConfig, BoxExit, BoxReport, RoleConfig, RoleHandle, SandboxError,
 };
 use tracing::{debug, warn};
 
+use crate::error::{Error, Result};
 use crate::files::{split_output, Existing, Follow, OutDir};
-use crate::receipt::{
-    rfc3339, Bindings, Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION,
-};
+use crate::receipt::{Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION};
 use crate::request::{RunRequest, MAX_REQUEST_LEN, REQUEST_VERSION};
 use crate::state::RunDir;
-use crate::{forwarded_signals, EXIT_REFUSED, TIMEOUT_GRACE};
-
-/// `si_code` of a signal the kernel generated (e.g. the terminal's Ctrl-C).
-const SI_KERNEL: i32 = 0x80;
+use crate::{forwarded_signals, EXIT_REFUSED, SI_KERNEL, TIMEOUT_GRACE};
+use terra_netd::receipt::rfc3339;
 
 struct Args {
     request_fd: i32,
@@ -37,7 +34,7 @@ struct Args {
 
 /// `--request-fd N`. The CLI's pid travels in the request, not here: the
 /// box's init starts as a copy of this process and shows its command line.
-fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
+fn parse_args(args: Vec<OsString>) -> Result<Args> {
     let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
     let mut request_fd = None;
     while let Some(a) = it.next() {
@@ -46,15 +43,21 @@ fn parse_args(args: Vec<OsString>) -> Result<Args, String> {
                 request_fd = Some(
                     it.next()
                         .and_then(|v| v.parse::<i32>().ok())
-                        .ok_or_else(|| "--request-fd takes a number".to_string())?,
+                        .ok_or_else(|| Error::Argument("--request-fd takes a number".into()))?,
                 )
             }
-            other => return Err(format!("unknown supervisor argument {other:?}")),
+            other => {
+                return Err(Error::Argument(format!(
+                    "unknown supervisor argument {other:?}"
+                )))
+            }
         }
     }
     match request_fd {
         Some(request_fd) if request_fd > 2 => Ok(Args { request_fd }),
-        _ => Err("the supervisor is started by `terra run`, not by hand".into()),
+        _ => Err(Error::Argument(
+            "the supervisor is started by `terra run`, not by hand".into(),
+        )),
     }
 }
 
@@ -129,58 +132,62 @@ pub fn main(args: Vec<OsString>) -> u8 {
 
 /// Reads and parses the request; the pipe is reopened by path and its
 /// inherited descriptor closed, so nothing of it reaches the box.
-fn read_request(fd: i32) -> Result<RunRequest, String> {
-    let mut f =
-        fs::File::open(format!("/proc/self/fd/{fd}")).map_err(|e| format!("fd {fd}: {e}"))?;
+fn read_request(fd: i32) -> Result<RunRequest> {
+    let mut f = fs::File::open(format!("/proc/self/fd/{fd}"))
+        .map_err(|e| Error::op(format!("fd {fd}"), e))?;
     let _ = nix::unistd::close(fd);
     let mut buf = Vec::new();
     f.by_ref()
         .take(MAX_REQUEST_LEN as u64 + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| format!("read: {e}"))?;
+        .map_err(|e| Error::op("read", e))?;
     if buf.len() > MAX_REQUEST_LEN {
-        return Err(format!("larger than {MAX_REQUEST_LEN} bytes"));
+        return Err(Error::Request(format!(
+            "larger than {MAX_REQUEST_LEN} bytes"
+        )));
     }
-    let req: RunRequest = serde_json::from_slice(&buf).map_err(|e| e.to_string())?;
+    let req: RunRequest =
+        serde_json::from_slice(&buf).map_err(|e| Error::Request(e.to_string()))?;
     if req.version != REQUEST_VERSION {
-        return Err(format!(
+        return Err(Error::Request(format!(
             "request version {} (this terra speaks {REQUEST_VERSION})",
             req.version
-        ));
+        )));
     }
     Ok(req)
 }
 
 /// Re-validates the decision: canonical bytes decode, digest matches, the plan
 /// resolves again against the same bindings and declared capabilities.
-pub fn revalidate(req: &RunRequest) -> Result<SandboxPlan, String> {
+pub fn revalidate(req: &RunRequest) -> Result<SandboxPlan> {
     let bytes = req.mir_bytes()?;
-    let mir = Mir::decode(&bytes).map_err(|e| format!("the plan's MIR does not decode: {e}"))?;
+    let mir =
+        Mir::decode(&bytes).map_err(|e| Error::policy("the plan's MIR does not decode", e))?;
     if mir.decision_digest() != req.decision_digest {
-        return Err(format!(
+        return Err(Error::Request(format!(
             "decision digest mismatch: the MIR hashes to {}, the request says {}",
             mir.decision_digest(),
             req.decision_digest
-        ));
+        )));
     }
     let declared = declared_set(&req.declared)?;
-    let bindings = HostBindings {
-        workspace: Some(req.workspace.clone()),
-        temp: Some(req.temp.clone()),
-        minimal_roots: req.minimal_roots.clone(),
-        mediator: req.mediator.clone(),
-    };
-    let plan = terra_policy::compile_plan(&mir, &bindings, declared).map_err(|e| e.to_string())?;
+    let plan = terra_policy::compile_plan(&mir, &req.bindings.host_bindings(), declared)
+        .map_err(|e| Error::policy("the plan does not resolve again", e))?;
     if plan.decision_digest() != req.decision_digest {
-        return Err("the resolved plan's decision digest differs from the request's".into());
+        return Err(Error::Request(
+            "the resolved plan's decision digest differs from the request's".into(),
+        ));
     }
     Ok(plan)
 }
 
-fn declared_set(names: &[String]) -> Result<CapabilitySet, String> {
+fn declared_set(names: &[String]) -> Result<CapabilitySet> {
     names
         .iter()
-        .map(|n| Capability::from_name(n).ok_or_else(|| format!("unknown capability {n:?}")))
+        .map(|n| {
+            Capability::from_name(n)
+                .ok_or_else(|| Error::Request(format!("unknown capability {n:?}")))
+        })
         .collect()
 }
 
@@ -199,34 +206,36 @@ enum ReceiptOut {
 impl ReceiptOut {
     /// Opens the receipt's directory (no symlink in any component) and checks
     /// the name: absent or a regular file (which is replaced).
-    fn open(path: &Path) -> Result<ReceiptOut, String> {
-        let shown = |e: &dyn std::fmt::Display| format!("--receipt {}: {e}", path.display());
+    fn open(path: &Path) -> Result<ReceiptOut> {
+        let flag = || format!("--receipt {}", path.display());
         if path == Path::new("-") {
             return match nix::sys::stat::fstat(1) {
                 Ok(_) => Ok(ReceiptOut::Stdout),
-                Err(e) => Err(shown(&format!("standard output is not open ({e})"))),
+                Err(e) => Err(Error::sys("standard output is not open", e).context(flag())),
             };
         }
-        let (dir, name) = split_output(path).map_err(|e| shown(&e))?;
-        let dir = OutDir::open(&dir, Follow::Nothing).map_err(|e| shown(&e))?;
-        dir.check(&name, Existing::ReplaceRegular)
-            .map_err(|e| match e {
-                crate::files::OutError::NotRegular(m) => {
-                    shown(&format!("{m} (`--receipt -` writes it to standard output)"))
-                }
-                e => shown(&e),
-            })?;
-        Ok(ReceiptOut::File(dir, name))
+        let opened = split_output(path).and_then(|(dir, name)| {
+            let dir = OutDir::open(&dir, Follow::Nothing)?;
+            dir.check(&name, Existing::ReplaceRegular)
+                .map_err(|e| match e {
+                    crate::files::OutError::NotRegular(m) => crate::files::OutError::NotRegular(
+                        format!("{m} (`--receipt -` writes it to standard output)"),
+                    ),
+                    e => e,
+                })?;
+            Ok(ReceiptOut::File(dir, name))
+        });
+        opened.map_err(|e| Error::Output(e).context(flag()))
     }
 
-    fn write(&self, json: &str) -> Result<(), String> {
+    fn write(&self, json: &str) -> Result<()> {
         match self {
             ReceiptOut::Stdout => {
                 use std::io::Write;
                 let mut out = std::io::stdout().lock();
                 out.write_all(json.as_bytes())
                     .and_then(|_| out.flush())
-                    .map_err(|e| format!("cannot write the receipt to standard output: {e}"))
+                    .map_err(|e| Error::op("cannot write the receipt to standard output", e))
             }
             ReceiptOut::File(dir, name) => dir
                 .write(
@@ -236,7 +245,7 @@ impl ReceiptOut {
                     Existing::ReplaceRegular,
                     false,
                 )
-                .map_err(|e| format!("cannot write the receipt: {e}")),
+                .map_err(|e| Error::Output(e).context("cannot write the receipt")),
         }
     }
 }
@@ -294,7 +303,7 @@ impl Run {
         };
         self.required = cap_names(plan.required_capabilities());
         let Some(lock_slot) = self.lock_slot.take() else {
-            return self.refuse(None, "the run lock's descriptor is gone");
+            return self.refuse(None, &"the run lock's descriptor is gone");
         };
         let dir = match RunDir::create(&plan, lock_slot) {
             Ok(d) => d,
@@ -374,7 +383,7 @@ impl Run {
             argv,
             cwd: self.req.cwd.clone(),
             env,
-            temp_dir: self.req.temp.clone(),
+            temp_dir: self.req.bindings.temp.clone(),
             canary_path: canary,
             canary_tcp,
             canary_gate: Some(gate_r),
@@ -611,7 +620,7 @@ impl Run {
         self.cleanup_and_report(Some(dir), outcome)
     }
 
-    fn refuse(&mut self, dir: Option<&RunDir>, why: &str) -> u8 {
+    fn refuse(&mut self, dir: Option<&RunDir>, why: &dyn std::fmt::Display) -> u8 {
         eprintln!("terra: {why}");
         let outcome = Outcome {
             exit_code: EXIT_REFUSED as i32,
@@ -624,7 +633,7 @@ impl Run {
     fn cleanup_and_report(&mut self, dir: Option<&RunDir>, outcome: Outcome) -> u8 {
         // The temp directory goes on a second thread while the receipts are
         // written: both are file-system work, and the CLI waits for both.
-        let temp = (!self.req.keep_temp).then(|| self.req.temp.clone());
+        let temp = (!self.req.keep_temp).then(|| self.req.bindings.temp.clone());
         std::thread::scope(|s| {
             let mut inline = None;
             if let Some(t) = &temp {
@@ -653,7 +662,7 @@ impl Run {
 
     /// Writes the receipt to the state directory and to `--receipt`, and
     /// removes the runtime files. Err: a receipt could not be written.
-    fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<(), String> {
+    fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<()> {
         let receipt = Receipt {
             receipt_version: RECEIPT_VERSION,
             terra_version: env!("CARGO_PKG_VERSION").into(),
@@ -665,12 +674,7 @@ impl Run {
                 required: self.required.clone(),
                 declared: self.req.declared.clone(),
             },
-            host_bindings: Bindings {
-                workspace: Some(self.req.workspace.clone()),
-                temp: Some(self.req.temp.clone()),
-                minimal_roots: self.req.minimal_roots.clone(),
-                mediator: self.req.mediator.clone(),
-            },
+            host_bindings: self.req.bindings.clone(),
             landlock_abi: self.landlock_abi,
             activation: self.activation.clone(),
             started_at: rfc3339(self.started),
@@ -701,7 +705,7 @@ impl Run {
         if failed.is_empty() {
             Ok(())
         } else {
-            Err(failed.join("; "))
+            Err(Error::Several(failed))
         }
     }
 }
@@ -773,18 +777,18 @@ impl Broker {
     /// broker re-validates the MIR and answers [`terra_netd::READY`] once it
     /// serves), fd 9 the network receipt (owner-only, append). Anything but
     /// a confirmed start is an error: the caller refuses the run.
-    fn start(dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd), String> {
+    fn start(dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd)> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         use std::io::Write;
         let (box_end, broker_end) = terra_netd::fdpass::broker_socketpair()
-            .map_err(|e| format!("the fd 7 socketpair: {e}"))?;
+            .map_err(|e| Error::op("the fd 7 socketpair", e))?;
         let (startup, startup_theirs) = socketpair(
             AddressFamily::Unix,
             SockType::Stream,
             None,
             SockFlag::SOCK_CLOEXEC,
         )
-        .map_err(|e| format!("the fd 8 startup channel: {e}"))?;
+        .map_err(|e| Error::sys("the fd 8 startup channel", e))?;
         let (file, receipt) = dir.create_state_file("network.jsonl")?;
         // Read back at the end through this descriptor, not by path.
         let reader = dir.open_state_file_read("network.jsonl")?;
@@ -795,8 +799,10 @@ impl Broker {
             .write(true)
             .custom_flags(nix::fcntl::OFlag::O_CLOEXEC.bits())
             .open("/dev/null")
-            .map_err(|e| format!("/dev/null: {e}"))?;
-        let null2 = null.try_clone().map_err(|e| format!("/dev/null: {e}"))?;
+            .map_err(|e| Error::io("", Path::new("/dev/null"), e))?;
+        let null2 = null
+            .try_clone()
+            .map_err(|e| Error::io("", Path::new("/dev/null"), e))?;
         let role = launcher::spawn_confined_role(
             RoleConfig {
                 read_only_files: terra_netd::resolver_files(),
@@ -809,15 +815,14 @@ impl Broker {
                 ],
             },
             terra_netd::broker_main,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let pid = role.pid();
-        let fail = |role: RoleHandle, why: String| -> String {
+        let fail = |role: RoleHandle, why: String| -> Error {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            match role.wait() {
+            Error::Broker(match role.wait() {
                 Ok(code) => format!("{why} (broker exit status {code})"),
                 Err(e) => format!("{why} ({e})"),
-            }
+            })
         };
         let mut chan = fs::File::from(startup);
         let message = terra_netd::encode_startup(mir, &terra_netd::StartupConfig::default());

@@ -1,0 +1,152 @@
+//! Handing a run to the supervisor: `terra run` starts `terra __supervisor`,
+//! writes the [`RunRequest`] on an inherited pipe, forwards signals and
+//! returns the supervisor's exit status.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::Command;
+use std::time::Instant;
+
+use tracing::debug;
+
+use crate::error::{Error, Result};
+use crate::request::RunRequest;
+
+/// Starts `terra __supervisor` (with `extra_args` before the role, e.g. the
+/// caller's `--log-level`), hands it the request, forwards signals to it and
+/// returns its exit status as the run's.
+///
+/// Signals are delivered once:
+/// - Without a terminal in the foreground (CI, pipes, background jobs) the
+///   supervisor gets its own process group, so a terminal-generated signal
+///   reaches only this CLI, which forwards it along CLI -> supervisor -> box.
+/// - When terra runs in the terminal's foreground with stdin on that terminal,
+///   the CLI and the supervisor stay in the foreground process group; the
+///   supervisor relays the terminal to the box's own pseudo-terminal
+///   (terra-supervisor's pty.rs). The CLI forwards only signals sent to it by a
+///   process (`kill`), never the terminal's own (si_code SI_KERNEL): the
+///   supervisor got those too. On exit the CLI gives the terminal back to its
+///   own process group and restores the terminal modes it found (also when
+///   the supervisor, which restores them itself, was killed).
+pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use nix::unistd::Pid;
+
+    let t0 = Instant::now();
+    let body = serde_json::to_vec(req)
+        .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
+    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("pipe", e))?;
+    fcntl(rd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+        .map_err(|e| Error::sys("fcntl", e))?;
+
+    // Block the forwarded signals and SIGCHLD before the child exists, so none
+    // is lost or acted on by default; the supervisor inherits the block and
+    // reads them from its own signalfd.
+    let mut mask = crate::forwarded_signals();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block()
+        .map_err(|e| Error::sys("cannot block signals", e))?;
+    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| Error::sys("signalfd", e))?;
+
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.args(extra_args)
+        .arg("__supervisor")
+        .arg("--request-fd")
+        .arg(rd.as_raw_fd().to_string());
+    let tty = ForegroundTty::detect();
+    if tty.is_none() {
+        cmd.process_group(0);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::op("cannot start the supervisor", e))?;
+    drop(rd);
+    let child_pid = Pid::from_raw(child.id() as i32);
+    {
+        let mut w = fs::File::from(wr);
+        if let Err(e) = w.write_all(&body) {
+            let _ = kill(child_pid, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(Error::op("cannot hand the run to the supervisor", e));
+        }
+    }
+    debug!(phase = "handoff", ms = t0.elapsed().as_secs_f64() * 1e3);
+
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| Error::op("wait", e))? {
+            break st;
+        }
+        let mut fds = [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::NONE);
+        while let Ok(Some(info)) = sigfd.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) | Err(_) => {}
+                Ok(_) if tty.is_some() && info.ssi_code == crate::SI_KERNEL => {
+                    debug!(
+                        "terminal-generated signal: the workload gets it from the terminal itself"
+                    );
+                }
+                Ok(sig) => {
+                    debug!(signal = ?sig, "forwarding to the supervisor");
+                    let _ = kill(child_pid, sig);
+                }
+            }
+        }
+    };
+    if let Some(t) = tty {
+        t.restore();
+    }
+    debug!(phase = "supervisor", ms = t0.elapsed().as_secs_f64() * 1e3);
+    if let Some(code) = status.code() {
+        return Ok(code.clamp(0, 255) as u8);
+    }
+    let sig = status.signal().unwrap_or(0);
+    eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
+    Ok((128 + sig).clamp(0, 255) as u8)
+}
+
+/// The terminal terra runs in the foreground of, with the modes it had.
+struct ForegroundTty {
+    pgrp: nix::unistd::Pid,
+    termios: Option<nix::sys::termios::Termios>,
+}
+
+impl ForegroundTty {
+    /// Some when stdin is a terminal whose foreground process group is ours.
+    fn detect() -> Option<ForegroundTty> {
+        let stdin = std::io::stdin();
+        if !nix::unistd::isatty(stdin.as_raw_fd()).unwrap_or(false) {
+            return None;
+        }
+        let pgrp = nix::unistd::getpgrp();
+        if nix::unistd::tcgetpgrp(stdin.as_fd()).ok()? != pgrp {
+            return None;
+        }
+        let termios = nix::sys::termios::tcgetattr(stdin.as_fd()).ok();
+        Some(ForegroundTty { pgrp, termios })
+    }
+
+    /// Gives the terminal back to our process group (a workload shell may have
+    /// taken it for its own jobs) and restores the terminal modes.
+    fn restore(self) {
+        use nix::sys::signal::{SigSet, Signal};
+        let stdin = std::io::stdin();
+        let mut ttou = SigSet::empty();
+        ttou.add(Signal::SIGTTOU);
+        // tcsetpgrp from a background group succeeds while SIGTTOU is blocked.
+        let _ = ttou.thread_block();
+        let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), self.pgrp);
+        if let Some(t) = &self.termios {
+            let _ =
+                nix::sys::termios::tcsetattr(stdin.as_fd(), nix::sys::termios::SetArg::TCSANOW, t);
+        }
+        let _ = ttou.thread_unblock();
+    }
+}

@@ -1,0 +1,768 @@
+//! Building a run: what `terra run` resolves before the supervisor starts.
+//!
+//! [`RunBuilder`] takes the command line's values (the CLI only parses
+//! flags), compiles the policy (the embedded default unless a policy file is
+//! given), adds the command line's rules, binds this host's roots (the
+//! workspace, a fresh private temp directory), checks the plan against the
+//! backend's declared capabilities and produces the [`RunRequest`] the
+//! supervisor receives. Every refusal is an [`Error`]; nothing is guessed.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use terra_policy::digest::artifact_digest;
+use terra_policy::{
+    Access, Capability, CapabilitySet, Mir, Missing, NetworkMode, RootKind, SandboxPlan, Scope,
+};
+use tracing::debug;
+
+use crate::error::{Error, Result};
+use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VERSION};
+
+/// The network broker role (`terra __network`, crate terra-netd) is part of
+/// this binary on Linux.
+pub const BROKER_BUILT_IN: bool = cfg!(target_os = "linux");
+/// The mediator id this host binds for mediated plans: the built-in broker.
+pub const MEDIATOR: &str = "terra-netd/1";
+
+/// Whether the linux backend can start the broker on this host: it is built
+/// in, and the host can create the namespaces its confined role needs (the
+/// launcher's `user-namespaces` check, the same the box needs).
+pub fn broker_available(support: &terra_sandbox::linux::HostSupport) -> bool {
+    BROKER_BUILT_IN && support.passed(terra_sandbox::linux::CheckId::UserNamespaces)
+}
+
+/// Environment variables copied from the caller into the box (plus every `LC_*`).
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+];
+/// PATH inside the box when the caller has none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// One run as the command line describes it; [`RunBuilder::build`] resolves
+/// it. Start from [`RunBuilder::new`] and set what the command line gave.
+#[derive(Debug, Clone)]
+pub struct RunBuilder {
+    /// The workload's argv (at least the program).
+    pub command: Vec<OsString>,
+    /// The backend to run on (`--backend`; only `linux` runs here).
+    pub backend: String,
+    /// A policy file (JSON source v3 or canonical MIR v3) instead of the
+    /// embedded default (`--policy`).
+    pub policy: Option<PathBuf>,
+    /// The most bytes read from the policy file.
+    pub max_policy_len: usize,
+    /// Grants and denials of the command line (`--read`, `--write`, `--deny`).
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub deny: Vec<PathBuf>,
+    /// `HOST:PORT` destinations (`--allow-net`); any switches the network to mediated.
+    pub allow_net: Vec<String>,
+    /// The workspace directory (default: the current directory).
+    pub workspace: Option<PathBuf>,
+    /// `NAME=VALUE`, or `NAME` copied from this environment (`--env`).
+    pub env: Vec<OsString>,
+    /// The deadline as written on the command line (`--timeout`).
+    pub timeout: Option<String>,
+    /// Where to write an extra copy of the receipt (`-`: standard output).
+    pub receipt: Option<PathBuf>,
+    /// Keep the run's temp directory (`--keep-temp`).
+    pub keep_temp: bool,
+}
+
+/// Everything resolved for one run, before the supervisor starts: the plan
+/// (for `--dry-run`) and the request the supervisor re-validates.
+#[derive(Debug)]
+pub struct PreparedRun {
+    pub plan: SandboxPlan,
+    pub request: RunRequest,
+}
+
+impl RunBuilder {
+    /// A run of `command` on the linux backend under the embedded default
+    /// policy, with nothing added.
+    pub fn new(command: Vec<OsString>) -> RunBuilder {
+        RunBuilder {
+            command,
+            backend: "linux".into(),
+            policy: None,
+            max_policy_len: 1 << 20,
+            read: Vec::new(),
+            write: Vec::new(),
+            deny: Vec::new(),
+            allow_net: Vec::new(),
+            workspace: None,
+            env: Vec::new(),
+            timeout: None,
+            receipt: None,
+            keep_temp: false,
+        }
+    }
+
+    /// Resolves the run: policy, rules, bindings, plan, request. The fresh
+    /// temp directory it makes is removed again on any refusal.
+    pub fn build(self) -> Result<PreparedRun> {
+        let t0 = Instant::now();
+        if self.backend != "linux" {
+            return Err(Error::Unsupported(match self.backend.as_str() {
+                "macos" | "windows" => format!(
+                    "backend {} is not supported on this host (see `terra backends`)",
+                    self.backend
+                ),
+                other => format!("unknown backend {other:?} (see `terra backends`)"),
+            }));
+        }
+        let cwd = std::env::current_dir()
+            .map_err(|e| Error::op("cannot read the current directory", e))?;
+        let workspace = match &self.workspace {
+            Some(w) => {
+                let flag = format!("--workspace {}", w.display());
+                resolve_cli_path(&absolute_lexical(w, &cwd))
+                    .and_then(|p| fs::canonicalize(&p).map_err(|e| Error::op("", e)))
+                    .map_err(|e| e.context(flag))?
+            }
+            None => fs::canonicalize(&cwd).map_err(|e| Error::op("the current directory", e))?,
+        };
+        let (mir, origin) = self.load_policy(&cwd, &workspace)?;
+        debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
+
+        let t1 = Instant::now();
+        // No host probe here (it would cost every run a fork): the broker is
+        // built in, and when this host cannot start it (nor the box: both need
+        // user namespaces), the supervisor refuses the run.
+        let declared = terra_sandbox::linux::declared_capabilities(BROKER_BUILT_IN);
+        let mediated = mir.network() == NetworkMode::Mediated;
+        if mediated && !declared.contains(Capability::NetworkMediated) {
+            return Err(Error::Unsupported(
+                "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the linux \
+                 backend in this build declares no network-mediated capability (no network broker); refusing \
+                 instead of falling back to another network mode"
+                    .into(),
+            ));
+        }
+        let mediator = mediated.then(|| MEDIATOR.to_string());
+        if !workspace.is_dir() {
+            return Err(Error::Argument(format!(
+                "the workspace {} is not a directory",
+                workspace.display()
+            )));
+        }
+        if workspace == Path::new("/") {
+            return Err(Error::Argument(
+                "the workspace would be / (the whole host); run from a project directory or pass --workspace DIR".into(),
+            ));
+        }
+        let box_cwd = match fs::canonicalize(&cwd) {
+            Ok(c) if c.starts_with(&workspace) => c,
+            _ => workspace.clone(),
+        };
+        let temp = make_temp_dir()?;
+        let bindings = Bindings {
+            workspace: workspace.clone(),
+            temp: temp.clone(),
+            minimal_roots: terra_policy::default_minimal_roots(),
+            mediator: mediator.clone(),
+        };
+        let result = (|| {
+            let plan = terra_policy::compile_plan(&mir, &bindings.host_bindings(), declared)
+                .map_err(|e| Error::policy("policy refused", e))?;
+            debug!(
+                phase = "resolve",
+                ms = t1.elapsed().as_secs_f64() * 1e3,
+                rules = plan.rules().len()
+            );
+            // The proxy environment comes before --env, which may override it
+            // (harmless: the box has no other route out).
+            let proxy = if mediated { proxy_env() } else { Vec::new() };
+            let env = box_env(&proxy, &self.env)?;
+            let timeout_ms = self
+                .timeout
+                .as_deref()
+                .map(parse_duration)
+                .transpose()?
+                .map(|d| d.as_millis() as u64);
+            // `-` is standard output; the supervisor opens the receipt's
+            // directory and checks the name before the box starts.
+            let receipt = self.receipt.as_ref().map(|r| {
+                if r.as_os_str() == "-" {
+                    r.clone()
+                } else {
+                    absolute_lexical(r, &cwd)
+                }
+            });
+            let request = RunRequest {
+                version: REQUEST_VERSION,
+                parent_pid: std::process::id() as i32,
+                backend: "linux".into(),
+                mir_hex: hex(mir.bytes()),
+                decision_digest: mir.decision_digest(),
+                policy: origin,
+                bindings,
+                declared: declared.iter().map(|c| c.name().to_string()).collect(),
+                cwd: box_cwd,
+                argv_hex: self.command.iter().map(|a| hex_os(a)).collect(),
+                env_hex: env.iter().map(|(k, v)| (hex_os(k), hex_os(v))).collect(),
+                timeout_ms,
+                receipt,
+                keep_temp: self.keep_temp,
+            };
+            Ok(PreparedRun { plan, request })
+        })();
+        if result.is_err() {
+            let _ = fs::remove_dir(&temp);
+        }
+        result
+    }
+
+    /// The policy (default or the policy file) plus the command line's rules.
+    fn load_policy(&self, cwd: &Path, workspace: &Path) -> Result<(Mir, PolicyOrigin)> {
+        let (base, source, format, digest) = match &self.policy {
+            None => {
+                let src = terra_policy::DEFAULT_POLICY_SOURCE.as_bytes();
+                let mir = terra_policy::compile_source(src)
+                    .map_err(|e| Error::policy("the default policy", e))?;
+                (mir, "default".to_string(), "json", artifact_digest(src))
+            }
+            Some(p) => {
+                let grants =
+                    !self.read.is_empty() || !self.write.is_empty() || !self.allow_net.is_empty();
+                if grants {
+                    return Err(Error::Argument(
+                        "with --policy only --deny may be added (a restriction); put --read, --write and --allow-net \
+                         grants in the policy file"
+                            .into(),
+                    ));
+                }
+                let bytes = crate::files::read_capped(p, self.max_policy_len)
+                    .map_err(|e| Error::Input(e).context("--policy"))?;
+                let context = || format!("--policy {}", p.display());
+                let (mir, format) = if bytes.starts_with(b"MMIR") {
+                    let mir = Mir::decode(&bytes).map_err(|e| Error::policy(context(), e))?;
+                    (mir, "mir")
+                } else {
+                    let mir = terra_policy::compile_source(&bytes)
+                        .map_err(|e| Error::policy(context(), e))?;
+                    (mir, "json")
+                };
+                let shown = absolute_lexical(p, cwd).display().to_string();
+                (mir, shown, format, artifact_digest(&bytes))
+            }
+        };
+        let mut overlay = Vec::new();
+        let mut builder = base.to_builder();
+        let lists: [(&[PathBuf], Access); 3] = [
+            (&self.read, Access::Read),
+            (&self.write, Access::Write),
+            (&self.deny, Access::Deny),
+        ];
+        for (paths, access) in lists {
+            for p in paths {
+                let flag = || format!("--{access} {}", p.display());
+                let (root, path) =
+                    cli_rule_path(p, cwd, workspace).map_err(|e| e.context(flag()))?;
+                builder
+                    .add_rule(access, root, &path, Scope::Tree, Missing::Error)
+                    .map_err(|e| Error::policy(flag(), e))?;
+                overlay.push(match root {
+                    RootKind::Workspace => format!("{access} workspace:{path}"),
+                    _ => format!("{access} {path}"),
+                });
+            }
+        }
+        for dest in &self.allow_net {
+            let (host, port) = parse_allow_net(dest)?;
+            builder.set_network(NetworkMode::Mediated);
+            builder
+                .add_destination(host, port, false, false)
+                .map_err(|e| Error::policy(format!("--allow-net {dest}"), e))?;
+            overlay.push(format!("allow-net {}:{port}", host.to_ascii_lowercase()));
+        }
+        let mir = builder
+            .build()
+            .map_err(|e| Error::policy("the policy with the command line's rules", e))?;
+        let origin = PolicyOrigin {
+            source,
+            format: format.into(),
+            artifact_digest: digest,
+            overlay,
+        };
+        Ok((mir, origin))
+    }
+}
+
+/// The proxy environment of a mediated run (the box's service address).
+fn proxy_env() -> Vec<(OsString, OsString)> {
+    terra_netd::proxy_env(terra_netd::proxy_listen_addr())
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
+}
+
+/// `--allow-net HOST:PORT`: the host (checked by the policy builder) and the port.
+pub fn parse_allow_net(dest: &str) -> Result<(&str, u16)> {
+    dest.rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+        .ok_or_else(|| Error::Argument(format!("--allow-net {dest:?}: expected HOST:PORT")))
+}
+
+/// Absolute against `cwd`, without touching the file system.
+fn absolute_lexical(p: &Path, cwd: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// A command-line rule: a path inside the workspace becomes a workspace rule
+/// (the resolver then refuses a symlink that leaves the workspace, exactly as
+/// for `root: workspace` in a policy file); a path outside it becomes a host
+/// rule on its resolved path, refusing any symlink the box could have planted
+/// (see [`resolve_cli_path`]). A path with `..` is resolved first.
+fn cli_rule_path(p: &Path, cwd: &Path, workspace: &Path) -> Result<(RootKind, String)> {
+    let abs = absolute_lexical(p, cwd);
+    let lexical_inside =
+        abs.starts_with(workspace) && !abs.components().any(|c| c == Component::ParentDir);
+    let path = if lexical_inside {
+        abs
+    } else {
+        resolve_cli_path(&abs)?
+    };
+    let utf8 = |p: &Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| Error::Argument("paths in policies must be valid UTF-8".into()))
+    };
+    match path.strip_prefix(workspace) {
+        Ok(rel) => Ok((RootKind::Workspace, utf8(rel)?)),
+        Err(_) => Ok((RootKind::Host, utf8(&path)?)),
+    }
+}
+
+/// Most symlinks followed while resolving one command-line path (as the kernel's limit).
+const MAX_SYMLINKS: usize = 40;
+
+/// realpath of an absolute path, one component at a time, refusing every
+/// symlink on the way that is owned by the uid terra runs as: every file an
+/// earlier box wrote belongs to that uid, so such a link may have been planted
+/// to redirect this run's grant (`ln -s /outside cache` in one run, `--write
+/// cache` in the next). Links owned by another uid (the system's `/lib ->
+/// usr/lib` for an unprivileged caller) are followed. Components from the
+/// first missing one on are kept as written, so the rule's `missing` mode
+/// decides.
+fn resolve_cli_path(abs: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut pending: Vec<OsString> = Vec::new();
+    let push = |pending: &mut Vec<OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => pending.push(n.to_owned()),
+                Component::ParentDir => pending.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    push(&mut pending, abs);
+    let mut cur = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(c) = pending.pop() {
+        if c == ".." {
+            cur.pop();
+            continue;
+        }
+        let next = cur.join(&c);
+        match fs::symlink_metadata(&next) {
+            Ok(md) if md.file_type().is_symlink() => {
+                if md.uid() == uid {
+                    return Err(Error::Argument(format!(
+                        "{} is a symlink owned by uid {uid}, the uid the box runs as, so an earlier run \
+                         could have planted it; refusing to follow it (name the real path instead)",
+                        next.display()
+                    )));
+                }
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(Error::io(
+                        "",
+                        abs,
+                        std::io::Error::from_raw_os_error(nix::errno::Errno::ELOOP as i32),
+                    ));
+                }
+                let target = fs::read_link(&next).map_err(|e| Error::io("", &next, e))?;
+                if target.is_absolute() {
+                    cur = PathBuf::from("/");
+                }
+                push(&mut pending, &target);
+            }
+            Ok(_) => cur = next,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(nix::errno::Errno::ENOTDIR as i32) =>
+            {
+                if pending.iter().any(|c| c == "..") {
+                    return Err(Error::io("", &next, e));
+                }
+                cur = next;
+                while let Some(rest) = pending.pop() {
+                    cur.push(rest);
+                }
+            }
+            Err(e) => return Err(Error::io("", &next, e)),
+        }
+    }
+    Ok(cur)
+}
+
+/// A fresh private (0700) directory for the run's /tmp, outside the state directory.
+fn make_temp_dir() -> Result<PathBuf> {
+    let base = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let uid = nix::unistd::geteuid().as_raw();
+    let urandom = Path::new("/dev/urandom");
+    for _ in 0..16 {
+        let mut rnd = [0u8; 6];
+        fs::File::open(urandom)
+            .and_then(|mut f| f.read_exact(&mut rnd))
+            .map_err(|e| Error::io("", urandom, e))?;
+        let dir = base.join(format!("terra-tmp-{uid}-{}", hex(&rnd)));
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Error::io("", &dir, e))?;
+                return fs::canonicalize(&dir).map_err(|e| Error::io("", &dir, e));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(Error::io(
+                    "cannot create the run's temp directory in",
+                    &base,
+                    e,
+                ))
+            }
+        }
+    }
+    Err(Error::io(
+        "cannot create a unique temp directory in",
+        &base,
+        std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+    ))
+}
+
+/// The workload's environment: the allowlist copied from terra's environment,
+/// HOME and TMPDIR pointing at the box's private /tmp, then `base` (the proxy
+/// environment of a mediated run), then `--env`.
+pub fn box_env(
+    base: &[(OsString, OsString)],
+    extra: &[OsString],
+) -> Result<Vec<(OsString, OsString)>> {
+    let mut env: Vec<(OsString, OsString)> = Vec::new();
+    let set = |k: OsString, v: OsString, env: &mut Vec<(OsString, OsString)>| {
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    };
+    for (k, v) in std::env::vars_os() {
+        let name = k.as_bytes();
+        if ENV_ALLOWLIST.iter().any(|a| a.as_bytes() == name) || name.starts_with(b"LC_") {
+            set(k, v, &mut env);
+        }
+    }
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        set("PATH".into(), DEFAULT_PATH.into(), &mut env);
+    }
+    set("HOME".into(), "/tmp".into(), &mut env);
+    set("TMPDIR".into(), "/tmp".into(), &mut env);
+    for (k, v) in base {
+        set(k.clone(), v.clone(), &mut env);
+    }
+    for e in extra {
+        let bytes = e.as_bytes();
+        let (name, value) = match bytes.iter().position(|b| *b == b'=') {
+            Some(i) => (
+                OsStr::from_bytes(&bytes[..i]).to_owned(),
+                OsStr::from_bytes(&bytes[i + 1..]).to_owned(),
+            ),
+            None => {
+                let v = std::env::var_os(e).ok_or_else(|| {
+                    Error::Argument(format!(
+                        "--env {}: not set in terra's environment (use NAME=VALUE)",
+                        e.to_string_lossy()
+                    ))
+                })?;
+                (e.clone(), v)
+            }
+        };
+        if name.is_empty() || name.as_bytes().contains(&0) || value.as_bytes().contains(&0) {
+            return Err(Error::Argument(format!(
+                "--env {:?}: invalid name or value",
+                e.to_string_lossy()
+            )));
+        }
+        set(name, value, &mut env);
+    }
+    env.sort();
+    Ok(env)
+}
+
+/// `30`, `30s`, `500ms`, `5m`, `1h`; zero is refused.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let bad = || {
+        Error::Argument(format!(
+            "--timeout {s:?}: expected a duration such as 30s, 500ms, 5m or 1h"
+        ))
+    };
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "" | "s" => n.checked_mul(1000),
+        "ms" => Some(n),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if ms == 0 {
+        return Err(Error::Argument(format!(
+            "--timeout {s:?}: must be more than zero"
+        )));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+impl PreparedRun {
+    /// What `--dry-run` prints: the resolved plan, its decision digest, the
+    /// environment and argv, and the backend's program (for a mediated plan
+    /// also the broker's, generated from the tables its filters are built from).
+    pub fn dry_run_text(&self) -> String {
+        use std::fmt::Write as _;
+        let r = &self.request;
+        let plan = &self.plan;
+        let mut s = String::new();
+        let names = |c: CapabilitySet| c.iter().map(|c| c.name()).collect::<Vec<_>>().join(" ");
+        let _ = writeln!(
+            s,
+            "policy:          {} ({}, artifact sha256 {})",
+            r.policy.source, r.policy.format, r.policy.artifact_digest
+        );
+        for o in &r.policy.overlay {
+            let _ = writeln!(s, "  + {o}");
+        }
+        let _ = writeln!(s, "decision digest: {}", plan.decision_digest());
+        let _ = writeln!(s, "network:         {}", plan.network());
+        for d in plan.destinations() {
+            let mut flags = Vec::new();
+            if d.require_tls_sni {
+                flags.push("requireTlsSni");
+            }
+            if d.allow_private_addresses {
+                flags.push("allowPrivateAddresses");
+            }
+            let _ = writeln!(
+                s,
+                "  allow tcp {}:{}{}",
+                d.host,
+                d.port,
+                if flags.is_empty() {
+                    String::new()
+                } else {
+                    format!("  [{}]", flags.join(", "))
+                }
+            );
+        }
+        if let Some(m) = &r.bindings.mediator {
+            let _ = writeln!(s, "mediator:        {m}");
+        }
+        let _ = writeln!(s, "root:            {}", plan.root_mode());
+        let _ = writeln!(s, "process tree:    {}", plan.process_tree());
+        let _ = writeln!(
+            s,
+            "required:        {}",
+            names(plan.required_capabilities())
+        );
+        let declared: CapabilitySet = r
+            .declared
+            .iter()
+            .filter_map(|n| Capability::from_name(n))
+            .collect();
+        let _ = writeln!(s, "declared:        {}", names(declared));
+        let _ = writeln!(s, "workspace:       {}", r.bindings.workspace.display());
+        let _ = writeln!(
+            s,
+            "temp:            {} (bound at /tmp)",
+            r.bindings.temp.display()
+        );
+        let _ = writeln!(s, "cwd:             {}", r.cwd.display());
+        let _ = writeln!(s, "rules:");
+        for rule in plan.rules() {
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<5} {}{}  ({})",
+                rule.access.name(),
+                rule.scope.name(),
+                rule.path,
+                if rule.protect_create {
+                    "  [protect-create]"
+                } else {
+                    ""
+                },
+                rule.source_root
+            );
+        }
+        for o in plan.omitted() {
+            let _ = writeln!(s, "  omitted    {} {} (missing, skip)", o.access, o.path);
+        }
+        let _ = writeln!(s, "environment:");
+        for (k, v) in r.env().unwrap_or_default() {
+            let _ = writeln!(s, "  {}={}", k.to_string_lossy(), v.to_string_lossy());
+        }
+        let _ = writeln!(s, "argv:            {:?}", r.argv_display());
+        let config = terra_sandbox::linux::BoxConfig {
+            plan: plan.clone(),
+            argv: r.argv().unwrap_or_default(),
+            cwd: r.cwd.clone(),
+            env: r.env().unwrap_or_default(),
+            temp_dir: r.bindings.temp.clone(),
+            canary_path: PathBuf::from("<runtime-dir>/request.json"),
+            canary_tcp: None,
+            canary_gate: None,
+            mediated: if plan.network() == NetworkMode::Mediated {
+                terra_netd::fdpass::broker_socketpair()
+                    .ok()
+                    .map(|(box_end, _)| {
+                        (
+                            box_end,
+                            terra_netd::proxy_listen_addr(),
+                            terra_netd::box_service as terra_sandbox::linux::BoxService,
+                        )
+                    })
+            } else {
+                None
+            },
+            hostname: "terra".into(),
+        };
+        let _ = writeln!(s, "backend program (linux):");
+        for line in terra_sandbox::linux::describe(&config).lines() {
+            let _ = writeln!(s, "  {line}");
+        }
+        if plan.network() == NetworkMode::Mediated {
+            let _ = writeln!(s, "network broker (terra __network):");
+            for line in terra_netd::describe().lines() {
+                let _ = writeln!(s, "  {line}");
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        for bad in [
+            "",
+            "0",
+            "0s",
+            "1.5s",
+            "-1",
+            "s",
+            "10x",
+            "99999999999999999999h",
+        ] {
+            assert!(
+                matches!(parse_duration(bad), Err(Error::Argument(m)) if m.starts_with("--timeout ")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn allow_net_takes_host_and_port() {
+        assert_eq!(
+            parse_allow_net("example.com:443").unwrap(),
+            ("example.com", 443)
+        );
+        // The last colon separates the port (the host is the policy's to check).
+        assert_eq!(parse_allow_net("a:b:80").unwrap(), ("a:b", 80));
+        for bad in [
+            "example.com",
+            "example.com:",
+            "example.com:https",
+            "h:65536",
+            "h:-1",
+        ] {
+            let e = parse_allow_net(bad).unwrap_err();
+            assert!(
+                e.to_string().ends_with(": expected HOST:PORT"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_is_an_allowlist() {
+        let env = box_env(&[], &["A=b".into(), "EMPTY=".into()]).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HOME").unwrap(), "/tmp");
+        assert_eq!(get("TMPDIR").unwrap(), "/tmp");
+        assert_eq!(get("A").unwrap(), "b");
+        assert_eq!(get("EMPTY").unwrap(), "");
+        assert!(get("PATH").is_some());
+        for (k, _) in &env {
+            let k = k.to_string_lossy();
+            assert!(
+                ["HOME", "TMPDIR", "A", "EMPTY"].contains(&k.as_ref())
+                    || ENV_ALLOWLIST.contains(&k.as_ref())
+                    || k.starts_with("LC_"),
+                "{k} leaked into the box"
+            );
+        }
+        assert!(box_env(&[], &["=x".into()]).is_err());
+        assert!(box_env(&[], &["TERRA_SURELY_UNSET_VARIABLE".into()]).is_err());
+        // The proxy environment of a mediated run, overridable by --env.
+        let env = box_env(&proxy_env(), &["NO_PROXY=x".into()]).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HTTPS_PROXY").unwrap(), "http://127.0.0.1:3128");
+        assert_eq!(get("all_proxy").unwrap(), "http://127.0.0.1:3128");
+        assert_eq!(get("NO_PROXY").unwrap(), "x");
+        assert_eq!(get("no_proxy").unwrap(), "");
+    }
+
+    #[test]
+    fn unsupported_backends_are_refused_before_anything_is_made() {
+        for (name, words) in [
+            ("macos", "backend macos is not supported on this host"),
+            ("plan9", "unknown backend \"plan9\""),
+        ] {
+            let e = RunBuilder {
+                backend: name.into(),
+                ..RunBuilder::new(vec!["true".into()])
+            }
+            .build()
+            .unwrap_err();
+            assert!(
+                matches!(&e, Error::Unsupported(m) if m.starts_with(words)),
+                "{name}: {e}"
+            );
+        }
+    }
+}
