@@ -813,12 +813,10 @@ fn setid_sources(fx: &mut BoxWorld) {
     fs::create_dir_all(&src).unwrap();
     fs::copy("/usr/bin/id", src.join("tool")).unwrap();
     fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
-    if is_root() {
-        let u = fx.user.uid();
-        std::os::unix::fs::chown(src.join("tool"), Some(u), Some(u)).unwrap();
-        // chown clears the set-id bits: set them again.
-        fs::set_permissions(src.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
-    }
+    // The twin's tree: the same program without set-id bits.
+    fs::create_dir_all(src.join("plain")).unwrap();
+    fs::copy("/usr/bin/id", src.join("plain/tool")).unwrap();
+    fs::set_permissions(src.join("plain/tool"), fs::Permissions::from_mode(0o755)).unwrap();
     if is_root() {
         // A program with a file capability (cap_net_raw, v2 format), for cp -a and tar --xattrs.
         let capped = src.join("capped");
@@ -1299,8 +1297,8 @@ probes! {
     };
     setid_copy_and_extract, setid_copy_and_extract_twin => Probe {
         setup: setid_sources,
-        attack: r#"try sh -c 'cp -p "$SRC/tool" "$WS/c1"; test -u "$WS/c1" || test -g "$WS/c1"'; try sh -c 'cp -a "$HOSTSUID" "$WS/c2"; test -u "$WS/c2" || test -g "$WS/c2"'; mkdir "$WS/x"; try sh -c 'tar -xpf "$WS/setid.tar" -C "$WS/x"; test -u "$WS/x/sdir/suid" || test -g "$WS/x/sgid" || test -g "$WS/x/sdir"'; try sh -c 'tar --same-permissions -xf "$WS/setid.tar" -C "$WS/x"; test -u "$WS/x/sdir/suid"'; blocked"#,
-        twin: r#"need cp -p "$WS/target" "$WS/copy"; need cp -a "$SRC" "$WS/tree"; need test -x "$WS/tree/tool"; mkdir "$WS/x"; need tar -xpf "$WS/plain.tar" -C "$WS/x"; need test -x "$WS/x/pdir/tool"; need cat "$WS/x/pdir/data"; ok"#,
+        attack: r#"test -u "$SRC/tool" && test -g "$SRC/tool" || { echo "TERRA-PROBE-FAILED: the set-id source lost its bits"; exit 0; }; try sh -c 'cp -p "$SRC/tool" "$WS/c1"; test -u "$WS/c1" || test -g "$WS/c1"'; try sh -c 'cp -a "$HOSTSUID" "$WS/c2"; test -u "$WS/c2" || test -g "$WS/c2"'; mkdir "$WS/x"; try sh -c 'tar -xpf "$WS/setid.tar" -C "$WS/x"; test -u "$WS/x/sdir/suid" || test -g "$WS/x/sgid" || test -g "$WS/x/sdir"'; try sh -c 'tar --same-permissions -xf "$WS/setid.tar" -C "$WS/x"; test -u "$WS/x/sdir/suid"'; blocked"#,
+        twin: r#"need cp -p "$WS/target" "$WS/copy"; need cp -a "$SRC/plain" "$WS/tree"; need test -x "$WS/tree/tool"; mkdir "$WS/x"; need tar -xpf "$WS/plain.tar" -C "$WS/x"; need test -x "$WS/x/pdir/tool"; need cat "$WS/x/pdir/data"; ok"#,
         after: Some(no_setid_in_workspace),
     };
     setid_file_capability, setid_file_capability_twin => Probe {

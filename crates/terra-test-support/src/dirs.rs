@@ -117,6 +117,11 @@ fn chown_tree(p: &Path, uid: u32, keep_owner: Option<u32>) {
     };
     if Some(std::os::unix::fs::MetadataExt::uid(&meta)) != keep_owner {
         let _ = std::os::unix::fs::lchown(p, Some(uid), Some(uid));
+        // chown clears a regular file's set-id bits: fixtures keep theirs.
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+        if meta.is_file() && mode & 0o6000 != 0 {
+            let _ = fs::set_permissions(p, meta.permissions());
+        }
     }
     if meta.is_dir() {
         for e in fs::read_dir(p).unwrap().flatten() {
