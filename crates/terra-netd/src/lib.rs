@@ -33,6 +33,7 @@ use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
 use std::os::fd::OwnedFd;
 use std::process::ExitCode;
+pub use terra_policy::EXIT_REFUSED;
 
 pub use address::is_private;
 pub use broker::{Broker, Limits};
@@ -153,12 +154,12 @@ pub enum BrokerError {
 
 #[cfg(target_os = "linux")]
 impl BrokerError {
-    /// The role's exit status: 1 when serving failed, 125 (startup refused)
-    /// otherwise.
+    /// The role's exit status: 1 when serving failed, [`EXIT_REFUSED`]
+    /// (startup refused) otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             BrokerError::Serve(_) => 1,
-            _ => 125,
+            _ => i32::from(EXIT_REFUSED),
         }
     }
 }
@@ -284,8 +285,8 @@ pub fn describe() -> String {
     );
     let _ = writeln!(
         s,
-        "failure: the run is refused (exit 125) when the broker does not start; if it ends mid-run, \
-         connections fail (no restart, no fallback)"
+        "failure: the run is refused (exit {EXIT_REFUSED}) when the broker does not start; if it ends \
+         mid-run, connections fail (no restart, no fallback)"
     );
     s
 }
@@ -299,7 +300,7 @@ pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(15
 pub fn role_main(args: Vec<OsString>) -> ExitCode {
     if !args.is_empty() {
         eprintln!("terra __network: takes no arguments (its input is fd 8)");
-        return ExitCode::from(125);
+        return ExitCode::from(EXIT_REFUSED);
     }
     #[cfg(target_os = "linux")]
     {
@@ -308,7 +309,7 @@ pub fn role_main(args: Vec<OsString>) -> ExitCode {
     #[cfg(not(target_os = "linux"))]
     {
         eprintln!("terra __network: only on Linux");
-        ExitCode::from(125)
+        ExitCode::from(EXIT_REFUSED)
     }
 }
 

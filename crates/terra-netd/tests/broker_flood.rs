@@ -39,7 +39,7 @@ fn wait_until(mut cond: impl FnMut() -> bool, what: &str) {
 #[test]
 fn flood_of_half_open_connections() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let server = HttpServer::start();
+    let server = hello_server();
     let port = server.addr.port();
     let max_flows = 16;
     let max_refusers = 4;

@@ -46,7 +46,7 @@ fn socks5_domain_admitted() {
 
 #[test]
 fn socks5_ip_literal_only_when_listed() {
-    let server = HttpServer::start();
+    let server = hello_server();
     let port = server.addr.port();
     let h = Harness::start(vec![pat("127.0.0.1", port, false, true)], &[], limits());
     // curl --socks5 resolves locally and sends the IPv4 address (ATYP 1).
@@ -55,7 +55,7 @@ fn socks5_ip_literal_only_when_listed() {
     assert_eq!(code, 0);
     assert_eq!(body, "hello /ip\n");
     // The same literal on a port that is not listed.
-    let other = HttpServer::start();
+    let other = hello_server();
     let (code, _) = socks5_local(&format!("http://127.0.0.1:{}/ip", other.addr.port()));
     assert_ne!(code, 0);
     assert_eq!(other.hits(), 0);
@@ -109,7 +109,7 @@ fn connect_with_tls_sni_admitted_curl_and_openssl() {
 
 #[test]
 fn unlisted_name_refused_without_lookup() {
-    let server = HttpServer::start();
+    let server = hello_server();
     let port = server.addr.port();
     let h = Harness::start(
         vec![pat("svc.test", port, false, true)],
@@ -145,7 +145,7 @@ fn unlisted_name_refused_without_lookup() {
 
 #[test]
 fn listed_name_on_another_port_refused() {
-    let server = HttpServer::start();
+    let server = hello_server();
     let port = server.addr.port();
     let h = Harness::start(
         vec![pat("svc.test", 1, false, true)],

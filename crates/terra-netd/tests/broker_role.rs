@@ -274,7 +274,7 @@ fn confinement_holds_in_a_child() {
 }
 
 fn broker_process_serves_then_dies_without_fallback() {
-    let server = HttpServer::start();
+    let server = hello_server();
     let port = server.addr.port();
     let mut b = MirBuilder::new();
     b.set_network(NetworkMode::Mediated);

@@ -8,6 +8,12 @@
 //! It refuses; it never guesses. No function returns a partially built object.
 #![forbid(unsafe_code)]
 
+/// The exit status of every terra process that refused or failed before the
+/// workload started (the CLI, the supervisor, the box's launcher and init, the
+/// broker role): 125, like `env`, `chroot` and container runtimes. It lives
+/// in this crate because every other terra crate depends on it.
+pub const EXIT_REFUSED: u8 = 125;
+
 pub mod codec;
 pub mod digest;
 pub mod error;

@@ -432,9 +432,11 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
         for base in bases {
             let escape = |real: &str| escape_error(index, t.root, base, &t.path, real);
             match walk(base, &components, confine, &escape)? {
-                Walk::Found(real) if rule.access == Access::Write => {
-                    if let Some(e) = kernel_write_refusal(index, t.root, &t.path, &real) {
-                        return Err(e);
+                Walk::Found(real) => {
+                    if rule.access == Access::Write {
+                        if let Some(e) = kernel_write_refusal(index, t.root, &t.path, &real) {
+                            return Err(e);
+                        }
                     }
                     rules.push(ResolvedRule {
                         access: rule.access,
@@ -445,14 +447,6 @@ pub fn resolve_canonical(mir: &Mir, b: &CanonicalBindings) -> Result<Resolution>
                         source_root: t.root,
                     })
                 }
-                Walk::Found(real) => rules.push(ResolvedRule {
-                    access: rule.access,
-                    path: real,
-                    scope: t.scope,
-                    protect_create: false,
-                    source_rule: index,
-                    source_root: t.root,
-                }),
                 Walk::Missing(absence) => match (t.missing, rule.access) {
                     (Missing::Error, _) => {
                         return Err(PolicyError::Missing(format!(
@@ -544,6 +538,17 @@ mod tests {
         let mut b = MirBuilder::new();
         b.add_rule(access, root, path, scope, missing).unwrap();
         b.build().unwrap()
+    }
+
+    /// The whole minimal runtime, readable.
+    fn minimal_runtime() -> Mir {
+        one(
+            Access::Read,
+            RootKind::MinimalRuntime,
+            "",
+            Scope::Tree,
+            Missing::Error,
+        )
     }
 
     /// One tree rule below the workspace.
@@ -725,13 +730,7 @@ mod tests {
             class(resolve(&m, &HostBindings::default())).0,
             ErrorClass::Unsupported
         );
-        let m = one(
-            Access::Read,
-            RootKind::MinimalRuntime,
-            "",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = minimal_runtime();
         let (c, msg) = class(resolve(&m, &HostBindings::default()));
         assert_eq!(c, ErrorClass::Unsupported);
         assert!(msg.contains("minimal-runtime"), "{msg}");
@@ -784,13 +783,7 @@ mod tests {
                 .collect(),
             ..HostBindings::default()
         };
-        let m = one(
-            Access::Read,
-            RootKind::MinimalRuntime,
-            "",
-            Scope::Tree,
-            Missing::Error,
-        );
+        let m = minimal_runtime();
         let r = resolve(&m, &b).unwrap();
         let paths: Vec<&str> = r.rules().iter().map(|x| x.path.as_str()).collect();
         assert_eq!(

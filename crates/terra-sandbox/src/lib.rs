@@ -10,11 +10,8 @@ use std::process::ExitCode;
 pub mod linux;
 
 /// The exit status of a box, launcher or role that refused to start what it
-/// was given (setup failure, activation failure, a parent already gone): 125,
-/// like `env`, `chroot` and container runtimes. Defined here because the
-/// processes that exit with it are this crate's; the supervisor and the CLI
-/// use the same number for their own refusals.
-pub const EXIT_REFUSED: u8 = 125;
+/// was given (setup failure, activation failure, a parent already gone).
+pub use terra_policy::EXIT_REFUSED;
 
 /// Entry point of the hidden `terra __sandbox_launcher` role.
 ///

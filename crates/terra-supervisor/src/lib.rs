@@ -30,7 +30,7 @@ pub use receipt::{Outcome, Receipt};
 pub use request::{PolicyOrigin, RunRequest};
 
 /// Exit status when terra refused or failed before the workload started.
-pub const EXIT_REFUSED: u8 = 125;
+pub use terra_policy::EXIT_REFUSED;
 
 /// `si_code` of a signal the kernel generated (e.g. the terminal's Ctrl-C):
 /// the CLI and the supervisor leave those to the terminal.

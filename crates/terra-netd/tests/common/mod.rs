@@ -111,7 +111,7 @@ pub struct Served {
 /// See [`Served`]: the destination with `require_tls_sni` = `sni` and
 /// `allow_private_addresses` = `private`, default [`limits`].
 pub fn served(sni: bool, private: bool) -> Served {
-    let server = HttpServer::start();
+    let server = hello_server();
     let port = server.addr.port();
     let h = Harness::start(
         vec![pat("svc.test", port, sni, private)],
@@ -135,51 +135,11 @@ pub fn limits() -> Limits {
     }
 }
 
-/// A tiny HTTP server: answers every request with `hello <path>` and counts
-/// accepted connections.
-pub struct HttpServer {
-    pub addr: SocketAddr,
-    pub hits: Arc<AtomicUsize>,
-}
+pub use terra_test_support::http::HttpServer;
 
-impl HttpServer {
-    pub fn start() -> HttpServer {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let hits = Arc::new(AtomicUsize::new(0));
-        let h = hits.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                h.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 1024];
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    let head = String::from_utf8_lossy(&buf).into_owned();
-                    let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
-                    let body = format!("hello {path}\n");
-                    let _ = write!(
-                        s,
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\nX-Seen-Head: {}\r\n\r\n{body}",
-                        body.len(),
-                        head.lines().next().unwrap_or_default()
-                    );
-                });
-            }
-        });
-        HttpServer { addr, hits }
-    }
-
-    pub fn hits(&self) -> usize {
-        self.hits.load(Ordering::SeqCst)
-    }
+/// The shared test HTTP server on 127.0.0.1, answering `hello <path>`.
+pub fn hello_server() -> HttpServer {
+    HttpServer::start_on("127.0.0.1:0", |p| format!("hello {p}\n"))
 }
 
 /// A throwaway self-signed certificate for `name` in a temp dir.
