@@ -1,12 +1,18 @@
 //! In-box probes: the test binary itself is executed inside the box (its path
 //! granted read-only) with TERRA_PROBE=name,name,... and prints one
 //! `PROBE name=result` line per probe.
+//!
+//! A probe whose call has a safe `nix` wrapper that reaches the same libc
+//! function with the same arguments uses it; every raw-number probe
+//! (`libc::syscall(SYS_..., ...)`) stays raw, because the seccomp filters
+//! under test match raw syscall numbers and argument bits, and its `unsafe`
+//! block says why the call is sound.
 #![allow(dead_code)]
-// TODO(issue 11): a `// SAFETY:` line for each raw syscall below (34 blocks),
-// then drop this allow (the workspace lint denies undocumented unsafe).
-#![allow(clippy::undocumented_unsafe_blocks)]
 
 use std::io::Read;
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::{Mode, SFlag};
 
 fn errno_name(e: i32) -> String {
     match e {
@@ -37,15 +43,33 @@ fn rc(r: libc::c_long) -> String {
     }
 }
 
-/// Opens `path` with `flags` and `mode` (closing what it opened): "ok" or the errno.
-fn open_rc(path: &std::ffi::CStr, flags: libc::c_int, mode: libc::c_uint) -> String {
-    // SAFETY: `path` is a NUL-terminated string; a returned descriptor is closed.
-    let fd = unsafe { libc::open(path.as_ptr(), flags, mode) };
-    if fd >= 0 {
-        // SAFETY: closing the descriptor just opened.
-        unsafe { libc::close(fd) };
+/// "ok" or the errno of a `nix` call.
+fn nix_rc<T>(r: nix::Result<T>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => errno_name(e as i32),
     }
-    rc(fd as libc::c_long)
+}
+
+/// Closes a descriptor a raw probe call returned (its result is not probed).
+fn close_own(fd: libc::c_long) {
+    if let Ok(fd) = i32::try_from(fd) {
+        let _ = nix::unistd::close(fd);
+    }
+}
+
+/// Opens `path` with `flags` and `mode` (closing what it opened): "ok" or the
+/// errno. `nix::fcntl::open` calls `libc::open(path, flags, mode)`.
+fn open_rc(path: &std::ffi::CStr, flags: libc::c_int, mode: libc::c_uint) -> String {
+    let r = nix::fcntl::open(
+        path,
+        OFlag::from_bits_retain(flags),
+        Mode::from_bits_retain(mode as libc::mode_t),
+    );
+    if let Ok(fd) = r {
+        let _ = nix::unistd::close(fd);
+    }
+    nix_rc(r)
 }
 
 /// A fresh path under /tmp for one probe (the box's /tmp is writable).
@@ -71,18 +95,21 @@ fn scratch_file(name: &str) -> std::ffi::CString {
 /// A socket of (family, type, protocol), closed at once; family and type are
 /// passed as 64-bit values so high garbage bits can be tried.
 fn socket(family: u64, ty: u64, proto: u64) -> String {
-    // SAFETY: socket takes integers; a returned descriptor is closed.
+    // SAFETY: socket(2) takes three integers and no pointer, so no memory of
+    // ours is read or written; it only creates a descriptor in this process,
+    // which is closed below.
     let fd = unsafe { libc::syscall(libc::SYS_socket, family, ty, proto) };
     if fd >= 0 {
-        // SAFETY: our own descriptor.
-        unsafe { libc::close(fd as i32) };
+        close_own(fd);
     }
     rc(fd)
 }
 
 fn socketpair(family: u64) -> String {
     let mut sv = [0i32; 2];
-    // SAFETY: sv has room for the two descriptors, closed on success.
+    // SAFETY: the only pointer is `sv`, a live local `[i32; 2]` that outlives
+    // the call and has room for the two descriptors the kernel writes; the
+    // descriptors belong to this process and are closed below.
     let r = unsafe {
         libc::syscall(
             libc::SYS_socketpair,
@@ -93,18 +120,18 @@ fn socketpair(family: u64) -> String {
         )
     };
     if r == 0 {
-        // SAFETY: our own descriptors.
-        unsafe {
-            libc::close(sv[0]);
-            libc::close(sv[1]);
-        }
+        let _ = nix::unistd::close(sv[0]);
+        let _ = nix::unistd::close(sv[1]);
     }
     rc(r)
 }
 
 /// Runs a raw clone with `flags`; the child exits at once.
 fn clone_with(flags: u64) -> String {
-    // SAFETY: a fork-like raw clone (no new stack): the child only calls _exit.
+    // SAFETY: a fork-like raw clone: no new stack, no tid or tls pointers
+    // (all zero), SIGCHLD as exit signal. The child runs on a copy of this
+    // process's memory and only calls `_exit`, so no lock or allocator state
+    // copied from other threads is touched; the parent's memory is untouched.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -116,42 +143,65 @@ fn clone_with(flags: u64) -> String {
         )
     };
     if pid == 0 {
-        // SAFETY: in the child.
+        // SAFETY: in the cloned child: `_exit` ends it at once without running
+        // atexit handlers or destructors of state copied from the parent.
         unsafe { libc::_exit(0) };
     }
     if pid < 0 {
         return last();
     }
-    let mut st = 0;
-    // SAFETY: our own child.
-    unsafe { libc::waitpid(pid as i32, &mut st, 0) };
+    // Reaps our own child: `waitpid(pid, &status, 0)`.
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None);
     "ok".into()
 }
 
 pub fn probe(name: &str) -> String {
-    let c = |s: &str| std::ffi::CString::new(s).unwrap();
-    // SAFETY (all blocks below): raw system calls with valid or deliberately
-    // invalid (null / -1) arguments; none writes to memory we own except where noted.
     match name {
-        "getppid" => rc(unsafe { libc::getppid() } as libc::c_long),
-        "unshare" => rc(unsafe { libc::unshare(libc::CLONE_NEWUSER) } as libc::c_long),
-        "mount" => {
-            let (t, f) = (c("/tmp"), c("tmpfs"));
-            rc(
-                unsafe { libc::mount(f.as_ptr(), t.as_ptr(), f.as_ptr(), 0, std::ptr::null()) }
-                    as libc::c_long,
-            )
-        }
+        // getppid cannot fail, so a -1 here is a seccomp errno (nix passes the
+        // raw value through).
+        "getppid" => rc(nix::unistd::getppid().as_raw() as libc::c_long),
+        "unshare" => nix_rc(nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)),
+        // mount("tmpfs", "/tmp", "tmpfs", 0, NULL).
+        "mount" => nix_rc(nix::mount::mount(
+            Some("tmpfs"),
+            "/tmp",
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )),
+        // SAFETY: keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)
+        // takes integers only and returns a keyring id: no memory of ours is
+        // read or written.
         "keyctl" => rc(unsafe { libc::syscall(libc::SYS_keyctl, 0, -3i64, 0) }),
+        // SAFETY: bpf with an unknown command (9999), a null attr pointer and
+        // size 0: the kernel reads no memory of ours and writes none.
         "bpf" => rc(unsafe { libc::syscall(libc::SYS_bpf, 9999, 0usize, 0) }),
+        // SAFETY: PTRACE_TRACEME ignores pid, addr and data (all zero, no
+        // pointer used); it only marks this probe process as traced by its
+        // parent.
         "ptrace" => rc(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) }),
-        "io_uring" => rc(unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, 0usize) }),
+        "io_uring" => {
+            // SAFETY: io_uring_setup(1, NULL): the params pointer is null, so
+            // the kernel fails with EFAULT (or the filter first) and writes no
+            // memory of ours; a returned ring descriptor is closed.
+            let r = unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, 0usize) };
+            if r >= 0 {
+                close_own(r);
+            }
+            rc(r)
+        }
         "tiocsti" => {
             let ch = b'x';
+            // SAFETY: TIOCSTI on fd 0 reads one byte through the pointer, which
+            // points to the live local `ch` for the whole call; nothing is
+            // written to our memory.
             rc(unsafe { libc::syscall(libc::SYS_ioctl, 0, 0x5412u64, &ch as *const u8) })
         }
         "tiocsti_high_bits" => {
             let ch = b'x';
+            // SAFETY: as for "tiocsti": the kernel reads at most the one byte of
+            // the live local `ch`; the high garbage bits only change the
+            // request number the filter sees.
             rc(unsafe {
                 libc::syscall(
                     libc::SYS_ioctl,
@@ -162,7 +212,15 @@ pub fn probe(name: &str) -> String {
             })
         }
         "tiocgwinsz_badfd" => {
-            let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+            let mut ws = libc::winsize {
+                ws_row: 0,
+                ws_col: 0,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            // SAFETY: TIOCGWINSZ writes one `winsize` through the pointer, which
+            // points to the live, writable local `ws` of that type for the whole
+            // call (here fd -1 makes it fail with EBADF before any write).
             rc(unsafe {
                 libc::syscall(
                     libc::SYS_ioctl,
@@ -175,30 +233,54 @@ pub fn probe(name: &str) -> String {
         "clone_newns" => clone_with(libc::CLONE_NEWNS as u64),
         "clone_newuser" => clone_with(libc::CLONE_NEWUSER as u64),
         "clone_plain" => clone_with(0),
+        // SAFETY: clone3(NULL, 0): a size below the smallest clone_args makes
+        // the kernel fail with EINVAL before it reads the (null) pointer; no
+        // process is created and no memory of ours is touched.
         "clone3" => rc(unsafe { libc::syscall(libc::SYS_clone3, 0usize, 0usize) }),
-        // Set-id modes (negative) and ordinary modes (twins).
+        // Set-id modes (negative) and ordinary modes (twins). nix has no
+        // chmod(2) wrapper (its fchmodat makes another syscall), so chmod stays
+        // the libc call.
         "chmod_setuid" => {
             let f = scratch_file("chmod-suid");
+            // SAFETY: `f` is a NUL-terminated CString alive for the whole call;
+            // chmod only reads it and changes the mode of this probe's scratch file.
             rc(unsafe { libc::chmod(f.as_ptr(), 0o4755) } as libc::c_long)
         }
         "chmod_plain" => {
             let f = scratch_file("chmod-plain");
+            // SAFETY: `f` is a NUL-terminated CString alive for the whole call;
+            // chmod only reads it and changes the mode of this probe's scratch file.
             rc(unsafe { libc::chmod(f.as_ptr(), 0o755) } as libc::c_long)
         }
         "chmod_sticky_dir" => {
             let d = scratch("sticky");
-            unsafe { libc::mkdir(d.as_ptr(), 0o755) };
+            // mkdir(d, 0755); its result shows in the chmod below.
+            let _ = nix::unistd::mkdir(d.as_c_str(), Mode::from_bits_retain(0o755));
+            // SAFETY: `d` is a NUL-terminated CString alive for the whole call;
+            // chmod only reads it and changes the mode of this probe's scratch dir.
             rc(unsafe { libc::chmod(d.as_ptr(), 0o1777) } as libc::c_long)
         }
         "fchmod_setgid" => {
             let f = scratch_file("fchmod-sgid");
-            let fd = unsafe { libc::open(f.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-            let r = rc(unsafe { libc::fchmod(fd, 0o2755) } as libc::c_long);
-            unsafe { libc::close(fd) };
+            // open(f, O_RDONLY | O_CLOEXEC) (the mode nix passes is unused
+            // without O_CREAT), then fchmod(fd, 02755).
+            let fd = match nix::fcntl::open(
+                f.as_c_str(),
+                OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                Err(e) => return format!("open-failed-{}", errno_name(e as i32)),
+            };
+            let r = nix_rc(nix::sys::stat::fchmod(fd, Mode::from_bits_retain(0o2755)));
+            let _ = nix::unistd::close(fd);
             r
         }
         "fchmodat2_setgid" => {
             let f = scratch_file("fchmodat2-sgid");
+            // SAFETY: fchmodat2(AT_FDCWD, f, 02755, 0): the only pointer is `f`,
+            // a NUL-terminated CString alive for the whole call, which the
+            // kernel only reads; it changes this probe's scratch file only.
             rc(unsafe {
                 libc::syscall(452, libc::AT_FDCWD, f.as_ptr(), 0o2755, 0) // fchmodat2
             })
@@ -206,6 +288,9 @@ pub fn probe(name: &str) -> String {
         "fchmodat_setuid_high_bits" => {
             // The kernel reads the mode as 32 bits: garbage above them must not hide S_ISUID.
             let f = scratch_file("fchmodat-high");
+            // SAFETY: the only pointer is `f`, a NUL-terminated CString alive
+            // for the whole call, which the kernel only reads; it changes this
+            // probe's scratch file only.
             rc(unsafe {
                 libc::syscall(
                     libc::SYS_fchmodat,
@@ -238,19 +323,32 @@ pub fn probe(name: &str) -> String {
         }
         "mkdirat_setgid" => {
             let d = scratch("mkdir-sgid");
-            rc(unsafe { libc::mkdirat(libc::AT_FDCWD, d.as_ptr(), 0o2755) } as libc::c_long)
+            // mkdirat(AT_FDCWD, d, 02755).
+            nix_rc(nix::sys::stat::mkdirat(
+                Some(libc::AT_FDCWD),
+                d.as_c_str(),
+                Mode::from_bits_retain(0o2755),
+            ))
         }
         "mknodat_setuid" => {
             let f = scratch("mknod-suid");
-            rc(
-                unsafe { libc::mknodat(libc::AT_FDCWD, f.as_ptr(), libc::S_IFREG | 0o4755, 0) }
-                    as libc::c_long,
-            )
+            // mknodat(AT_FDCWD, f, S_IFREG | 04755, 0).
+            nix_rc(nix::sys::stat::mknodat(
+                Some(libc::AT_FDCWD),
+                f.as_c_str(),
+                SFlag::S_IFREG,
+                Mode::from_bits_retain(0o4755),
+                0,
+            ))
         }
         "openat2" => {
             let f = scratch("openat2");
             let how: [u64; 3] = [(libc::O_CREAT | libc::O_WRONLY) as u64, 0o644, 0];
-            rc(unsafe {
+            // SAFETY: `f` is a NUL-terminated CString and `how` a 24-byte
+            // `[u64; 3]` laid out as struct open_how {flags, mode, resolve}, both
+            // live locals for the whole call, which the kernel only reads; a
+            // returned descriptor belongs to this process and is closed.
+            let r = unsafe {
                 libc::syscall(
                     libc::SYS_openat2,
                     libc::AT_FDCWD,
@@ -258,7 +356,11 @@ pub fn probe(name: &str) -> String {
                     how.as_ptr(),
                     24usize,
                 )
-            })
+            };
+            if r >= 0 {
+                close_own(r);
+            }
+            rc(r)
         }
         // Socket families (negative) and the plan's (twins).
         "socket_vsock" => socket(libc::AF_VSOCK as u64, libc::SOCK_STREAM as u64, 0),
@@ -289,9 +391,15 @@ pub fn probe(name: &str) -> String {
         "socketpair_vsock" => socketpair(libc::AF_VSOCK as u64),
         "socketpair_unix" => socketpair(libc::AF_UNIX as u64),
         // The supplementary groups, comma-separated ("" when none).
+        // (nix::unistd::getgroups sizes its buffer from sysconf, not from the
+        // count, so the two libc calls stay.)
         "groups" => {
+            // SAFETY: getgroups(0, NULL) only returns the count and writes nothing.
             let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
             let mut v = vec![0 as libc::gid_t; n.max(0) as usize];
+            // SAFETY: `v` is a live Vec of exactly `n` gid_t (n >= 0 here, or
+            // the call fails with EINVAL on -1 before writing); the kernel writes
+            // at most `n` entries into it.
             let m = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
             v.truncate(m.max(0) as usize);
             v.iter()
