@@ -510,3 +510,143 @@ pub fn overlap(f: &Resolution, s: &Resolution) -> Report {
     });
     Report::new(false, text, json)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::tmp;
+    use crate::{compile_source, resolve, HostBindings};
+
+    /// A source v3 policy with `rules` (a JSON array).
+    fn policy(rules: &str) -> Mir {
+        let src = format!(
+            r#"{{"formatVersion": 3, "filesystem": {{"default": "deny", "rules": {rules}}},
+               "network": {{"mode": "none"}}, "root": {{"mode": "read-only"}},
+               "process": {{"treeConfinement": "required"}}}}"#
+        );
+        compile_source(src.as_bytes()).unwrap()
+    }
+
+    fn runtime_read() -> Mir {
+        policy(r#"[{"access": "read", "path": {"special": "minimal-runtime"}}]"#)
+    }
+
+    fn resolved_on(mir: &Mir, root: &str) -> Resolution {
+        let host = HostBindings {
+            minimal_roots: vec![root.into()],
+            ..HostBindings::default()
+        };
+        resolve(mir, &host).unwrap()
+    }
+
+    #[test]
+    fn json_text_is_pretty_with_one_final_newline() {
+        let s = json_text(&json!({ "a": 1 }));
+        assert_eq!(s, "{\n  \"a\": 1\n}\n");
+    }
+
+    #[test]
+    fn render_picks_json_or_text() {
+        let r = init();
+        assert_eq!(r.render(false), crate::DEFAULT_POLICY_SOURCE);
+        let v: Value = serde_json::from_str(&r.render(true)).unwrap();
+        assert_eq!(v["source"], crate::DEFAULT_POLICY_SOURCE);
+        assert!(!r.violations);
+    }
+
+    #[test]
+    fn plan_refusal_names_both_permissions_of_a_conflict() {
+        let e = PolicyError::Conflict("/a means x (before=read after=none); split it".into());
+        let v = plan_error_json(&e);
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"]["class"], "conflict");
+        assert_eq!(v["error"]["before"], "read");
+        assert_eq!(v["error"]["after"], "none");
+        let plain = plan_error_json(&PolicyError::Io("gone".into()));
+        assert_eq!(plain["error"]["message"], "gone");
+        assert!(plain["error"].get("before").is_none());
+        assert_eq!(conflict_permissions("(before=read)"), None);
+        assert_eq!(conflict_permissions("(after=x before=y)"), None);
+    }
+
+    #[test]
+    fn format_refusal_says_invalid_only_when_non_canonical() {
+        let nc = format_error_json(&PolicyError::NonCanonical("unsorted".into()));
+        assert_eq!(nc["valid"], false);
+        assert_eq!(nc["class"], "non-canonical");
+        let f = format_error_json(&PolicyError::Format("short".into()));
+        assert!(f.get("valid").is_none());
+        assert_eq!(f["message"], "short");
+    }
+
+    #[test]
+    fn hashes_and_validation_carry_the_digest() {
+        let mir = runtime_read();
+        let digest = format!("sha256:{}", mir.decision_digest());
+        let h = decision_hash(&mir);
+        assert_eq!(h.text, format!("{digest}\n"));
+        assert_eq!(h.json["basis"], "canonical-mir-v3-bytes");
+        let v = validated(&mir, "p.mir");
+        assert_eq!(
+            v.text,
+            format!("valid: p.mir is canonical MIR v3 ({digest})\n")
+        );
+        assert_eq!(v.json["decisionDigest"], digest.as_str());
+        assert_eq!(v.json["rules"], mir.rules().len());
+        assert_eq!(
+            artifact_hash(b"x").json["digest"],
+            format!("sha256:{}", crate::digest::artifact_digest(b"x"))
+        );
+    }
+
+    #[test]
+    fn a_missing_capability_is_a_violation() {
+        let mir = runtime_read();
+        let none = capabilities(&mir, Some(CapabilitySet::EMPTY));
+        assert!(none.violations);
+        assert_eq!(none.json["ok"], false);
+        assert!(none.text.contains("check: missing "));
+        let all = capabilities(&mir, Some(capability::required_capabilities(&mir)));
+        assert!(!all.violations);
+        assert!(all
+            .text
+            .ends_with("check: every required capability is available\n"));
+        assert!(!capabilities(&mir, None).violations);
+    }
+
+    #[test]
+    fn containment_and_widening_are_violations() {
+        let (_d, root) = tmp();
+        let narrow = resolved_on(&policy("[]"), &root);
+        let wide = resolved_on(&runtime_read(), &root);
+        let not = containment(&narrow, &wide);
+        assert!(not.violations);
+        assert!(not.text.starts_with("not contained\n"));
+        let count = |k: &str| not.json[k].as_array().map_or(0, Vec::len);
+        assert!(count("regions") > 0);
+        assert_eq!(count("blockers"), count("regions") + count("settings"));
+        assert!(!containment(&wide, &narrow).violations);
+
+        let widened = difference(&narrow, &wide, true);
+        assert!(widened.violations);
+        assert!(widened.text.contains("check: widened\n"));
+        assert!(!difference(&narrow, &wide, false).violations);
+        let same = difference(&wide, &wide, true);
+        assert!(!same.violations);
+        assert_eq!(same.text, "no differences\ncheck: nothing widened\n");
+
+        let both = overlap(&wide, &wide);
+        assert!(both.text.starts_with("overlapping\n"));
+        assert_eq!(overlap(&narrow, &wide).json["overlapping"], false);
+    }
+
+    #[test]
+    fn evaluation_names_the_decisive_rule() {
+        let (_d, root) = tmp();
+        let res = resolved_on(&runtime_read(), &root);
+        let r = evaluation(&res, &root).unwrap();
+        assert_eq!(r.json["permission"], "read");
+        assert_eq!(r.json["decisiveRule"]["path"], root.as_str());
+        assert!(r.text.ends_with("[1 applicable rule]\n"), "{}", r.text);
+    }
+}
