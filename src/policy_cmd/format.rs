@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use terra_policy::report::{self, Report};
 use terra_policy::{ErrorClass, Mir, PolicyError};
-
-use super::{print_json, EXIT_OK};
 
 #[derive(Debug, Subcommand)]
 pub enum FormatCommand {
@@ -80,177 +78,71 @@ pub struct JsonFlag {
 }
 
 pub fn run(cmd: FormatCommand) -> ExitCode {
+    let validating = matches!(cmd, FormatCommand::Validate(_));
+    // The inspection JSON is machine output already; --json changes only errors.
+    let inspecting = matches!(cmd, FormatCommand::Inspect(_));
     let (json, result) = match cmd {
         FormatCommand::Compile(a) => (a.json.json, compile(&a)),
-        FormatCommand::Validate(a) => (a.json.json, validate(&a)),
-        FormatCommand::Inspect(a) => (a.json.json, inspect(&a)),
-        FormatCommand::Hash(a) => (a.json.json, hash(&a)),
-        FormatCommand::ArtifactHash(a) => (a.json.json, artifact_hash(&a)),
-        FormatCommand::Init(a) => (a.json, init(a.json)),
+        FormatCommand::Validate(a) => (a.json.json, validate(&a.file)),
+        FormatCommand::Inspect(a) => (a.json.json, inspect(&a.file)),
+        FormatCommand::Hash(a) => (
+            a.json.json,
+            read_mir(&a.file).map(|m| report::decision_hash(&m)),
+        ),
+        FormatCommand::ArtifactHash(a) => (a.json.json, artifact_hash(&a.file)),
+        FormatCommand::Init(a) => (a.json, Ok(report::init())),
     };
     match result {
-        Ok(()) => ExitCode::from(EXIT_OK),
-        Err(e) => {
+        Ok(report) => super::print_report(&report, json && !inspecting),
+        Err(error) => {
             if json {
-                let mut v =
-                    json!({ "ok": false, "class": e.class().as_str(), "message": e.detail() });
-                if e.class() == ErrorClass::NonCanonical {
-                    v["valid"] = Value::Bool(false);
-                }
-                print_json(&v);
+                super::print(&report::json_text(&report::format_error_json(&error)));
             }
             // Only `validate` reports a readable non-canonical document as a
             // finding (exit 2); for the other commands it is a failure.
             crate::fail(crate::Failure::Policy {
-                error: &e.error,
-                violations: e.class() == ErrorClass::NonCanonical && e.exit_violations,
+                violations: error.class() == ErrorClass::NonCanonical && validating,
+                error: &error,
             })
         }
     }
 }
 
-/// A refusal plus whether it is a finding of `validate` (exit 2).
-struct CmdError {
-    error: PolicyError,
-    exit_violations: bool,
-}
-
-impl CmdError {
-    fn class(&self) -> ErrorClass {
-        self.error.class()
-    }
-    fn detail(&self) -> &str {
-        self.error.detail()
-    }
-}
-
-impl From<PolicyError> for CmdError {
-    fn from(error: PolicyError) -> Self {
-        CmdError {
-            error,
-            exit_violations: false,
-        }
-    }
-}
-
-type CmdResult = Result<(), CmdError>;
-
 /// A MIR file: an oversized one is structural damage (format, spec section 2).
 fn read_mir(path: &Path) -> Result<Mir, PolicyError> {
-    let bytes = super::read_input(path, PolicyError::Format)?;
-    Mir::decode(&bytes)
+    Mir::decode(&super::read_input(path, PolicyError::Format)?)
 }
 
-fn sha(hex: &str) -> String {
-    format!("sha256:{hex}")
-}
-
-/// The JSON report of `compile` and `validate`: the MIR's size and digest,
-/// and `fields`.
-fn mir_json(mir: &Mir, digest: &str, fields: Value) -> Value {
-    let mut v = json!({
-        "ok": true,
-        "bytes": mir.bytes().len(),
-        "rules": mir.rules().len(),
-        "destinations": mir.destinations().len(),
-        "decisionDigest": digest,
-    });
-    if let (Some(o), Value::Object(extra)) = (v.as_object_mut(), fields) {
-        o.extend(extra);
-    }
-    v
-}
-
-fn compile(a: &CompileArgs) -> CmdResult {
+fn compile(a: &CompileArgs) -> Result<Report, PolicyError> {
     let source = super::read_input(&a.source, PolicyError::Limit)?;
     let mir = terra_policy::compile_source(&source)?;
     super::write_output(&a.output, mir.bytes(), a.replace)?;
-    let digest = sha(&mir.decision_digest());
-    if a.json.json {
-        print_json(&mir_json(
-            &mir,
-            &digest,
-            json!({
-                "output": a.output.display().to_string(),
-                "sourceArtifactDigest": sha(&terra_policy::digest::artifact_digest(&source)),
-            }),
-        ));
-    } else {
-        println!(
-            "compiled {} -> {} ({} bytes, {} rules, {} destinations)",
-            a.source.display(),
-            a.output.display(),
-            mir.bytes().len(),
-            mir.rules().len(),
-            mir.destinations().len()
-        );
-        println!("decision digest {digest}");
-    }
-    Ok(())
+    let (name, output) = (
+        a.source.display().to_string(),
+        a.output.display().to_string(),
+    );
+    Ok(report::compiled(&mir, &name, &source, &output))
 }
 
-fn validate(a: &FileArgs) -> CmdResult {
-    let mir = read_mir(&a.file).map_err(|error| {
-        let exit_violations = error.class() == ErrorClass::NonCanonical;
-        CmdError {
-            error,
-            exit_violations,
-        }
-    })?;
-    let digest = sha(&mir.decision_digest());
-    if a.json.json {
-        print_json(&mir_json(
-            &mir,
-            &digest,
-            json!({ "valid": true, "file": a.file.display().to_string() }),
-        ));
-    } else {
-        println!("valid: {} is canonical MIR v3 ({digest})", a.file.display());
-    }
-    Ok(())
+fn validate(file: &Path) -> Result<Report, PolicyError> {
+    Ok(report::validated(
+        &read_mir(file)?,
+        &file.display().to_string(),
+    ))
 }
 
-fn inspect(a: &FileArgs) -> CmdResult {
-    let mir = read_mir(&a.file)?;
-    // The inspection JSON is machine output already; --json changes only errors.
-    print!("{}", terra_policy::inspection_json(&mir));
-    Ok(())
+fn inspect(file: &Path) -> Result<Report, PolicyError> {
+    let text = terra_policy::inspection_json(&read_mir(file)?);
+    Ok(Report {
+        violations: false,
+        json: serde_json::Value::Null,
+        text,
+    })
 }
 
-fn hash(a: &FileArgs) -> CmdResult {
-    let mir = read_mir(&a.file)?;
-    let digest = sha(&mir.decision_digest());
-    if a.json.json {
-        print_json(&json!({
-            "ok": true,
-            "algorithm": "sha256",
-            "basis": "canonical-mir-v3-bytes",
-            "digest": digest,
-        }));
-    } else {
-        println!("{digest}");
-    }
-    Ok(())
-}
-
-fn artifact_hash(a: &FileArgs) -> CmdResult {
-    let bytes = super::read_input(&a.file, PolicyError::Limit)?;
-    let digest = sha(&terra_policy::digest::artifact_digest(&bytes));
-    if a.json.json {
-        print_json(
-            &json!({ "ok": true, "algorithm": "sha256", "basis": "artifact-bytes", "digest": digest }),
-        );
-    } else {
-        println!("{digest}");
-    }
-    Ok(())
-}
-
-fn init(json: bool) -> CmdResult {
-    if json {
-        print_json(&json!({ "ok": true, "source": terra_policy::DEFAULT_POLICY_SOURCE }));
-    } else {
-        print!("{}", terra_policy::DEFAULT_POLICY_SOURCE);
-    }
-    Ok(())
+fn artifact_hash(file: &Path) -> Result<Report, PolicyError> {
+    Ok(report::artifact_hash(&super::read_input(
+        file,
+        PolicyError::Limit,
+    )?))
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use terra_policy::report::Report;
 use terra_policy::PolicyError;
 use terra_supervisor::files::{self, Existing, Follow, OutError, ReadError};
 
@@ -32,11 +33,19 @@ pub fn run(cmd: PolicyCommand) -> ExitCode {
     }
 }
 
-/// Prints a JSON report, pretty, with a final newline, in one write.
-fn print_json(v: &serde_json::Value) {
-    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
-    s.push('\n');
+/// Prints `s` on stdout in one write.
+fn print(s: &str) {
     let _ = io::stdout().write_all(s.as_bytes());
+}
+
+/// Prints a report (its JSON or its text); exit 2 when it has violations.
+fn print_report(report: &Report, json: bool) -> ExitCode {
+    print(&report.render(json));
+    ExitCode::from(if report.violations {
+        EXIT_VIOLATIONS
+    } else {
+        EXIT_OK
+    })
 }
 
 /// Largest input file any policy command (and `terra run --policy`) reads:

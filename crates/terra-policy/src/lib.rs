@@ -20,6 +20,7 @@ pub mod error;
 pub mod host;
 pub mod inspect;
 pub mod model;
+pub mod report;
 pub mod source;
 
 pub use error::{ErrorClass, PolicyError, Result};
@@ -30,6 +31,16 @@ pub use source::compile_source;
 /// runtime readable, a private temp directory writable, no network, the whole
 /// process tree confined, the root read-only. Printed by `terra policy init`.
 pub const DEFAULT_POLICY_SOURCE: &str = include_str!("default-policy.json");
+
+/// A policy file's bytes: MIR v3 when they start with the magic `MMIR`, JSON
+/// source v3 otherwise.
+pub fn load_policy(bytes: &[u8]) -> Result<Mir> {
+    if bytes.starts_with(codec::MAGIC) {
+        Mir::decode(bytes)
+    } else {
+        compile_source(bytes)
+    }
+}
 
 pub use model::{
     Access, Destination, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode,
