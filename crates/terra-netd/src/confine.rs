@@ -243,6 +243,12 @@ pub fn apply(readable: &[PathBuf]) -> Result<Confinement, ConfineError> {
         filter: "main",
         source,
     })?;
+    if let Some(x32) = terra_sandbox::linux::x32_filter() {
+        seccompiler::apply_filter_all_threads(&x32).map_err(|source| ConfineError::Install {
+            filter: "x32",
+            source,
+        })?;
+    }
     Ok(Confinement { landlock })
 }
 
@@ -322,6 +328,9 @@ pub fn describe() -> String {
         "seccomp ENOSYS {} (libc falls back to clone)\n",
         names(ABSENT).join(" ")
     ));
+    if cfg!(target_arch = "x86_64") {
+        s.push_str("seccomp EPERM x32 system calls (numbers from 0x40000000)\n");
+    }
     s
 }
 

@@ -160,6 +160,19 @@ fn role_confine() -> ! {
         "threads can be started",
     );
     check(Command::new("/bin/true").status().is_err(), "exec refused");
+    // x32 numbers (bit 30) must not sidestep the bans: EPERM from the filter,
+    // not the kernel's ENOSYS (x32 disabled) or a bind that happens.
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: an x32 bind(-1, NULL, 0) on no descriptor: it fails either
+        // way and touches no memory of this process.
+        let r = unsafe { libc::syscall(0x4000_0000 | libc::SYS_bind, -1, 0, 0) };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        check(
+            r == -1 && errno == Some(libc::EPERM),
+            &format!("x32 bind refused by the filter (got {r}, errno {errno:?})"),
+        );
+    }
     check(
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_err(),
         "unshare refused",

@@ -306,8 +306,11 @@ pub fn build() -> Result<Vec<BpfProgram>, SandboxError> {
     Ok(out)
 }
 
-/// x86_64: refuse x32 system calls (number >= 0x40000000) with EPERM.
-fn x32_filter() -> Option<BpfProgram> {
+/// x86_64: refuse x32 system calls (number >= 0x40000000) with EPERM. Every
+/// terra seccomp program needs it (the broker's too): seccompiler checks the
+/// architecture, and x32 shares x86_64's, so without it a filter's bans could
+/// be sidestepped through x32 numbers on kernels that enable that ABI.
+pub fn x32_filter() -> Option<BpfProgram> {
     if !cfg!(target_arch = "x86_64") {
         return None;
     }
