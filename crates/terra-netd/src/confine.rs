@@ -130,17 +130,8 @@ pub const SOCKET_FAMILIES: &[(&str, u64)] = &[
 /// ioctl requests that fail with EPERM (compared on the low 32 bits).
 pub const IOCTLS: &[(&str, u64)] = &[("TIOCSTI", TIOCSTI), ("TIOCLINUX", TIOCLINUX)];
 
-/// clone() with any of these flags fails with EPERM.
-pub const CLONE_NS_FLAGS: &[(&str, u64)] = &[
-    ("CLONE_NEWNS", libc::CLONE_NEWNS as u64),
-    ("CLONE_NEWUSER", libc::CLONE_NEWUSER as u64),
-    ("CLONE_NEWPID", libc::CLONE_NEWPID as u64),
-    ("CLONE_NEWNET", libc::CLONE_NEWNET as u64),
-    ("CLONE_NEWIPC", libc::CLONE_NEWIPC as u64),
-    ("CLONE_NEWUTS", libc::CLONE_NEWUTS as u64),
-    ("CLONE_NEWCGROUP", libc::CLONE_NEWCGROUP as u64),
-    ("CLONE_NEWTIME", libc::CLONE_NEWTIME as u64),
-];
+/// clone() with any of these flags fails with EPERM (the box's table).
+pub use terra_sandbox::linux::CLONE_NS_FLAGS;
 
 /// System calls that fail with ENOSYS (their flags live in memory seccomp
 /// cannot read; the C library falls back to a call it can).

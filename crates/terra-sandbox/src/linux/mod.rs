@@ -26,7 +26,7 @@ mod workload;
 
 pub use landlock::{FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
-pub use seccomp::x32_filter;
+pub use seccomp::{x32_filter, CLONE_NS_FLAGS};
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
 // Hand-made plans (rules not taken from a checked plan) are for the tests
 // only: with the `test-support` feature, which only dev-dependencies enable.

@@ -65,7 +65,11 @@ fn refused() -> Vec<(&'static str, i64)> {
     ]
 }
 
-const CLONE_NEW_FLAGS: [(&str, u64); 7] = [
+/// clone() with any of these flags fails with EPERM: the one table of
+/// namespace flags every terra filter refuses (the broker's uses it too).
+/// CLONE_NEWTIME shares its bit with clone()'s exit-signal field, where no
+/// valid signal sets it, so refusing it costs nothing.
+pub const CLONE_NS_FLAGS: &[(&str, u64)] = &[
     ("CLONE_NEWNS", libc::CLONE_NEWNS as u64),
     ("CLONE_NEWCGROUP", libc::CLONE_NEWCGROUP as u64),
     ("CLONE_NEWUTS", libc::CLONE_NEWUTS as u64),
@@ -73,6 +77,7 @@ const CLONE_NEW_FLAGS: [(&str, u64); 7] = [
     ("CLONE_NEWUSER", libc::CLONE_NEWUSER as u64),
     ("CLONE_NEWPID", libc::CLONE_NEWPID as u64),
     ("CLONE_NEWNET", libc::CLONE_NEWNET as u64),
+    ("CLONE_NEWTIME", libc::CLONE_NEWTIME as u64),
 ];
 /// The set-user-ID and set-group-ID mode bits.
 const SETID_BITS: [(&str, u64); 2] = [
@@ -244,7 +249,7 @@ pub fn build() -> Result<Vec<BpfProgram>, SandboxError> {
         rules.insert(nr, vec![]);
     }
     // clone with any CLONE_NEW* flag (flags are argument 0 on x86_64 and aarch64).
-    let clone_rules = CLONE_NEW_FLAGS
+    let clone_rules = CLONE_NS_FLAGS
         .iter()
         .map(|(_, f)| masked_rule(0, *f))
         .collect::<Result<Vec<_>, _>>()?;
@@ -349,7 +354,7 @@ pub fn describe() -> String {
         String::from("seccomp default allow; listed calls fail with EPERM (never killed)\n");
     let names: Vec<&str> = refused().iter().map(|(n, _)| *n).collect();
     s.push_str(&format!("seccomp EPERM {}\n", names.join(" ")));
-    let flags: Vec<&str> = CLONE_NEW_FLAGS.iter().map(|(n, _)| *n).collect();
+    let flags: Vec<&str> = CLONE_NS_FLAGS.iter().map(|(n, _)| *n).collect();
     s.push_str(&format!(
         "seccomp EPERM clone with any of {}\n",
         flags.join("|")
