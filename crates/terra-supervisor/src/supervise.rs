@@ -32,8 +32,8 @@ struct Args {
     request_fd: i32,
 }
 
-/// `--request-fd N`. The CLI's pid travels in the request, not here: the
-/// box's init starts as a copy of this process and shows its command line.
+/// `--request-fd N`. The CLI's pid travels in the request, not here: argv
+/// carries no host pid.
 fn parse_args(args: Vec<OsString>) -> Result<Args> {
     let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
     let mut request_fd = None;
@@ -69,6 +69,14 @@ pub fn main(args: Vec<OsString>) -> u8 {
         eprintln!("terra: cannot set the parent death signal: {e}");
         return EXIT_REFUSED;
     }
+    // `terra` in ps and process accounting (the CLI started us through
+    // /proc/self/exe, which names the process "exe"); and no exec below this
+    // process ever gains privileges.
+    launcher::set_name();
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        eprintln!("terra: cannot set no_new_privs: {e}");
+        return EXIT_REFUSED;
+    }
     let args = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
@@ -87,6 +95,15 @@ pub fn main(args: Vec<OsString>) -> u8 {
                 eprintln!("terra: {e}");
                 return EXIT_REFUSED;
             }
+        }
+    };
+    // The executable every role is exec'd from, opened before any workload
+    // exists: the file this process runs, never a path looked up later.
+    let exe = match launcher::RoleExe::current() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("terra: cannot open terra's own executable: {e}");
+            return EXIT_REFUSED;
         }
     };
     // The CLI blocked these before starting us; keep them blocked and read them
@@ -124,7 +141,7 @@ pub fn main(args: Vec<OsString>) -> u8 {
         eprintln!("terra: `terra run` ended before the supervisor started; nothing was run");
         return EXIT_REFUSED;
     }
-    let mut run = Run::new(req, lock_slot);
+    let mut run = Run::new(req, lock_slot, exe);
     let code = run.execute(&sigfd, t0);
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
@@ -252,6 +269,8 @@ impl ReceiptOut {
 
 struct Run {
     req: RunRequest,
+    /// terra's executable, the roles' image.
+    exe: launcher::RoleExe,
     /// `--receipt`, once opened.
     receipt_out: Option<ReceiptOut>,
     /// fd 3, kept free for the run lock until the run directory takes it.
@@ -271,9 +290,10 @@ enum Event {
 }
 
 impl Run {
-    fn new(req: RunRequest, lock_slot: fs::File) -> Run {
+    fn new(req: RunRequest, lock_slot: fs::File, exe: launcher::RoleExe) -> Run {
         Run {
             req,
+            exe,
             lock_slot: Some(lock_slot),
             receipt_out: None,
             started: SystemTime::now(),
@@ -351,7 +371,7 @@ impl Run {
                 return self.refuse(Some(&dir), &e);
             }
             let t_broker = Instant::now();
-            match Broker::start(&dir, &mir) {
+            match Broker::start(&self.exe, &dir, &mir) {
                 Ok((b, box_end)) => {
                     debug!(
                         phase = "broker-start",
@@ -402,7 +422,7 @@ impl Run {
         };
         let box_terminal = operator.as_ref().map(|o| o.box_terminal());
         let t_spawn = Instant::now();
-        let mut handle = match launcher::spawn_box_with_terminal(config, box_terminal) {
+        let mut handle = match launcher::spawn_box_with_terminal(&self.exe, config, box_terminal) {
             Ok(h) => h,
             Err(e) => {
                 if let Some(b) = broker.take() {
@@ -777,7 +797,7 @@ impl Broker {
     /// broker re-validates the MIR and answers [`terra_netd::READY`] once it
     /// serves), fd 9 the network receipt (owner-only, append). Anything but
     /// a confirmed start is an error: the caller refuses the run.
-    fn start(dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd)> {
+    fn start(exe: &launcher::RoleExe, dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd)> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         use std::io::Write;
         let (box_end, broker_end) = terra_netd::fdpass::broker_socketpair()
@@ -804,6 +824,8 @@ impl Broker {
             .try_clone()
             .map_err(|e| Error::io("", Path::new("/dev/null"), e))?;
         let role = launcher::spawn_confined_role(
+            exe,
+            c"__network",
             RoleConfig {
                 read_only_files: terra_netd::resolver_files(),
                 keep_fds: vec![
@@ -814,7 +836,6 @@ impl Broker {
                     (OwnedFd::from(file), terra_netd::RECEIPT_FD),
                 ],
             },
-            terra_netd::broker_main,
         )?;
         let pid = role.pid();
         let fail = |role: RoleHandle, why: String| -> Error {
