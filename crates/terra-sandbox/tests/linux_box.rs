@@ -58,6 +58,30 @@ fn exit_codes_and_signals_propagate() {
     assert_eq!(r.activation, "passed");
 }
 
+/// The box's init keeps a few capabilities across its exec (ambient, for an
+/// unprivileged caller); the workload ends with every capability set empty
+/// and no_new_privs. Runs as root and, rerun, as uid 65534.
+#[test]
+fn the_workload_holds_no_capability_at_all() {
+    let w = World::new();
+    let r = w.sh("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status");
+    let text = ok(&r);
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let line = format!("{set}:\t0000000000000000");
+        assert!(text.lines().any(|l| l == line), "{set} not empty:\n{text}");
+    }
+    assert!(text.lines().any(|l| l == "NoNewPrivs:\t1"), "{text}");
+    // The twin: the box's init (PID 1 of the box, `terra __vm`) does hold
+    // capabilities in its namespace, so the check above can fail.
+    let r = w.sh("grep -E '^CapEff:' /proc/1/status; tr '\\0' ' ' < /proc/1/cmdline");
+    let text = ok(&r);
+    assert!(
+        !text.contains("CapEff:\t0000000000000000") && text.contains("CapEff:"),
+        "{text}"
+    );
+    assert!(text.contains("terra __vm"), "{text}");
+}
+
 #[test]
 fn exec_failures_are_126_and_127() {
     let w = World::new();
