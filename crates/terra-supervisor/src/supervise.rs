@@ -279,6 +279,8 @@ struct Run {
     run_id: String,
     required: Vec<String>,
     landlock_abi: Option<i32>,
+    /// The supervisor's own Landlock ABI (confine.rs), once applied.
+    supervisor_landlock_abi: Option<i32>,
     activation: String,
     network: Option<NetworkSummary>,
 }
@@ -300,6 +302,7 @@ impl Run {
             run_id: String::new(),
             required: Vec::new(),
             landlock_abi: None,
+            supervisor_landlock_abi: None,
             activation: "not run".into(),
             network: None,
         }
@@ -432,8 +435,6 @@ impl Run {
             }
         };
         let box_pid = Pid::from_raw(handle.pid());
-        // Threads start only now (the box is cloned from a single-threaded process).
-        let relay = operator.map(|o| o.start(handle.take_terminal()));
         debug!(
             phase = "spawn",
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
@@ -457,6 +458,24 @@ impl Run {
         if let Err(e) = dir.write_runtime("host.pid", format!("{box_pid}\n").as_bytes()) {
             warn!("{e}");
         }
+        // The workers run: from here on the supervisor reaches only the
+        // files of its run (before any thread, so that every one is in it).
+        match crate::confine::apply(&self.req, &dir) {
+            Ok(abi) => self.supervisor_landlock_abi = abi,
+            Err(e) => {
+                let _ = kill(box_pid, Signal::SIGKILL);
+                let _ = handle.wait();
+                if let Some(b) = broker.take() {
+                    self.network = Some(b.stop(None));
+                }
+                return self.refuse(Some(&dir), &e);
+            }
+        }
+        // The supervisor's own seccomp filter (issue 12) goes here: the
+        // workers run and its Landlock domain is in place.
+        // Threads start only now (the box is cloned from a process that has
+        // none, and every thread is in the Landlock domain).
+        let relay = operator.map(|o| o.start(handle.take_terminal()));
 
         // Wait for the box (and the broker) on threads; the main thread
         // watches signals and the deadline. No fork happens after this point.
@@ -696,6 +715,7 @@ impl Run {
             },
             host_bindings: self.req.bindings.clone(),
             landlock_abi: self.landlock_abi,
+            supervisor_landlock_abi: self.supervisor_landlock_abi,
             activation: self.activation.clone(),
             started_at: rfc3339(self.started),
             ended_at: rfc3339(SystemTime::now()),

@@ -25,7 +25,7 @@ mod terminal;
 mod vm;
 mod workload;
 
-pub use landlock::{FsAccess, LandlockPlan, NetRule};
+pub use landlock::{restrict_self as landlock_restrict_self, FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
 pub use seccomp::{x32_filter, CLONE_NS_FLAGS};
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
