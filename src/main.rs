@@ -119,6 +119,19 @@ pub fn fail(failure: Failure<'_>) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// `terra __vm`: the box's init, handed the in-box service of mediated
+/// networking (terra-sandbox does not know terra-netd).
+fn vm_role(args: Vec<std::ffi::OsString>) -> ExitCode {
+    #[cfg(target_os = "linux")]
+    {
+        terra_sandbox::vm_role_main(args, terra_netd::box_service)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        terra_sandbox::vm_role_main(args)
+    }
+}
+
 fn main() -> ExitCode {
     // terra forks only while single-threaded, but a fork(3) must never copy
     // a held allocator lock: take it around every fork.
@@ -145,7 +158,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),
-        Command::Vm(r) => terra_sandbox::vm_role_main(r.args),
+        Command::Vm(r) => vm_role(r.args),
         Command::Network(r) => terra_netd::role_main(r.args),
         Command::SandboxLauncher(r) => terra_sandbox::launcher_role_main(r.args),
     }

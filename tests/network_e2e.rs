@@ -655,18 +655,16 @@ fn dns_from_the_box_fails() {
     }
 }
 
-/// Pid files of the run: waits (bounded) for `broker.pid` and returns it.
-/// The run's broker: its launcher (broker.pid) and the one process the
-/// broker role runs under it.
-fn broker_processes(fx: &BoxWorld) -> (i32, i32) {
-    let outer = broker_pid(fx);
-    let inner = children(outer);
+/// The run's broker (broker.pid): `terra __network` itself, cloned and
+/// exec'd by the supervisor, with no launcher and no child of its own.
+fn broker_process(fx: &BoxWorld) -> i32 {
+    let broker = broker_pid(fx);
     assert_eq!(
-        inner.len(),
-        1,
-        "the broker role runs one process under its launcher"
+        children(broker),
+        Vec::<i32>::new(),
+        "the broker is one process"
     );
-    (outer, inner[0])
+    broker
 }
 
 fn broker_pid(fx: &BoxWorld) -> i32 {
@@ -749,11 +747,11 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
             .spawn()
             .unwrap();
         wait_for_file(&fx.ws.join("first-done"), "the first request");
-        let (outer, broker) = broker_processes(&fx);
+        let broker = broker_process(&fx);
         assert!(alive(broker));
         kill9(broker);
         let until = Instant::now() + Duration::from_secs(30);
-        while alive(broker) || alive(outer) {
+        while alive(broker) {
             assert!(Instant::now() < until, "the broker did not die");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -786,7 +784,7 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
         assert_eq!(net["brokerEndedDuringRun"], true, "{}", r.show());
         assert_eq!(net["brokerExit"], 137, "{}", r.show());
         assert!(net["brokerEnded"].as_str().unwrap().contains("signal 9"));
-        assert_eq!(net["brokerPid"], outer);
+        assert_eq!(net["brokerPid"], broker);
         assert_eq!(r.lines.len(), 1, "{}", r.show());
         assert_linked(&r, 1, 0);
     }
@@ -860,6 +858,118 @@ fn assert_gone(pids: &[i32], what: &str) {
     }
 }
 
+/// One process as /proc shows it.
+struct Proc {
+    pid: i32,
+    cmdline: String,
+    comm: String,
+    status: String,
+}
+
+impl Proc {
+    fn read(pid: i32) -> Proc {
+        let f = |name: &str| fs::read(format!("/proc/{pid}/{name}")).unwrap_or_default();
+        Proc {
+            pid,
+            cmdline: String::from_utf8_lossy(&f("cmdline"))
+                .trim_end_matches('\0')
+                .replace('\0', " "),
+            comm: String::from_utf8_lossy(&f("comm")).trim_end().to_string(),
+            status: String::from_utf8_lossy(&f("status")).into_owned(),
+        }
+    }
+    /// A line of /proc/PID/status, e.g. `NoNewPrivs`.
+    fn field(&self, name: &str) -> &str {
+        self.status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or("")
+    }
+}
+
+/// The process tree of a mediated run, read from /proc while the workload
+/// sleeps: the supervisor, the broker and the box's init are each an exec
+/// of terra named after their role (argv `terra __ROLE`, comm `terra`),
+/// none shows /proc/self/exe, and each has no_new_privs; the broker, the
+/// one role with its own seccomp filter today, has it installed.
+#[test]
+fn ps_shows_each_role_as_terra_with_no_new_privs() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = BoxWorld::new("ps-roles", user);
+        let policy = fx.policy(&[("localhost", srv.port, false, true)]);
+        let mut child = fx
+            .command(
+                &["--policy", policy.to_str().unwrap()],
+                "touch started; sleep 600",
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for_file(&fx.ws.join("started"), "the workload");
+        let cli = child.id() as i32; // setpriv execs terra: same pid
+        let sup = children(cli);
+        assert_eq!(sup.len(), 1, "one supervisor under the CLI");
+        let supervisor = Proc::read(sup[0]);
+        let roles: Vec<Proc> = children(supervisor.pid)
+            .into_iter()
+            .map(Proc::read)
+            .collect();
+        let shown: Vec<String> = std::iter::once(&supervisor)
+            .chain(&roles)
+            .map(|p| format!("{} {} [{}]", p.pid, p.cmdline, p.comm))
+            .collect();
+        let shown = shown.join("\n");
+        assert!(
+            supervisor.cmdline.starts_with("terra ")
+                && supervisor.cmdline.contains(" __supervisor --request-fd "),
+            "{user:?}:\n{shown}"
+        );
+        let mut cmdlines: Vec<&str> = roles.iter().map(|p| p.cmdline.as_str()).collect();
+        cmdlines.sort_unstable();
+        assert_eq!(
+            cmdlines,
+            ["terra __network", "terra __vm"],
+            "{user:?}: the supervisor's children\n{shown}"
+        );
+        for p in std::iter::once(&supervisor).chain(&roles) {
+            assert!(!p.cmdline.contains("/proc/self/exe"), "{user:?}:\n{shown}");
+            assert_eq!(p.comm, "terra", "{user:?}: comm of {}\n{shown}", p.cmdline);
+            assert_eq!(
+                p.field("NoNewPrivs"),
+                "1",
+                "{user:?}: {}\n{}",
+                p.cmdline,
+                p.status
+            );
+        }
+        let broker = roles
+            .iter()
+            .find(|p| p.cmdline == "terra __network")
+            .unwrap();
+        assert_eq!(broker.pid, broker_pid(&fx), "broker.pid names it");
+        assert_eq!(broker.field("Seccomp"), "2", "{}", broker.status);
+        // The box's init is not the workload: its own namespaces' PID 1.
+        let init = roles.iter().find(|p| p.cmdline == "terra __vm").unwrap();
+        assert_eq!(
+            init.field("NSpid").split_whitespace().last(),
+            Some("1"),
+            "{}",
+            init.status
+        );
+        kill9(cli);
+        let _ = child.wait();
+        assert_gone(
+            &std::iter::once(supervisor.pid)
+                .chain(roles.iter().map(|p| p.pid))
+                .collect::<Vec<_>>(),
+            &format!("kill -9 of the CLI as {user:?}"),
+        );
+    }
+}
+
 #[test]
 fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
     let srv = Http::start();
@@ -877,8 +987,8 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
                 .spawn()
                 .unwrap();
             wait_for_file(&fx.ws.join("started"), "the workload");
-            let (outer, broker) = broker_processes(&fx);
-            assert!(alive(outer) && alive(broker));
+            let broker = broker_process(&fx);
+            assert!(alive(broker));
             let cli = child.id() as i32; // setpriv execs terra: same pid
             let victim = match target {
                 "cli" => cli,
@@ -890,10 +1000,7 @@ fn kill9_of_the_cli_or_the_supervisor_leaves_no_broker() {
             };
             kill9(victim);
             let _ = child.wait();
-            assert_gone(
-                &[outer, broker],
-                &format!("kill -9 of the {target} as {user:?}"),
-            );
+            assert_gone(&[broker], &format!("kill -9 of the {target} as {user:?}"));
         }
     }
 }

@@ -214,6 +214,12 @@ fn receipt_records_the_run() {
         );
     }
     assert!(r["landlockAbi"].as_i64().unwrap_or(0) >= 1 || r["landlockAbi"].is_null());
+    // The supervisor confined itself too, under the same kernel's Landlock.
+    assert_eq!(
+        r["supervisorLandlockAbi"].is_null(),
+        r["landlockAbi"].is_null(),
+        "{r}"
+    );
     // After the run the receipt and the request (the canary) are left,
     // owner-only; the runtime directory (lock, pid files) is gone.
     let dir = &e.runs()[0];

@@ -113,7 +113,8 @@ pub fn box_service(listener: TcpListener, broker: OwnedFd) -> ! {
     }
 }
 
-/// The broker role's body (what `spawn_confined_role` runs): startup message
+/// The broker role's body (what `terra __network` runs once
+/// `enter_confined_role` built its root): startup message
 /// from fd 8, confinement, then serve fd 7 until the box closes it.
 /// Returns 0 when the box closed the channel, 125 when startup was refused,
 /// 1 when serving failed ([`BrokerError::exit_code`]).
@@ -295,8 +296,9 @@ pub fn describe() -> String {
 /// connections to end and write their receipt lines before it exits.
 pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(1500);
 
-/// Entry point of the hidden `terra __network` role (the same body as
-/// [`broker_main`], for a launcher that starts the role by exec).
+/// Entry point of the hidden `terra __network` role: the broker, exec'd by
+/// the supervisor (`spawn_confined_role`) as PID 1 of its own namespaces;
+/// its input is on descriptors 3 (its root), 7, 8 and 9.
 pub fn role_main(args: Vec<OsString>) -> ExitCode {
     if !args.is_empty() {
         eprintln!("terra __network: takes no arguments (its input is fd 8)");
@@ -304,6 +306,14 @@ pub fn role_main(args: Vec<OsString>) -> ExitCode {
     }
     #[cfg(target_os = "linux")]
     {
+        // Exec'd by the supervisor inside its namespaces: first its root,
+        // no capabilities, no_new_privs (terra-sandbox), then the broker.
+        if let Err(e) = terra_sandbox::linux::enter_confined_role() {
+            eprintln!("terra __network: {e}");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+        // The broker's own seccomp allowlist and Landlock are applied in
+        // `broker_run` once it has read its startup message (confine.rs).
         ExitCode::from(broker_main().clamp(0, 255) as u8)
     }
     #[cfg(not(target_os = "linux"))]

@@ -15,21 +15,32 @@ pub use terra_policy::EXIT_REFUSED;
 
 /// Entry point of the hidden `terra __sandbox_launcher` role.
 ///
-/// On Linux the launcher is not a separate executable: `linux::spawn_box` and
-/// `linux::spawn_confined_role` fork it from the caller (see
-/// docs/sandbox-linux.md), so this entry point only refuses.
+/// On Linux there is no separate launcher process: the box's init and the
+/// broker are cloned into their namespaces and exec terra as `__vm` and
+/// `__network` (see docs/sandbox-linux.md), so this entry point only refuses.
 pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
     eprintln!(
-        "terra __sandbox_launcher: the Linux launcher runs in process (spawn_box); nothing to do"
+        "terra __sandbox_launcher: the Linux backend has no launcher process (the box is `terra __vm`); nothing to do"
     );
     ExitCode::from(EXIT_REFUSED)
 }
 
-/// Entry point of the hidden `terra __vm` role (the box's init).
-///
-/// On Linux the box's init is forked by `linux::spawn_box` (it is PID 1 of the
-/// box's PID namespace without an exec), so this entry point only refuses.
+/// Entry point of the hidden `terra __vm` role: the box's init, exec'd by
+/// `linux::spawn_box` inside the box's new namespaces, its input on fixed
+/// descriptors. `service` is the in-box service of mediated networking
+/// (`terra_netd::box_service` in terra). Takes no arguments.
+#[cfg(target_os = "linux")]
+pub fn vm_role_main(args: Vec<OsString>, service: linux::BoxService) -> ExitCode {
+    if !args.is_empty() {
+        eprintln!("terra __vm: takes no arguments (its input is on descriptors)");
+        return ExitCode::from(EXIT_REFUSED);
+    }
+    linux::vm_main(service)
+}
+
+/// Entry point of the hidden `terra __vm` role: Linux only in this build.
+#[cfg(not(target_os = "linux"))]
 pub fn vm_role_main(_args: Vec<OsString>) -> ExitCode {
-    eprintln!("terra __vm: the box init is started by spawn_box; nothing to do");
+    eprintln!("terra __vm: only on Linux in this build");
     ExitCode::from(EXIT_REFUSED)
 }

@@ -58,6 +58,30 @@ fn exit_codes_and_signals_propagate() {
     assert_eq!(r.activation, "passed");
 }
 
+/// The box's init keeps a few capabilities across its exec (ambient, for an
+/// unprivileged caller); the workload ends with every capability set empty
+/// and no_new_privs. Runs as root and, rerun, as uid 65534.
+#[test]
+fn the_workload_holds_no_capability_at_all() {
+    let w = World::new();
+    let r = w.sh("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status");
+    let text = ok(&r);
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        let line = format!("{set}:\t0000000000000000");
+        assert!(text.lines().any(|l| l == line), "{set} not empty:\n{text}");
+    }
+    assert!(text.lines().any(|l| l == "NoNewPrivs:\t1"), "{text}");
+    // The twin: the box's init (PID 1 of the box, `terra __vm`) does hold
+    // capabilities in its namespace, so the check above can fail.
+    let r = w.sh("grep -E '^CapEff:' /proc/1/status; tr '\\0' ' ' < /proc/1/cmdline");
+    let text = ok(&r);
+    assert!(
+        !text.contains("CapEff:\t0000000000000000") && text.contains("CapEff:"),
+        "{text}"
+    );
+    assert!(text.contains("terra __vm"), "{text}");
+}
+
 #[test]
 fn exec_failures_are_126_and_127() {
     let w = World::new();
@@ -475,7 +499,7 @@ fn seccomp_allows_only_the_plan_socket_families() {
 }
 
 /// As root, the box starts without the caller's supplementary groups (here
-/// the launcher shape: the test harness has several threads). Only this
+/// from a multi-threaded caller: the test harness). Only this
 /// test's thread gets the extra group, through the raw system call.
 #[test]
 #[ignore = "needs root: an unprivileged caller cannot drop them (SECURITY.md)"]
@@ -541,7 +565,7 @@ fn activation_waits_for_the_canary_gate() {
     let (gate, mut word) = UnixStream::pair().unwrap();
     let mut spec = w.spec(&["touch", marker.to_str().unwrap()]);
     spec.canary_gate = Some(OwnedFd::from(gate));
-    let handle = spawn_box_spec(spec).unwrap();
+    let handle = spawn_box_spec(common::roles(), spec).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     std::fs::write(&w.canary, "created late").unwrap();
     word.write_all(b"x").unwrap();
@@ -556,7 +580,7 @@ fn activation_waits_for_the_canary_gate() {
     let (gate, mut word) = UnixStream::pair().unwrap();
     let mut spec = w.spec(&["true"]);
     spec.canary_gate = Some(OwnedFd::from(gate));
-    let handle = spawn_box_spec(spec).unwrap();
+    let handle = spawn_box_spec(common::roles(), spec).unwrap();
     word.write_all(b"x").unwrap();
     let r = handle.wait().unwrap();
     assert_eq!(
@@ -570,7 +594,7 @@ fn activation_waits_for_the_canary_gate() {
     let (gate, word) = UnixStream::pair().unwrap();
     let mut spec = w.spec(&["touch", marker.to_str().unwrap()]);
     spec.canary_gate = Some(OwnedFd::from(gate));
-    let handle = spawn_box_spec(spec).unwrap();
+    let handle = spawn_box_spec(common::roles(), spec).unwrap();
     drop(word);
     match handle.wait().unwrap().exit {
         BoxExit::Refused(why) => assert!(why.contains("before the canary existed"), "{why}"),
@@ -642,9 +666,9 @@ fn signals_are_forwarded_to_the_workload() {
         "trap 'echo got-term > term.txt; exit 3' TERM; touch {}; while :; do sleep 1; done",
         ready.display()
     );
-    let h = spawn_box_spec(w.spec(&["sh", "-c", &script])).unwrap();
+    let h = spawn_box_spec(common::roles(), w.spec(&["sh", "-c", &script])).unwrap();
     wait_until(|| ready.exists(), "the workload to start");
-    // SAFETY: signalling the launcher we started.
+    // SAFETY: signalling the box init we started.
     unsafe { libc::kill(h.pid(), libc::SIGTERM) };
     let r = h.wait().unwrap();
     assert_eq!(r.exit, BoxExit::Code(3));
@@ -683,7 +707,7 @@ fn killing_the_caller_kills_the_box() {
     // SAFETY: the child only starts the box, waits and exits.
     let caller = unsafe { libc::fork() };
     if caller == 0 {
-        let code = match spawn_box_spec(spec).and_then(|h| h.wait()) {
+        let code = match spawn_box_spec(common::roles(), spec).and_then(|h| h.wait()) {
             Ok(_) => 0,
             Err(_) => 1,
         };
@@ -739,7 +763,7 @@ fn unenforceable_protect_create_is_refused() {
     r.path = format!("{}/absent-dir", r.path);
     r.protect_create = true;
     w.rules.push(r);
-    match spawn_box_spec(w.spec(&["true"])) {
+    match spawn_box_spec(common::roles(), w.spec(&["true"])) {
         Err(e) => assert!(e.to_string().contains("fs-protect-create"), "{e}"),
         Ok(_) => panic!("a protect-create inside a writable bind must be refused"),
     }

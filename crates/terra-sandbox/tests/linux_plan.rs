@@ -7,8 +7,6 @@ mod common;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use common::open_tempdir;
 use common::probe::parse;
@@ -95,7 +93,7 @@ fn compiled_plan_runs_in_a_box() {
             &format!("exec > {} 2>&1; {script}", out.display()),
         ],
     );
-    let r = spawn_box(c).unwrap().wait().unwrap();
+    let r = spawn_box(common::roles(), c).unwrap().wait().unwrap();
     let log = std::fs::read_to_string(&out).unwrap();
     assert_eq!(r.exit, BoxExit::Code(0), "{log}");
     assert_eq!(r.activation, "passed");
@@ -139,16 +137,6 @@ const MEDIATED: &str = r#"{
   "root": { "mode": "read-only" }
 }"#;
 
-fn proxy_service(listener: std::net::TcpListener, broker: OwnedFd) -> ! {
-    let mut broker = UnixStream::from(broker);
-    let _ = broker.write_all(b"service-up\n");
-    loop {
-        if let Ok((mut s, _)) = listener.accept() {
-            let _ = s.write_all(b"hello-from-proxy\n");
-        }
-    }
-}
-
 #[test]
 fn mediated_box_reaches_only_its_proxy() {
     let d = dirs();
@@ -160,7 +148,9 @@ fn mediated_box_reaches_only_its_proxy() {
     let mut c = config(&d, p, &[]);
     let (mine, theirs) = UnixStream::pair().unwrap();
     let addr: std::net::SocketAddr = "127.0.0.1:3128".parse().unwrap();
-    c.mediated = Some((OwnedFd::from(theirs), addr, proxy_service));
+    // The service is terra-test-roles' (it greets with hello-from-proxy);
+    // this function pointer only names the box as mediated here.
+    c.mediated = Some((OwnedFd::from(theirs), addr, unused_service));
     let text = describe(&c);
     assert!(
         text.contains("tcp not restricted by Landlock (the network namespace is the boundary)"),
@@ -179,7 +169,7 @@ fn mediated_box_reaches_only_its_proxy() {
         "-c".into(),
         format!("exec > {} 2>&1; {}", out.display(), probe_exe.display()).into(),
     ];
-    let r = spawn_box(c).unwrap().wait().unwrap();
+    let r = spawn_box(common::roles(), c).unwrap().wait().unwrap();
     let log = std::fs::read_to_string(&out).unwrap();
     assert_eq!(r.exit, BoxExit::Code(0), "{log}");
     let m = parse(&log);
@@ -192,41 +182,10 @@ fn mediated_box_reaches_only_its_proxy() {
     assert_eq!(got, "service-up\n");
 }
 
-static ROLE_FILES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-
-fn role_main() -> i32 {
-    let (granted, other) = ROLE_FILES.get().unwrap();
-    let mut lines = Vec::new();
-    lines.push(format!(
-        "granted={}",
-        std::fs::read_to_string(granted).unwrap_or_else(|e| format!("ERR {e}"))
-    ));
-    lines.push(format!("other={}", other.exists()));
-    for p in ["/dev", "/tmp", "/proc", "/etc"] {
-        lines.push(format!("{p}={}", Path::new(p).exists()));
-    }
-    lines.push(format!("env={}", std::env::vars_os().count()));
-    // SAFETY: plain queries of this process.
-    unsafe {
-        lines.push(format!("pid={}", libc::getpid()));
-        lines.push(format!(
-            "cap_sys_admin={}",
-            libc::prctl(libc::PR_CAPBSET_READ, 21, 0, 0, 0)
-        ));
-        lines.push(format!(
-            "nnp={}",
-            libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
-        ));
-        lines.push(format!("fd8={}", libc::fcntl(8, libc::F_GETFD) >= 0));
-        let open_high = (9..256)
-            .filter(|fd| libc::fcntl(*fd, libc::F_GETFD) >= 0)
-            .count();
-        lines.push(format!("open_above_8={open_high}"));
-    }
-    // SAFETY: fd 7 was handed to this role as the report channel.
-    let mut report = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(7) };
-    let _ = report.write_all(lines.join("\n").as_bytes());
-    42
+/// A box's service runs in `terra __vm`, whose binary hands it in: the one
+/// of this caller's config is never called.
+fn unused_service(_: std::net::TcpListener, _: OwnedFd) -> ! {
+    unreachable!("the box's service is the role executable's")
 }
 
 #[test]
@@ -240,23 +199,30 @@ fn confined_role_sees_only_its_files_and_keeps_its_fds() {
     std::fs::write(&granted, "role-config").unwrap();
     let other = host.path().join("other.conf");
     std::fs::write(&other, "not-for-the-role").unwrap();
-    ROLE_FILES
-        .set((
-            std::fs::canonicalize(&granted).unwrap(),
-            std::fs::canonicalize(&other).unwrap(),
-        ))
-        .unwrap();
     let (mut report_r, report_w) = UnixStream::pair().unwrap();
-    let (_keep_r, keep_w) = UnixStream::pair().unwrap();
-    let stray = std::fs::File::open("/dev/null").unwrap(); // not CLOEXEC-relevant: must be closed by the role
+    let (mut names, names_theirs) = UnixStream::pair().unwrap();
+    // Not close-on-exec-relevant: the role must not inherit it.
+    let stray = std::fs::File::open("/dev/null").unwrap();
     let h = spawn_confined_role(
+        common::roles(),
+        c"__probe_role",
         RoleConfig {
             read_only_files: vec![granted.clone()],
-            keep_fds: vec![(OwnedFd::from(report_w), 7), (OwnedFd::from(keep_w), 8)],
+            keep_fds: vec![
+                (OwnedFd::from(report_w), 7),
+                (OwnedFd::from(names_theirs), 8),
+            ],
         },
-        role_main,
     )
     .unwrap();
+    writeln!(
+        names,
+        "{}\n{}",
+        std::fs::canonicalize(&granted).unwrap().display(),
+        std::fs::canonicalize(&other).unwrap().display()
+    )
+    .unwrap();
+    drop(names);
     assert_eq!(h.wait().unwrap(), 42);
     let mut text = String::new();
     report_r.read_to_string(&mut text).unwrap();
@@ -268,11 +234,14 @@ fn confined_role_sees_only_its_files_and_keeps_its_fds() {
         "/tmp=false",
         "/proc=false",
         "env=0",
+        "argv=terra __probe_role",
+        "comm=terra",
         "pid=1",
         "cap_sys_admin=0",
         "nnp=1",
+        "dumpable=0",
         "fd8=true",
-        "open_above_8=0",
+        "open_other=0",
     ] {
         assert!(
             text.lines().any(|l| l == want),
@@ -281,6 +250,24 @@ fn confined_role_sees_only_its_files_and_keeps_its_fds() {
     }
     // Twin: the same file is readable outside.
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "not-for-the-role");
+}
+
+#[test]
+fn a_role_started_by_hand_refuses() {
+    // No namespaces, no descriptors: the role executable refuses to act as
+    // a box init or a confined role.
+    for role in ["__vm", "__probe_role"] {
+        let out = std::process::Command::new(common::roles_path())
+            .arg(role)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{role}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("not run by hand") || err.contains("not by hand"),
+            "{role}: {err}"
+        );
+    }
 }
 
 /// As root: this whole file again as an unprivileged user (uid/gid 65534).

@@ -55,8 +55,11 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8>
     let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| Error::sys("signalfd", e))?;
 
+    // The binary this CLI runs from (the kernel's link to it), named `terra`
+    // in argv; the supervisor names itself `terra` too (comm).
     let mut cmd = Command::new("/proc/self/exe");
-    cmd.args(extra_args)
+    cmd.arg0("terra")
+        .args(extra_args)
         .arg("__supervisor")
         .arg("--request-fd")
         .arg(rd.as_raw_fd().to_string());

@@ -7,6 +7,8 @@
 //! run's temp directory and writes the receipt. Its exit status is the run's.
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
+mod confine;
 pub mod error;
 #[cfg(target_os = "linux")]
 pub mod files;

@@ -47,6 +47,9 @@ pub struct Receipt {
     pub capabilities: Capabilities,
     pub host_bindings: Bindings,
     pub landlock_abi: Option<i32>,
+    /// The Landlock ABI of the supervisor's own domain once the box and the
+    /// broker ran (null: no Landlock, or the run ended before).
+    pub supervisor_landlock_abi: Option<i32>,
     /// Activation check result ("passed", or why it failed; "not run" when the box never started).
     pub activation: String,
     pub started_at: String,

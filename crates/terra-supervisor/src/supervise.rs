@@ -32,8 +32,8 @@ struct Args {
     request_fd: i32,
 }
 
-/// `--request-fd N`. The CLI's pid travels in the request, not here: the
-/// box's init starts as a copy of this process and shows its command line.
+/// `--request-fd N`. The CLI's pid travels in the request, not here: argv
+/// carries no host pid.
 fn parse_args(args: Vec<OsString>) -> Result<Args> {
     let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
     let mut request_fd = None;
@@ -69,6 +69,14 @@ pub fn main(args: Vec<OsString>) -> u8 {
         eprintln!("terra: cannot set the parent death signal: {e}");
         return EXIT_REFUSED;
     }
+    // `terra` in ps and process accounting (the CLI started us through
+    // /proc/self/exe, which names the process "exe"); and no exec below this
+    // process ever gains privileges.
+    launcher::set_name();
+    if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+        eprintln!("terra: cannot set no_new_privs: {e}");
+        return EXIT_REFUSED;
+    }
     let args = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
@@ -87,6 +95,15 @@ pub fn main(args: Vec<OsString>) -> u8 {
                 eprintln!("terra: {e}");
                 return EXIT_REFUSED;
             }
+        }
+    };
+    // The executable every role is exec'd from, opened before any workload
+    // exists: the file this process runs, never a path looked up later.
+    let exe = match launcher::RoleExe::current() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("terra: cannot open terra's own executable: {e}");
+            return EXIT_REFUSED;
         }
     };
     // The CLI blocked these before starting us; keep them blocked and read them
@@ -124,7 +141,7 @@ pub fn main(args: Vec<OsString>) -> u8 {
         eprintln!("terra: `terra run` ended before the supervisor started; nothing was run");
         return EXIT_REFUSED;
     }
-    let mut run = Run::new(req, lock_slot);
+    let mut run = Run::new(req, lock_slot, exe);
     let code = run.execute(&sigfd, t0);
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
@@ -252,6 +269,8 @@ impl ReceiptOut {
 
 struct Run {
     req: RunRequest,
+    /// terra's executable, the roles' image.
+    exe: launcher::RoleExe,
     /// `--receipt`, once opened.
     receipt_out: Option<ReceiptOut>,
     /// fd 3, kept free for the run lock until the run directory takes it.
@@ -260,6 +279,8 @@ struct Run {
     run_id: String,
     required: Vec<String>,
     landlock_abi: Option<i32>,
+    /// The supervisor's own Landlock ABI (confine.rs), once applied.
+    supervisor_landlock_abi: Option<i32>,
     activation: String,
     network: Option<NetworkSummary>,
 }
@@ -271,15 +292,17 @@ enum Event {
 }
 
 impl Run {
-    fn new(req: RunRequest, lock_slot: fs::File) -> Run {
+    fn new(req: RunRequest, lock_slot: fs::File, exe: launcher::RoleExe) -> Run {
         Run {
             req,
+            exe,
             lock_slot: Some(lock_slot),
             receipt_out: None,
             started: SystemTime::now(),
             run_id: String::new(),
             required: Vec::new(),
             landlock_abi: None,
+            supervisor_landlock_abi: None,
             activation: "not run".into(),
             network: None,
         }
@@ -351,7 +374,7 @@ impl Run {
                 return self.refuse(Some(&dir), &e);
             }
             let t_broker = Instant::now();
-            match Broker::start(&dir, &mir) {
+            match Broker::start(&self.exe, &dir, &mir) {
                 Ok((b, box_end)) => {
                     debug!(
                         phase = "broker-start",
@@ -402,7 +425,7 @@ impl Run {
         };
         let box_terminal = operator.as_ref().map(|o| o.box_terminal());
         let t_spawn = Instant::now();
-        let mut handle = match launcher::spawn_box_with_terminal(config, box_terminal) {
+        let mut handle = match launcher::spawn_box_with_terminal(&self.exe, config, box_terminal) {
             Ok(h) => h,
             Err(e) => {
                 if let Some(b) = broker.take() {
@@ -412,8 +435,6 @@ impl Run {
             }
         };
         let box_pid = Pid::from_raw(handle.pid());
-        // Threads start only now (the box is cloned from a single-threaded process).
-        let relay = operator.map(|o| o.start(handle.take_terminal()));
         debug!(
             phase = "spawn",
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
@@ -437,6 +458,24 @@ impl Run {
         if let Err(e) = dir.write_runtime("host.pid", format!("{box_pid}\n").as_bytes()) {
             warn!("{e}");
         }
+        // The workers run: from here on the supervisor reaches only the
+        // files of its run (before any thread, so that every one is in it).
+        match crate::confine::apply(&self.req, &dir) {
+            Ok(abi) => self.supervisor_landlock_abi = abi,
+            Err(e) => {
+                let _ = kill(box_pid, Signal::SIGKILL);
+                let _ = handle.wait();
+                if let Some(b) = broker.take() {
+                    self.network = Some(b.stop(None));
+                }
+                return self.refuse(Some(&dir), &e);
+            }
+        }
+        // The supervisor's own seccomp filter (issue 12) goes here: the
+        // workers run and its Landlock domain is in place.
+        // Threads start only now (the box is cloned from a process that has
+        // none, and every thread is in the Landlock domain).
+        let relay = operator.map(|o| o.start(handle.take_terminal()));
 
         // Wait for the box (and the broker) on threads; the main thread
         // watches signals and the deadline. No fork happens after this point.
@@ -676,6 +715,7 @@ impl Run {
             },
             host_bindings: self.req.bindings.clone(),
             landlock_abi: self.landlock_abi,
+            supervisor_landlock_abi: self.supervisor_landlock_abi,
             activation: self.activation.clone(),
             started_at: rfc3339(self.started),
             ended_at: rfc3339(SystemTime::now()),
@@ -777,7 +817,7 @@ impl Broker {
     /// broker re-validates the MIR and answers [`terra_netd::READY`] once it
     /// serves), fd 9 the network receipt (owner-only, append). Anything but
     /// a confirmed start is an error: the caller refuses the run.
-    fn start(dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd)> {
+    fn start(exe: &launcher::RoleExe, dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd)> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         use std::io::Write;
         let (box_end, broker_end) = terra_netd::fdpass::broker_socketpair()
@@ -804,6 +844,8 @@ impl Broker {
             .try_clone()
             .map_err(|e| Error::io("", Path::new("/dev/null"), e))?;
         let role = launcher::spawn_confined_role(
+            exe,
+            c"__network",
             RoleConfig {
                 read_only_files: terra_netd::resolver_files(),
                 keep_fds: vec![
@@ -814,7 +856,6 @@ impl Broker {
                     (OwnedFd::from(file), terra_netd::RECEIPT_FD),
                 ],
             },
-            terra_netd::broker_main,
         )?;
         let pid = role.pid();
         let fail = |role: RoleHandle, why: String| -> Error {

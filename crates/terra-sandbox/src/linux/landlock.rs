@@ -24,6 +24,9 @@ pub enum FsAccess {
     /// Read and execute.
     Read,
     ReadWrite,
+    /// Remove directories in it, nothing else (the parent of a directory
+    /// the process removes at the end).
+    RemoveDirs,
 }
 
 /// TCP policy of a process in the box.
@@ -93,6 +96,7 @@ impl LandlockPlan {
                 FsAccess::ReadData => "read",
                 FsAccess::Read => "read+execute",
                 FsAccess::ReadWrite => "read+write+execute",
+                FsAccess::RemoveDirs => "remove-dirs",
             };
             s.push_str(&format!("landlock fs  {a:<19} {p}\n"));
         }
@@ -126,16 +130,35 @@ pub fn kernel_abi() -> Option<i32> {
 /// Applies the plan to the calling process. Returns the ABI enforced (None
 /// when the kernel has no Landlock). Paths missing in the box are skipped.
 pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, SandboxError> {
+    restrict(&plan.fs, plan.net, true)
+}
+
+/// Restricts the calling thread, and every thread and process it starts
+/// afterwards, to `fs` (the supervisor's own domain once the box and the
+/// broker run). No scope: the supervisor signals the box and the broker,
+/// which are outside its domain. Returns the ABI enforced (None when the
+/// kernel has no Landlock); missing paths are skipped.
+pub fn restrict_self(fs: &[(String, FsAccess)]) -> Result<Option<i32>, SandboxError> {
+    restrict(fs, NetRule::Unrestricted, false)
+}
+
+fn restrict(
+    fs: &[(String, FsAccess)],
+    net: NetRule,
+    scoped: bool,
+) -> Result<Option<i32>, SandboxError> {
     let Some(kabi) = kernel_abi() else {
         return Ok(None);
     };
     let mut rs = Ruleset::default().handle_access(AccessFs::from_all(TARGET))?;
-    if plan.net != NetRule::Unrestricted {
+    if net != NetRule::Unrestricted {
         rs = rs.handle_access(AccessNet::ConnectTcp)?;
     }
-    rs = rs.scope(LlScope::from_all(TARGET))?;
+    if scoped {
+        rs = rs.scope(LlScope::from_all(TARGET))?;
+    }
     let mut created = rs.create()?;
-    for (path, access) in &plan.fs {
+    for (path, access) in fs {
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
@@ -144,6 +167,7 @@ pub fn apply(plan: &LandlockPlan) -> Result<Option<i32>, SandboxError> {
             FsAccess::ReadData => AccessFs::from_read(TARGET) & !AccessFs::Execute,
             FsAccess::Read => AccessFs::from_read(TARGET),
             FsAccess::ReadWrite => AccessFs::from_all(TARGET),
+            FsAccess::RemoveDirs => AccessFs::RemoveDir.into(),
         };
         let rights = if meta.is_dir() {
             rights

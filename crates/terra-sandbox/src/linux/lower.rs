@@ -16,7 +16,7 @@ pub enum NodeKind {
 
 /// One step of the mount program. Every `path` is an absolute path inside the
 /// box (the same as on the host for host content).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MountOp {
     /// Bind the host path at the same path (recursive), read-only unless `writable`.
     Bind {

@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
-use nix::unistd::ForkResult;
 use terra_policy::{Capability, CapabilitySet, SandboxPlan};
 
 mod error;
+mod exe;
 mod init;
 mod landlock;
 pub mod lower;
@@ -22,9 +22,10 @@ mod status;
 mod support;
 mod sys;
 mod terminal;
+mod vm;
 mod workload;
 
-pub use landlock::{FsAccess, LandlockPlan, NetRule};
+pub use landlock::{restrict_self as landlock_restrict_self, FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
 pub use seccomp::{x32_filter, CLONE_NS_FLAGS};
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
@@ -36,6 +37,12 @@ pub use spec::{BoxSpec, PlanView};
 use spec::{BoxSpec, PlanView};
 
 pub use error::SandboxError;
+pub use exe::{set_name, RoleExe};
+
+/// The body of `terra __vm` (the box's init); never returns. See `vm.rs`.
+pub fn vm_main(service: BoxService) -> ! {
+    vm::main(service)
+}
 
 /// A service that runs inside the box (in a child of the box init, after the
 /// box's namespaces, root and filters are in place) before the workload starts:
@@ -145,9 +152,9 @@ pub fn declared_capabilities(broker_available: bool) -> CapabilitySet {
 pub struct BoxHandle {
     pid: i32,
     status: OwnedFd,
-    /// Cloned init only: read end of init's result pipe (how the workload ended).
+    /// Read end of init's result pipe (how the workload ended).
     result: Option<OwnedFd>,
-    /// Cloned init on a kernel without pidfd_open: the only write end of the
+    /// On a kernel without pidfd_open: the only write end of the
     /// pipe init watches to learn that the caller is gone (closed with the handle).
     _life: Option<OwnedFd>,
     /// A box with its own terminal: where its master side arrives.
@@ -155,8 +162,8 @@ pub struct BoxHandle {
 }
 
 impl BoxHandle {
-    /// Pid (in the caller's namespace) of the process to signal: the launcher
-    /// or the cloned box init; both forward signals to the workload.
+    /// Pid (in the caller's namespace) of the box init, which forwards
+    /// signals to the workload.
     pub fn pid(&self) -> i32 {
         self.pid
     }
@@ -168,8 +175,7 @@ impl BoxHandle {
     /// Waits for the box to end.
     ///
     /// Reads the box's status reports until the workload was executed (or the
-    /// box ended), then reaps the caller's child and, for a cloned init, reads
-    /// how the workload ended.
+    /// box ended), then reaps the box init and reads how the workload ended.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
         let reports = status::read_all(self.status.as_fd());
         let ended = wait_for(self.pid)?;
@@ -193,81 +199,47 @@ fn wait_for(pid: i32) -> Result<(bool, i32), SandboxError> {
     }
 }
 
-/// Starts a box. In a single-threaded caller (the supervisor) the box init is
-/// cloned straight into its namespaces; otherwise a launcher process is forked
-/// first (see `init.rs` for why).
-pub fn spawn_box(config: BoxConfig) -> Result<BoxHandle, SandboxError> {
-    spawn_spec(config.into(), None)
+/// Starts a box: its init is cloned into the box's namespaces and execs
+/// `terra __vm` from `exe` at once (see `vm.rs`). Any caller, also a
+/// multi-threaded one: the clone's child makes only system calls until then.
+pub fn spawn_box(exe: &RoleExe, config: BoxConfig) -> Result<BoxHandle, SandboxError> {
+    spawn_spec(exe, config.into(), None)
 }
 
 /// [`spawn_box`], and with `terminal` the box gets its own pseudo-terminal
 /// (see `terminal.rs`); its master side arrives on
 /// [`BoxHandle::take_terminal`].
 pub fn spawn_box_with_terminal(
+    exe: &RoleExe,
     config: BoxConfig,
     terminal: Option<BoxTerminal>,
 ) -> Result<BoxHandle, SandboxError> {
-    spawn_spec(config.into(), terminal)
+    spawn_spec(exe, config.into(), terminal)
 }
 
 /// Starts a box from a [`BoxSpec`]: a hand-made plan (test-support only).
 #[cfg(feature = "test-support")]
-pub fn spawn_box_spec(spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
-    spawn_spec(spec, None)
+pub fn spawn_box_spec(exe: &RoleExe, spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
+    spawn_spec(exe, spec, None)
 }
 
-fn spawn_spec(spec: BoxSpec, terminal: Option<BoxTerminal>) -> Result<BoxHandle, SandboxError> {
-    let mut prep = prepare::prepare(&spec)?;
+fn spawn_spec(
+    exe: &RoleExe,
+    spec: BoxSpec,
+    terminal: Option<BoxTerminal>,
+) -> Result<BoxHandle, SandboxError> {
+    let mut config = prepare::vm_config(&spec)?;
     let mut channel = None;
+    let mut box_terminal = None;
     if let Some(t) = &terminal {
         let (ours, theirs) = terminal::prepare(t)?;
         channel = Some(ours);
-        prep.terminal = Some(theirs);
+        config.terminal = Some(theirs.wire());
+        box_terminal = Some(theirs);
     }
-    let handle = if sys::single_threaded() {
-        spawn_cloned(&prep)
-    } else {
-        spawn_with_launcher(&prep)
-    };
-    // The box holds its own copies now: close the caller's (the terminal
-    // channel's box end in `prep`, the broker socket and the canary gate in
-    // `spec`).
-    drop(prep);
-    drop(spec);
-    handle.map(|mut h| {
-        h.terminal = channel;
-        h
-    })
-}
-
-/// Forks the launcher, which unshares and forks init (any caller).
-fn spawn_with_launcher(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
-    let (status_r, status_w) = sys::pipe_cloexec()?;
-    let caller = nix::unistd::getpid();
-    // SAFETY: the launcher child only makes system calls, allocates (the
-    // allocator's lock is reset at fork(3), see `sys::fork`) and ends with
-    // `exit_now` or in `supervise_child`; it never returns here.
-    let pid = match unsafe { sys::fork() }? {
-        ForkResult::Child => {
-            drop(status_r);
-            init::launcher(prep, status_w, caller)
-        }
-        ForkResult::Parent { child } => child,
-    };
-    drop(status_w);
-    Ok(BoxHandle {
-        pid: pid.as_raw(),
-        status: status_r,
-        result: None,
-        _life: None,
-        terminal: None,
-    })
-}
-
-/// Clones init straight into the box's namespaces (single-threaded caller only).
-fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
     let (status_r, status_w) = sys::pipe_cloexec()?;
     let (res_r, res_w) = sys::pipe_cloexec()?;
+    let (config_r, config_w) = sys::pipe_cloexec()?;
     // How init learns that the caller is gone before its parent-death signal
     // was armed: a pidfd of the caller, or a pipe only the caller writes.
     let (parent_fd, life_w) = match sys::pidfd_self() {
@@ -277,12 +249,51 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
             (r, Some(w))
         }
     };
-    // init starts with the forwarded signals and SIGCHLD blocked (see
-    // `sys::block_init_signals`); the caller gets its own mask back.
+    let mut launch = exe::Launch::new(exe, c"__vm");
+    launch.give(sys::raw(&config_r), vm::CONFIG_FD)?;
+    launch.give(sys::raw(&status_w), vm::STATUS_FD)?;
+    launch.give(sys::raw(&res_w), vm::RESULT_FD)?;
+    launch.give(sys::raw(&parent_fd), vm::PARENT_FD)?;
+    if let Some((fd, _, _)) = &spec.mediated {
+        launch.give(sys::raw(fd), vm::BROKER_FD)?;
+    }
+    if let Some(fd) = &spec.canary_gate {
+        launch.give(sys::raw(fd), vm::GATE_FD)?;
+    }
+    if let Some(t) = &box_terminal {
+        launch.give(sys::raw(&t.channel), vm::TERMINAL_FD)?;
+    }
+    launch.report_to(vm::STATUS_FD);
+    let pid = spawn_role(&launch, init::box_namespaces(config.new_net), "the box")?;
+    // The box holds its own copies now: close the caller's (the pipes' far
+    // ends, the terminal channel's box end, the broker socket and the canary
+    // gate in `spec`).
+    drop((config_r, status_w, res_w, parent_fd, box_terminal));
+    drop(spec);
+    if let Err(e) = exe::write_config(config_w, &config) {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = sys::wait_child(pid, false);
+        return Err(e);
+    }
+    Ok(BoxHandle {
+        pid: pid.as_raw(),
+        status: status_r,
+        result: Some(res_r),
+        _life: life_w,
+        terminal: channel,
+    })
+}
+
+/// Clones `launch` into the namespaces `flags`, with the forwarded signals
+/// and SIGCHLD blocked (the role starts with them queued, not lost) and
+/// without the calling thread's supplementary groups (which a process can
+/// no longer drop inside its user namespace); the caller gets both back.
+fn spawn_role(
+    launch: &exe::Launch<'_>,
+    flags: libc::c_int,
+    what: &str,
+) -> Result<nix::unistd::Pid, SandboxError> {
     let mask = sys::block_init_signals();
-    // init inherits this thread's supplementary groups and, once in its user
-    // namespace, can no longer drop them: the single-threaded caller drops
-    // them around the clone and takes them back right after.
     let groups = match sys::drop_thread_groups() {
         Ok(g) => g,
         Err(e) => {
@@ -290,33 +301,21 @@ fn spawn_cloned(prep: &init::BoxPrep) -> Result<BoxHandle, SandboxError> {
             return Err(e);
         }
     };
-    // SAFETY: only called when `sys::single_threaded()`; the child never
-    // returns here (`cloned_init` ends with exec or `_exit`).
-    let cloned = match unsafe { sys::clone_into(init::box_namespaces(prep)) } {
-        Ok(ForkResult::Child) => init::cloned_init(prep, status_w, res_w, parent_fd),
-        Ok(ForkResult::Parent { child }) => Ok(child),
-        Err(e) => Err(e),
-    };
+    let cloned = launch.spawn(flags);
     let restored = groups.map(|g| sys::set_thread_groups(&g));
     sys::set_mask(&mask);
-    drop((status_w, res_w, parent_fd));
-    let pid = cloned
-        .map_err(|e| SandboxError::Unsupported(format!("cannot create the box namespaces: {e}")))?;
+    let pid = cloned.map_err(|e| {
+        SandboxError::Unsupported(format!("cannot create the namespaces of {what}: {e}"))
+    })?;
     if let Some(Err(e)) = restored {
-        // The caller lost its own groups: end the box rather than go on changed.
+        // The caller lost its own groups: end the role rather than go on changed.
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         let _ = sys::wait_child(pid, false);
         return Err(SandboxError::Launch(format!(
             "cannot restore the caller's supplementary groups: {e}"
         )));
     }
-    Ok(BoxHandle {
-        pid: pid.as_raw(),
-        status: status_r,
-        result: Some(res_r),
-        _life: life_w,
-        terminal: None,
-    })
+    Ok(pid)
 }
 
 /// The mount and filter program `spawn_box` would apply, for `terra run --dry-run`.
@@ -344,13 +343,17 @@ pub fn describe_spec(spec: &BoxSpec) -> String {
 pub struct RoleConfig {
     /// Host files bound read-only at the same path (only these exist in its root).
     pub read_only_files: Vec<PathBuf>,
-    /// Descriptors the role keeps, moved to these fixed numbers (e.g. 7 and 8).
+    /// Descriptors the role keeps, moved to these fixed numbers (e.g. 7 and
+    /// 8); 3 and 6 are the role's own (see `role.rs`).
     pub keep_fds: Vec<(OwnedFd, i32)>,
 }
 
 /// A running confined role.
 pub struct RoleHandle {
     pid: i32,
+    /// On a kernel without pidfd_open: the only write end of the pipe the
+    /// role watches to learn that the caller is gone.
+    _life: Option<OwnedFd>,
 }
 
 impl RoleHandle {
@@ -364,15 +367,24 @@ impl RoleHandle {
     }
 }
 
-/// Starts a host role under its own user, PID, mount, IPC and UTS namespaces on
-/// the host network, with no /dev and no /tmp, a cleared environment, all
-/// capabilities dropped and no_new_privs; then runs `main` inside (in process,
-/// no exec), which applies its own seccomp/Landlock and returns an exit code.
+/// Starts the host role `role` (a role name `exe` dispatches, e.g.
+/// `__network`) as PID 1 of its own user, PID, mount, IPC and UTS namespaces
+/// on the host network: cloned, then `exe` exec'd at once. In the role,
+/// [`enter_confined_role`] builds its root (a tmpfs with only the given files,
+/// no /dev, no /tmp), drops every capability and sets no_new_privs; the role
+/// then applies its own seccomp and Landlock.
 pub fn spawn_confined_role(
+    exe: &RoleExe,
+    role: &'static std::ffi::CStr,
     config: RoleConfig,
-    main: fn() -> i32,
 ) -> Result<RoleHandle, SandboxError> {
-    role::spawn(config, main).map(|pid| RoleHandle { pid })
+    role::spawn(exe, role, config)
+}
+
+/// The first call of a confined role after its exec (see `role.rs`): its
+/// root, no capabilities, no_new_privs, then the role's own code runs.
+pub fn enter_confined_role() -> Result<(), SandboxError> {
+    role::enter()
 }
 
 pub use support::{CheckId, HostCheck};

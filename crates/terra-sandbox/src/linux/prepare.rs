@@ -1,20 +1,19 @@
-//! Everything computed in the caller before forking: the mount program, the
-//! synthesized files, the Landlock and seccomp programs, C strings for exec;
-//! and the reading of the box's reports afterwards.
+//! Everything computed in the caller before the box is cloned: the mount
+//! program, the synthesized files, the checked strings for exec (the
+//! configuration `terra __vm` is handed); and the reading of the box's
+//! reports afterwards.
 
-use std::ffi::CString;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use terra_policy::{NetworkMode, RootMode};
 
-use super::init::BoxPrep;
 use super::landlock::{LandlockPlan, NetRule};
 use super::lower::{self, LowerInput, MountOp, NodeKind};
 use super::status::Status;
-use super::workload::{self, WorkloadPrep};
+use super::vm::{VmConfig, WorkloadWire};
+use super::workload;
 use super::{seccomp, BoxExit, BoxReport, BoxSpec, PlanView, SandboxError};
 
 /// Top-level host names that are often symlinks into /usr (merged /usr).
@@ -138,14 +137,19 @@ pub fn programs(
     Ok((ops, ll))
 }
 
-fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
-    CString::new(bytes)
-        .map_err(|_| SandboxError::InvalidRequest(format!("{what} holds a NUL byte")))
+/// `bytes` as the bytes of a C string: refused when it holds a NUL.
+fn c_bytes(bytes: &[u8], what: &str) -> Result<Vec<u8>, SandboxError> {
+    if bytes.contains(&0) {
+        return Err(SandboxError::InvalidRequest(format!(
+            "{what} holds a NUL byte"
+        )));
+    }
+    Ok(bytes.to_vec())
 }
 
-/// What the box needs of `spec`, prepared before any fork; it borrows the
-/// spec's descriptors, which the box inherits.
-pub fn prepare(spec: &BoxSpec) -> Result<BoxPrep<'_>, SandboxError> {
+/// What the box's init (`terra __vm`) is handed of `spec`, checked and
+/// lowered before any clone. The descriptors of `spec` travel beside it.
+pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
     if spec.argv.is_empty() {
         return Err(SandboxError::InvalidRequest("empty command".into()));
     }
@@ -161,11 +165,11 @@ pub fn prepare(spec: &BoxSpec) -> Result<BoxPrep<'_>, SandboxError> {
             "a broker socket was given but the plan is not mediated".into(),
         ));
     }
-    let (ops, landlock) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
+    let (ops, _) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
     let argv = spec
         .argv
         .iter()
-        .map(|a| cstring(a.as_bytes(), "an argument"))
+        .map(|a| c_bytes(a.as_bytes(), "an argument"))
         .collect::<Result<Vec<_>, _>>()?;
     let mut envp = Vec::new();
     let mut env_path = None;
@@ -181,42 +185,32 @@ pub fn prepare(spec: &BoxSpec) -> Result<BoxPrep<'_>, SandboxError> {
         let mut kv = k.as_bytes().to_vec();
         kv.push(b'=');
         kv.extend_from_slice(v.as_bytes());
-        envp.push(cstring(&kv, "an environment entry")?);
+        envp.push(c_bytes(&kv, "an environment entry")?);
     }
     let candidates = workload::candidates(spec.argv[0].as_bytes(), env_path.as_deref())
         .into_iter()
-        .map(|c| cstring(&c, "the command"))
+        .map(|c| c_bytes(&c, "the command"))
         .collect::<Result<Vec<_>, _>>()?;
     let cwd = spec
         .cwd
         .to_str()
         .ok_or_else(|| SandboxError::Unsupported("the working directory is not UTF-8".into()))?
         .to_string();
-    let filters = seccomp::build()?;
-    let mediated = spec
-        .mediated
-        .as_ref()
-        .map(|(fd, addr, service)| (fd.as_fd(), *addr, *service));
-    let (uid, gid) = ids();
-    Ok(BoxPrep {
-        uid,
-        gid,
+    Ok(VmConfig {
         new_net: spec.plan.network != NetworkMode::Direct,
         hostname: spec.hostname.clone(),
+        root_writable: spec.plan.root_mode == RootMode::EphemeralWrite,
         ops,
-        workload: WorkloadPrep {
+        proxy,
+        workload: WorkloadWire {
             candidates,
             argv,
             envp,
             cwd,
-            canary_path: cstring(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
+            canary_path: c_bytes(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
             canary_tcp: spec.canary_tcp,
-            canary_gate: spec.canary_gate.as_ref().map(|fd| fd.as_fd()),
-            landlock,
-            seccomp: filters.clone(),
+            gate: spec.canary_gate.is_some(),
         },
-        mediated,
-        service_seccomp: filters,
         terminal: None,
     })
 }

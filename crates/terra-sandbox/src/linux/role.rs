@@ -1,28 +1,45 @@
-//! A confined host role (the broker): own user, PID, mount, IPC and UTS
-//! namespaces, host network; a tmpfs root holding only the given files
-//! read-only; cleared environment, no capabilities, no_new_privs; then `main`
-//! runs in process (no exec) as PID 1 of its namespace.
+//! A confined host role (the broker): cloned into its own user, PID, mount,
+//! IPC and UTS namespaces on the host network, then terra's executable is
+//! exec'd as the role (`terra __network`), PID 1 of its namespace. After
+//! the exec, [`enter`] builds a tmpfs root holding only the given files
+//! read-only, drops every capability and sets no_new_privs.
+//!
+//! | fd | what |
+//! |---|---|
+//! | 3 | the root's mount program (JSON on a pipe, read to its end) |
+//! | 6 | the caller's liveness (a pidfd of it, or a pipe only it writes) |
+//! | others | the caller's `keep_fds`, at their numbers (the broker: 0, 1, 7, 8, 9) |
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::ffi::CStr;
+use std::os::fd::RawFd;
 
-use nix::fcntl::{fcntl, FcntlArg};
-use nix::sched::{unshare, CloneFlags};
-use nix::unistd::{dup2, ForkResult, Pid};
+use serde::{Deserialize, Serialize};
 
+use super::exe::{self, adopt, read_config, role_start, Launch, RoleExe};
 use super::lower::MountOp;
-use super::{init, mounts, sys, RoleConfig, SandboxError};
-use crate::EXIT_REFUSED;
+use super::{mounts, sys, RoleConfig, RoleHandle, SandboxError};
 
-struct RolePrep {
-    uid: u32,
-    gid: u32,
+const CONFIG_FD: RawFd = 3;
+const PARENT_FD: RawFd = 6;
+const CONFIG_LIMIT: usize = 1 << 20;
+
+/// What the role is handed on [`CONFIG_FD`].
+#[derive(Debug, Serialize, Deserialize)]
+struct RoleSetup {
     ops: Vec<MountOp>,
-    /// (descriptor, wanted number)
-    fds: Vec<(OwnedFd, RawFd)>,
 }
 
-pub fn spawn(config: RoleConfig, main: fn() -> i32) -> Result<i32, SandboxError> {
-    let mut ops = Vec::new();
+const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS;
+
+pub fn spawn(
+    exe: &RoleExe,
+    role: &'static CStr,
+    config: RoleConfig,
+) -> Result<RoleHandle, SandboxError> {
     let mut files: Vec<String> = Vec::new();
     for f in &config.read_only_files {
         let c = std::fs::canonicalize(f)
@@ -33,130 +50,69 @@ pub fn spawn(config: RoleConfig, main: fn() -> i32) -> Result<i32, SandboxError>
         files.push(p.to_string());
     }
     files.sort_by_key(|p| p.matches('/').count());
-    for p in files {
-        let dir = std::fs::metadata(&p).map(|m| m.is_dir()).unwrap_or(false);
-        ops.push(MountOp::Bind {
-            path: p,
-            dir,
-            writable: false,
-        });
-    }
-    ops.push(MountOp::RootReadOnly);
-    for (_, n) in &config.keep_fds {
-        if *n < 0 {
-            return Err(SandboxError::InvalidRequest(format!(
-                "invalid descriptor number {n}"
-            )));
-        }
-    }
-    let (uid, gid) = (
-        nix::unistd::geteuid().as_raw(),
-        nix::unistd::getegid().as_raw(),
-    );
-    let prep = RolePrep {
-        uid,
-        gid,
-        ops,
-        fds: config.keep_fds,
-    };
-    let caller = nix::unistd::getpid();
-    // SAFETY: the child only makes system calls, allocates (the allocator's
-    // lock is reset at fork(3), see `sys::fork`) and ends with `exit_now` or
-    // in `supervise_child`; it never returns here.
-    match unsafe { sys::fork() }? {
-        ForkResult::Child => outer(prep, caller, main),
-        // `prep` and the kept descriptors are dropped (closed) here.
-        ForkResult::Parent { child } => Ok(child.as_raw()),
-    }
-}
-
-fn fail(what: &str, e: impl std::fmt::Display) -> ! {
-    let msg = format!("terra role: {what}: {e}\n");
-    sys::write_all_fd(std::io::stderr().as_fd(), msg.as_bytes());
-    sys::exit_now(EXIT_REFUSED.into())
-}
-
-/// The role's launcher: namespaces, then PID 1 of them.
-fn outer(prep: RolePrep, caller: Pid, main: fn() -> i32) -> ! {
-    if !sys::die_with_parent(caller) {
-        sys::exit_now(EXIT_REFUSED.into());
-    }
-    let keep: Vec<RawFd> = prep.fds.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
-    // SAFETY: this child never returns to the caller's code (it ends with
-    // `exit_now` or in `supervise_child`); what it keeps is in `prep`.
-    unsafe { sys::close_fds_except(&keep) };
-    let flags = CloneFlags::CLONE_NEWUSER
-        | CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS;
-    if let Err(errno) = unshare(flags) {
-        fail(
-            "unshare",
-            SandboxError::sys_at("unshare", errno, "user, mount, pid, ipc, uts"),
-        );
-    }
-    if let Err(e) = sys::write_id_maps(prep.uid, prep.gid) {
-        fail("uid/gid maps", e);
-    }
-    let (life_r, life_w) = sys::pipe_cloexec().unwrap_or_else(|e| fail("pipe", e));
-    let sigs = sys::block_forwarded();
-    // SAFETY: this process has one thread (a fork child of the caller's
-    // calling thread); the child ends in `inner`, never returning here.
-    let child = match unsafe { sys::fork() } {
-        Ok(ForkResult::Child) => {
-            drop(life_w);
-            inner(prep, life_r, main)
-        }
-        Ok(ForkResult::Parent { child }) => child,
-        Err(e) => fail("fork", e),
-    };
-    drop(life_r);
-    drop(prep);
-    init::supervise_child(child, &sigs, None)
-}
-
-fn inner(prep: RolePrep, life_r: OwnedFd, main: fn() -> i32) -> ! {
-    init::arm_parent_death(life_r);
-    sys::reset_signals();
-    if let Err(e) = mounts::enter_staging()
-        .and_then(|_| mounts::apply(&prep.ops))
-        .and_then(|_| mounts::enter_new_root())
-    {
-        fail("root", e);
-    }
-    // Move kept descriptors above every wanted number first, so no dup2 clobbers another.
-    let high: Vec<(RawFd, RawFd)> = prep
-        .fds
-        .iter()
-        .map(
-            |(fd, n)| match fcntl(fd.as_raw_fd(), FcntlArg::F_DUPFD_CLOEXEC(1024)) {
-                Ok(h) => (h, *n),
-                Err(errno) => fail(
-                    "fcntl",
-                    SandboxError::sys_at("fcntl(F_DUPFD)", errno, fd.as_raw_fd().to_string()),
-                ),
-            },
-        )
+    let mut ops: Vec<MountOp> = files
+        .into_iter()
+        .map(|p| {
+            let dir = std::fs::metadata(&p).map(|m| m.is_dir()).unwrap_or(false);
+            MountOp::Bind {
+                path: p,
+                dir,
+                writable: false,
+            }
+        })
         .collect();
-    for (h, n) in &high {
-        // dup2 onto the wanted number; the result is not close-on-exec.
-        if let Err(errno) = dup2(*h, *n) {
-            fail("dup2", SandboxError::sys_at("dup2", errno, n.to_string()));
+    ops.push(MountOp::RootReadOnly);
+    let (config_r, config_w) = sys::pipe_cloexec()?;
+    let (parent_fd, life_w) = match sys::pidfd_self() {
+        Some(fd) => (fd, None),
+        None => {
+            let (r, w) = sys::pipe_cloexec()?;
+            (r, Some(w))
         }
+    };
+    let mut launch = Launch::new(exe, role);
+    launch.give(sys::raw(&config_r), CONFIG_FD)?;
+    launch.give(sys::raw(&parent_fd), PARENT_FD)?;
+    for (fd, n) in &config.keep_fds {
+        launch.give(sys::raw(fd), *n)?;
     }
-    let wanted: Vec<RawFd> = high.iter().map(|(_, n)| *n).collect();
-    // The kept descriptors now live at their wanted numbers only.
-    std::mem::forget(prep.fds);
-    // SAFETY: this process never returns (it ends with `exit_now`); the
-    // originals of the kept descriptors were given up just above.
-    unsafe { sys::close_fds_except(&wanted) };
-    // SAFETY: clearenv only touches this process's environment; the process is
-    // single-threaded here (a fresh fork child).
-    unsafe { libc::clearenv() };
-    if let Err(e) = sys::drop_all_capabilities() {
-        fail("capabilities", e);
+    let what = format!("terra {}", role.to_string_lossy());
+    let pid = super::spawn_role(&launch, NAMESPACES, &what)?;
+    // The role holds its own copies now.
+    drop((config_r, parent_fd, config));
+    if let Err(e) = exe::write_config(config_w, &RoleSetup { ops }) {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = sys::wait_child(pid, false);
+        return Err(e);
     }
-    let code = main();
-    sys::exit_now(code)
+    Ok(RoleHandle {
+        pid: pid.as_raw(),
+        _life: life_w,
+    })
+}
+
+/// In the role, first thing after its exec: the checks every role makes,
+/// its root, default signal handling, no capabilities, no_new_privs.
+pub fn enter() -> Result<(), SandboxError> {
+    let parent = adopt(PARENT_FD);
+    role_start(parent.as_ref());
+    if parent.is_none() || nix::unistd::getpid().as_raw() != 1 {
+        return Err(SandboxError::InvalidRequest(
+            "a confined role is started by terra inside new namespaces, not by hand".into(),
+        ));
+    }
+    drop(parent);
+    let setup: RoleSetup = read_config(
+        adopt(CONFIG_FD).ok_or_else(|| {
+            SandboxError::InvalidRequest(format!("no configuration on fd {CONFIG_FD}"))
+        })?,
+        CONFIG_LIMIT,
+    )?;
+    // The caller blocked signals around the clone; the role starts clean.
+    sys::reset_signals();
+    mounts::enter_staging()
+        .and_then(|_| mounts::apply(&setup.ops))
+        .and_then(|_| mounts::enter_new_root())
+        .map_err(|e| SandboxError::Launch(format!("the role's root: {e}")))?;
+    sys::drop_all_capabilities()
 }

@@ -347,18 +347,15 @@ pub unsafe fn fork() -> Result<ForkResult> {
 ///
 /// # Safety
 ///
-/// The calling process must have exactly one thread (see `single_threaded`):
-/// libc does not learn about the child, so a lock another thread held at the
-/// clone would stay locked in the child forever (init's later fork(3) takes
-/// every malloc lock). The child must not rely on libc's cached thread id
-/// (pthread mutexes, raise); the box init only makes system calls,
-/// allocates, forks (which refreshes that cache in its own children) and
-/// `_exit`s, and never returns into the caller's code.
-pub unsafe fn clone_into(flags: libc::c_int) -> Result<ForkResult> {
+/// libc does not learn about the child: a lock another thread held at the
+/// clone stays held in it, and libc's cached thread id is stale. The child
+/// must therefore only make system calls on memory prepared before the clone
+/// (no allocation, no lock, no pthread function) until it execs or `_exit`s,
+/// and never return into the caller's code.
+pub unsafe fn clone_raw(flags: libc::c_int) -> Result<ForkResult> {
     let flags = (flags | libc::SIGCHLD) as libc::c_ulong;
     // SAFETY: without CLONE_VM and with a null stack the child gets its own
-    // copy of the address space, like fork; the caller has one thread, so no
-    // lock is held by another thread.
+    // copy of the address space, like fork; the caller upholds the rest.
     let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
     match pid {
         0 => Ok(ForkResult::Child),
@@ -369,16 +366,19 @@ pub unsafe fn clone_into(flags: libc::c_int) -> Result<ForkResult> {
     }
 }
 
-/// True when this process has exactly one thread (`Threads:` of
-/// /proc/self/status); false when it has more or the count cannot be read.
-pub fn single_threaded() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .is_some_and(|n| n.trim() == "1")
+/// Marks every descriptor from `first` up close-on-exec (close_range with
+/// CLOSE_RANGE_CLOEXEC, Linux >= 5.11; one by one up to a bound before).
+/// Only system calls: safe between clone and exec.
+pub fn cloexec_from(first: u32) {
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    if rc != 0 {
+        for fd in first..65_536 {
+            // SAFETY: fcntl on a descriptor number (EBADF when not open).
+            unsafe { libc::fcntl(fd as RawFd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+    }
 }
 
 /// A close-on-exec pidfd of this process (Linux >= 5.3), readable once it
@@ -678,28 +678,6 @@ pub fn decode_status(status: i32) -> (bool, i32) {
     } else {
         (false, libc::WEXITSTATUS(status))
     }
-}
-
-/// Ends this process the way a child ended: the same exit code, or the same
-/// signal (re-raised with its default action; no core file).
-pub fn mirror_exit(signaled: bool, value: i32) -> ! {
-    if signaled {
-        let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
-        // Raw numbers: `value` may be a real-time signal, which has no
-        // `Signal` value.
-        // SAFETY: SIG_DFL installs no handler; the set is a local one, and
-        // the signal goes to this process only.
-        unsafe {
-            libc::signal(value, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, value);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::kill(libc::getpid(), value);
-        }
-        exit_now(128 + value)
-    }
-    exit_now(value)
 }
 
 pub fn cstr_lossy(c: &CStr) -> String {

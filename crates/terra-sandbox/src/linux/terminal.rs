@@ -65,6 +65,81 @@ pub(crate) struct TerminalPrep {
     pub(crate) channel: OwnedFd,
 }
 
+/// [`TerminalPrep`] without its channel, as the box's init is handed it
+/// (the channel travels as a descriptor). The modes are the C library's
+/// `struct termios` as bytes: caller and box run the same build.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct TerminalWire {
+    stdio: [bool; 3],
+    size: Option<[u16; 4]>,
+    modes: Option<Vec<u8>>,
+}
+
+impl TerminalPrep {
+    pub(crate) fn wire(&self) -> TerminalWire {
+        TerminalWire {
+            stdio: self.stdio,
+            size: self
+                .size
+                .map(|w| [w.ws_row, w.ws_col, w.ws_xpixel, w.ws_ypixel]),
+            modes: self.modes.as_ref().map(|t| {
+                let mut b = vec![0u8; std::mem::size_of::<libc::termios>()];
+                // SAFETY: termios is plain integers; `b` has its size.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (t as *const libc::termios).cast::<u8>(),
+                        b.as_mut_ptr(),
+                        b.len(),
+                    )
+                };
+                b
+            }),
+        }
+    }
+
+    /// The box side: the wire form and the channel, at its fixed number.
+    pub(crate) fn from_wire(
+        w: TerminalWire,
+        channel: OwnedFd,
+    ) -> Result<TerminalPrep, SandboxError> {
+        let modes = match w.modes {
+            None => None,
+            Some(b) if b.len() == std::mem::size_of::<libc::termios>() => {
+                // SAFETY: termios is plain integers, so any bytes of its size
+                // are a value of it; the all-zero start is one too.
+                let mut t: libc::termios = unsafe { std::mem::zeroed() };
+                // SAFETY: `b` holds exactly size_of::<termios>() bytes.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        b.as_ptr(),
+                        (&mut t as *mut libc::termios).cast::<u8>(),
+                        b.len(),
+                    )
+                };
+                Some(t)
+            }
+            Some(b) => {
+                return Err(SandboxError::InvalidRequest(format!(
+                    "terminal modes of {} bytes (struct termios has {})",
+                    b.len(),
+                    std::mem::size_of::<libc::termios>()
+                )))
+            }
+        };
+        Ok(TerminalPrep {
+            stdio: w.stdio,
+            size: w.size.map(|[r, c, x, y]| libc::winsize {
+                ws_row: r,
+                ws_col: c,
+                ws_xpixel: x,
+                ws_ypixel: y,
+            }),
+            modes,
+            channel,
+        })
+    }
+}
+
 /// The caller's end of the channel on which the box sends its terminal's
 /// master side.
 pub struct TerminalChannel {

@@ -12,7 +12,7 @@ pub use terra_test_support::process::wait_until;
 use terra_test_support::users::{rerun_as_nobody, world_readable_copy};
 
 use terra_policy::{Access, NetworkMode, ResolvedRule, RootKind, RootMode, Scope};
-use terra_sandbox::linux::{spawn_box_spec, BoxExit, BoxReport, BoxSpec, PlanView};
+use terra_sandbox::linux::{spawn_box_spec, BoxExit, BoxReport, BoxSpec, PlanView, RoleExe};
 
 pub fn rule(access: Access, path: &Path, scope: Scope) -> ResolvedRule {
     ResolvedRule {
@@ -124,7 +124,7 @@ impl World {
         let out = self.ws().join(".terra-test-out");
         let _ = std::fs::remove_file(&out);
         let wrapped = format!("exec >{} 2>&1\n{script}", out.display());
-        let report = spawn_box_spec(self.spec(&["/bin/sh", "-c", &wrapped]))
+        let report = spawn_box_spec(roles(), self.spec(&["/bin/sh", "-c", &wrapped]))
             .unwrap()
             .wait()
             .unwrap();
@@ -133,7 +133,10 @@ impl World {
     }
 
     pub fn run(&self, argv: &[&str]) -> BoxReport {
-        spawn_box_spec(self.spec(argv)).unwrap().wait().unwrap()
+        spawn_box_spec(roles(), self.spec(argv))
+            .unwrap()
+            .wait()
+            .unwrap()
     }
 }
 
@@ -170,9 +173,44 @@ pub fn probe_exe() -> PathBuf {
     .clone()
 }
 
+/// Names the role executable's world-readable copy in a rerun as 65534.
+const ROLES_ENV: &str = "TERRA_TEST_ROLES";
+
+/// The path of the role executable (terra-test-roles), world-readable like
+/// the probe's, so that a box of any user can exec it.
+pub fn roles_path() -> PathBuf {
+    static COPY: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(p) = std::env::var_os(ROLES_ENV) {
+        return PathBuf::from(p);
+    }
+    COPY.get_or_init(|| {
+        let me = std::env::current_exe().unwrap();
+        let suite = me.file_name().unwrap().to_string_lossy().into_owned();
+        world_readable_copy(
+            Path::new(env!("CARGO_BIN_EXE_terra-test-roles")),
+            &format!("terra-test-roles-{suite}-"),
+        )
+    })
+    .clone()
+}
+
+/// The role executable, opened once (as terra's supervisor opens its own).
+pub fn roles() -> &'static RoleExe {
+    static EXE: OnceLock<RoleExe> = OnceLock::new();
+    EXE.get_or_init(|| RoleExe::open(&roles_path()).unwrap())
+}
+
 /// As root: the calling test binary again as uid/gid 65534 (without the test
-/// `skip` that calls this), handed the probe program's copy.
+/// `skip` that calls this), handed the probe program's and the role
+/// executable's copies.
 pub fn rerun_unprivileged(skip: &str) {
     let probe = probe_exe();
-    rerun_as_nobody(skip, &[(PROBE_ENV, probe.as_os_str())]);
+    let roles = roles_path();
+    rerun_as_nobody(
+        skip,
+        &[
+            (PROBE_ENV, probe.as_os_str()),
+            (ROLES_ENV, roles.as_os_str()),
+        ],
+    );
 }

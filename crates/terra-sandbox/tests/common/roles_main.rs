@@ -1,0 +1,96 @@
+//! terra-test-roles: the executable the box tests hand `spawn_box` and
+//! `spawn_confined_role` (a test harness is not terra, so its own
+//! /proc/self/exe cannot be exec'd as a role). It dispatches `__vm` the way
+//! terra's `src/main.rs` does, with a test service for mediated networking,
+//! and `__probe_role`, a confined role that reports what it sees. Built only
+//! with the `test-support` feature; the tests find it as
+//! `CARGO_BIN_EXE_terra-test-roles`.
+
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    match args.first().and_then(|a| a.to_str()) {
+        Some("__vm") => terra_sandbox::vm_role_main(args[1..].to_vec(), proxy_service),
+        Some("__probe_role") => probe_role(),
+        _ => {
+            eprintln!("terra-test-roles: roles are __vm and __probe_role");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The mediated box's service in the tests: says it is up on the broker
+/// socket, and greets every connection to the proxy address.
+fn proxy_service(listener: std::net::TcpListener, broker: OwnedFd) -> ! {
+    let mut broker = UnixStream::from(broker);
+    let _ = broker.write_all(b"service-up\n");
+    loop {
+        if let Ok((mut s, _)) = listener.accept() {
+            let _ = s.write_all(b"hello-from-proxy\n");
+        }
+    }
+}
+
+/// A confined role: enters its root, then reports on fd 7 what it sees.
+/// fd 8 brings two lines: the granted file and a file not granted.
+fn probe_role() -> ExitCode {
+    if let Err(e) = terra_sandbox::linux::enter_confined_role() {
+        eprintln!("terra-test-roles __probe_role: {e}");
+        return ExitCode::from(125);
+    }
+    // SAFETY: fd 8 was handed to this role (keep_fds) and nothing else owns it.
+    let input = unsafe { std::fs::File::from_raw_fd(8) };
+    let mut names = std::io::BufReader::new(&input).lines();
+    let granted = names.next().and_then(Result::ok).unwrap_or_default();
+    let other = names.next().and_then(Result::ok).unwrap_or_default();
+    let mut lines = Vec::new();
+    lines.push(format!(
+        "granted={}",
+        std::fs::read_to_string(&granted).unwrap_or_else(|e| format!("ERR {e}"))
+    ));
+    lines.push(format!("other={}", Path::new(&other).exists()));
+    for p in ["/dev", "/tmp", "/proc", "/etc"] {
+        lines.push(format!("{p}={}", Path::new(p).exists()));
+    }
+    lines.push(format!("env={}", std::env::vars_os().count()));
+    lines.push(format!(
+        "argv={}",
+        std::env::args().collect::<Vec<_>>().join(" ")
+    ));
+    // SAFETY: plain queries of this process.
+    unsafe {
+        lines.push(format!("pid={}", libc::getpid()));
+        lines.push(format!(
+            "cap_sys_admin={}",
+            libc::prctl(libc::PR_CAPBSET_READ, 21, 0, 0, 0)
+        ));
+        lines.push(format!(
+            "nnp={}",
+            libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+        ));
+        lines.push(format!(
+            "dumpable={}",
+            libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0)
+        ));
+        lines.push(format!("fd8={}", libc::fcntl(8, libc::F_GETFD) >= 0));
+        let open_other = (3..256)
+            .filter(|fd| ![7, 8].contains(fd) && libc::fcntl(*fd, libc::F_GETFD) >= 0)
+            .count();
+        lines.push(format!("open_other={open_other}"));
+    }
+    let mut comm = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into `comm`.
+    unsafe { libc::prctl(libc::PR_GET_NAME, comm.as_mut_ptr(), 0, 0, 0) };
+    let end = comm.iter().position(|b| *b == 0).unwrap_or(16);
+    lines.push(format!("comm={}", String::from_utf8_lossy(&comm[..end])));
+    // SAFETY: fd 7 was handed to this role as the report channel.
+    let mut report = unsafe { std::fs::File::from_raw_fd(7) };
+    let _ = report.write_all(lines.join("\n").as_bytes());
+    ExitCode::from(42)
+}
