@@ -55,8 +55,9 @@ pub struct RunArgs {
     /// Keep the run's private temp directory (its path is in the receipt).
     #[arg(long)]
     keep_temp: bool,
-    /// The backend to run on.
-    #[arg(long, default_value = "linux", value_name = "NAME")]
+    /// The backend to run on: auto (linux where user namespaces work, else
+    /// landlock), linux, or landlock (see `terra backends`).
+    #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
     /// filter program; run nothing.

@@ -7,12 +7,16 @@
 //! run's temp directory and writes the receipt. Its exit status is the run's.
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
+pub mod backend;
 pub mod error;
 #[cfg(target_os = "linux")]
 pub mod files;
 #[cfg(target_os = "linux")]
 pub mod launch;
 mod pty;
+#[cfg(target_os = "linux")]
+mod reaper;
 pub mod receipt;
 pub mod request;
 #[cfg(target_os = "linux")]

@@ -153,3 +153,9 @@ pub fn describe(config: &BoxConfig) -> String {
     }
     s
 }
+
+/// Whether this host can create the namespaces the linux backend needs (the
+/// functional probe `terra doctor` runs: one fork): Ok, or why not.
+pub fn user_namespaces_work() -> Result<(), String> {
+    super::support::userns_probe()
+}

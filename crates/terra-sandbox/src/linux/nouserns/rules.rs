@@ -131,7 +131,12 @@ pub fn fs_rules(
             },
         ));
     }
-    out.push((temp_dir.to_string(), FsAccess::ReadWrite));
+    if !out
+        .iter()
+        .any(|(p, a)| p == temp_dir && *a == FsAccess::ReadWrite)
+    {
+        out.push((temp_dir.to_string(), FsAccess::ReadWrite));
+    }
     out.push(("/proc".to_string(), FsAccess::ReadData));
     for d in DEV_NODES {
         out.push((d.to_string(), FsAccess::ReadWrite));
