@@ -176,6 +176,9 @@ impl RunBuilder {
             mediator: mediator.clone(),
         };
         let result = (|| {
+            if choice.backend == Backend::Landlock {
+                refuse_missing_on_landlock(&mir, &bindings, declared, &choice.reason)?;
+            }
             let plan = terra_policy::compile_plan(&mir, &bindings.host_bindings(), declared)
                 .map_err(|e| {
                     Error::policy(
@@ -316,6 +319,62 @@ impl RunBuilder {
         };
         Ok((mir, origin))
     }
+}
+
+/// On the landlock backend, a plan needing a capability it does not declare
+/// is refused with each capability, why it is missing, and the rules (or
+/// modes) that need it, quoted.
+fn refuse_missing_on_landlock(
+    mir: &Mir,
+    bindings: &Bindings,
+    declared: CapabilitySet,
+    reason: &str,
+) -> Result<()> {
+    // Resolved against every capability only to see what the plan needs.
+    let Ok(plan) = terra_policy::compile_plan(mir, &bindings.host_bindings(), CapabilitySet::ALL)
+    else {
+        return Ok(()); // compile_plan below reports the plan's own error
+    };
+    let missing = plan.required_capabilities().missing_from(declared);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut parts = Vec::new();
+    for c in missing {
+        let mut quoted: Vec<String> = plan
+            .rules()
+            .iter()
+            .filter(|r| terra_policy::capability::capability_for_access(r.access) == c)
+            .map(|r| {
+                format!(
+                    "`{} {} {}` ({})",
+                    r.access.name(),
+                    r.scope.name(),
+                    r.path,
+                    r.source_root
+                )
+            })
+            .collect();
+        if c == Capability::RootEphemeralWrite {
+            quoted.push("`root mode ephemeral-write`".into());
+        }
+        if c == Capability::ProcessTree {
+            quoted.push("`process treeConfinement required`".into());
+        }
+        parts.push(format!(
+            "{c} ({}), needed by {}",
+            terra_sandbox::linux::nouserns::missing_reason(c),
+            if quoted.is_empty() {
+                "the policy's network settings".to_string()
+            } else {
+                quoted.join(", ")
+            }
+        ));
+    }
+    Err(Error::Unsupported(format!(
+        "the landlock backend ({reason}) does not declare {}; use --backend linux where user namespaces work",
+        parts.join("; ")
+    )))
 }
 
 /// The proxy environment of a mediated run (the box's service address).

@@ -89,7 +89,8 @@ pub fn diagnose(o: &Observed) -> Vec<Cause> {
                       `securityContext.seccompProfile.type: Unconfined`"
                     .into(),
             });
-        } else {
+        } else if causes.is_empty() {
+            // Only when nothing above explains the failure already.
             causes.push(Cause {
                 name: "container",
                 detail: format!(
@@ -211,6 +212,13 @@ mod tests {
             ..blocked()
         };
         assert_eq!(names(&o), ["container"]);
+        // A container without a filter is not blamed when a switch explains it.
+        let o = Observed {
+            container: Some("podman (/run/.containerenv)".into()),
+            max_user_namespaces: Some(0),
+            ..blocked()
+        };
+        assert_eq!(names(&o), ["max-user-namespaces"]);
     }
 
     #[test]
