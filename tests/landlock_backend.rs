@@ -218,7 +218,9 @@ fn read_outside_a_grant_fails() {
         let mut w = World::new("read", user);
         let out = w.run(
             r#"try cat "$OUT/secret"; try ls "$OUT"; try cat /etc/shadow; try ls /;
-               try cat "$STATE"/terra/runs/*/request.json; blocked"#,
+               try cat "$STATE"/terra/runs/*/request.json;
+               try cat /proc/$PPID/environ; try readlink /proc/$PPID/cwd; try cat /proc/1/environ;
+               try cat /proc/$PPID/fd/0; blocked"#,
         );
         assert_blocked(&w, &out);
     }
@@ -229,7 +231,9 @@ fn read_outside_a_grant_fails_twin() {
     for user in users() {
         let mut w = World::new("read-twin", user);
         w.args = vec!["--read".into(), w.out.display().to_string()];
-        let out = w.run(r#"need cat "$WS/readme"; need cat "$OUT/secret"; need ls /usr/bin; ok"#);
+        let out = w.run(
+            r#"need cat "$WS/readme"; need cat "$OUT/secret"; need ls /usr/bin; need cat /proc/self/status; ok"#,
+        );
         assert_ok(&w, &out);
     }
 }
@@ -242,7 +246,9 @@ fn write_outside_a_grant_fails() {
         let out = w.run(
             r#"try sh -c 'echo x > "$OUT/new"'; try sh -c 'echo x >> "$OUT/secret"';
                try truncate -s 0 "$OUT/secret"; try rm "$OUT/secret"; try mkdir "$OUT/d";
-               try sh -c 'echo x > /tmp/terra-ll-escape-$$'; blocked"#,
+               try sh -c 'echo x > /tmp/terra-ll-escape-$$';
+               try sh -c 'd=$(cat /proc/sys/kernel/domainname); echo "$d" > /proc/sys/kernel/domainname';
+               blocked"#,
         );
         assert_blocked(&w, &out);
         assert_eq!(
