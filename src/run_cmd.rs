@@ -14,6 +14,8 @@ use std::process::ExitCode;
 
 use serde_json::json;
 use terra_policy::Capability;
+use terra_sandbox::linux::nouserns;
+use terra_supervisor::backend::{choose, Choice, HostFacts};
 use terra_supervisor::launch::start_supervisor;
 use terra_supervisor::run::{broker_available, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
 
@@ -55,8 +57,9 @@ pub struct RunArgs {
     /// Keep the run's private temp directory (its path is in the receipt).
     #[arg(long)]
     keep_temp: bool,
-    /// The backend to run on.
-    #[arg(long, default_value = "linux", value_name = "NAME")]
+    /// The backend to run on: auto (linux where user namespaces work, else
+    /// landlock), linux, or landlock (see `terra backends`).
+    #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
     /// filter program; run nothing.
@@ -169,16 +172,62 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
             "fix user-namespaces first; mediated networking needs the same namespaces as the box".into()
         }),
     });
+    let landlock = terra_sandbox::linux::nouserns::usable();
+    checks.push(Check {
+        name: "landlock-backend",
+        ok: landlock.is_ok(),
+        required: false,
+        detail: match &landlock {
+            Ok(abi) => format!(
+                "the landlock backend can run here (Landlock ABI {abi}, seccomp): declares {}",
+                nouserns::declared_capabilities().names().join(" ")
+            ),
+            Err(why) => format!("the landlock backend cannot run here: {why}"),
+        },
+        fix: landlock.is_err().then(|| {
+            format!(
+                "boot Linux >= 6.12 (Landlock ABI >= {}) with landlock in the `lsm=` kernel parameter",
+                nouserns::MIN_ABI
+            )
+        }),
+    });
     (checks, support.landlock_abi)
+}
+
+/// What blocks user namespaces here (empty when they work) and what
+/// `--backend auto` picks, from the same facts.
+fn doctor_backends() -> (Vec<nouserns::Cause>, Result<Choice, String>) {
+    let observed = nouserns::observe();
+    let causes = nouserns::diagnose(&observed);
+    let facts = HostFacts {
+        user_namespaces: observed.probe.clone().map_err(|why| {
+            let names: Vec<&str> = causes.iter().map(|c| c.name).collect();
+            format!("{why}; blocked by: {}", names.join(", "))
+        }),
+        landlock: nouserns::usable(),
+    };
+    let auto = choose("auto", || facts).map_err(|e| e.to_string());
+    (causes, auto)
 }
 
 pub fn doctor(args: DoctorArgs) -> ExitCode {
     let (checks, abi) = doctor_checks();
-    let ok = checks.iter().all(|c| c.ok || !c.required);
+    let linux_ok = checks.iter().all(|c| c.ok || !c.required);
+    let (causes, auto) = doctor_backends();
+    // The host runs boxes when either backend can start.
+    let ok = auto.is_ok();
     if args.json {
         let v = json!({
             "backend": "linux",
             "ok": ok,
+            "linuxOk": linux_ok,
+            "auto": match &auto {
+                Ok(c) => json!({"backend": c.backend.name(), "reason": c.reason}),
+                Err(e) => json!({"backend": null, "reason": e}),
+            },
+            "userNamespacesBlockedBy": causes.iter().map(|c| json!({
+                "name": c.name, "detail": c.detail, "fix": c.fix,
+            })).collect::<Vec<_>>(),
             "landlockAbi": abi,
             "checks": checks.iter().map(|c| json!({
                 "name": c.name, "ok": c.ok, "required": c.required, "detail": c.detail, "fix": c.fix,
@@ -197,19 +246,39 @@ pub fn doctor(args: DoctorArgs) -> ExitCode {
                 println!("     {:<30} fix: {f}", "");
             }
         }
-        println!(
-            "{}",
-            if ok {
-                "terra can run boxes on this host."
-            } else {
-                "terra cannot run boxes on this host until the FAIL lines are fixed."
-            }
-        );
+        for c in &causes {
+            println!("userns blocked by {}: {}", c.name, c.detail);
+            println!("     fix: {}", c.fix);
+        }
+        match &auto {
+            Ok(c) => println!(
+                "terra can run boxes on this host: --backend auto takes {} ({}).",
+                c.backend.name(),
+                c.reason
+            ),
+            Err(e) => println!("terra cannot run boxes on this host: {e}"),
+        }
+        if ok && !linux_ok {
+            println!(
+                "the linux backend needs the FAIL lines fixed; until then plans needing {} are refused.",
+                linux_only_capabilities().join(", ")
+            );
+        }
     }
     ExitCode::from(if ok { 0 } else { 1 })
 }
 
 // ---------------------------------------------------------------- backends
+
+/// What the linux backend (with its broker) declares and the landlock
+/// backend does not.
+fn linux_only_capabilities() -> Vec<&'static str> {
+    terra_sandbox::linux::declared_capabilities(BROKER_BUILT_IN)
+        .missing_from(nouserns::declared_capabilities())
+        .into_iter()
+        .map(Capability::name)
+        .collect()
+}
 
 pub fn backends(args: BackendsArgs) -> ExitCode {
     let support = terra_sandbox::linux::host_support();
@@ -232,8 +301,23 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             failing.join("; ")
         )
     };
+    let landlock = nouserns::usable();
+    let landlock_caps: Vec<&str> = nouserns::declared_capabilities().names();
+    let landlock_note = match &landlock {
+        Ok(abi) => format!(
+            "supported on this host (Landlock ABI {abi}; no namespaces: Landlock, seccomp, the supervisor as subreaper)"
+        ),
+        Err(why) => format!("not usable here: {why} (see `terra doctor`)"),
+    };
+    let auto = choose("auto", HostFacts::probe);
     let rows = [
         ("linux", linux_ok, caps.clone(), linux_note),
+        (
+            nouserns::NAME,
+            landlock.is_ok(),
+            landlock_caps,
+            landlock_note,
+        ),
         (
             "macos",
             false,
@@ -250,7 +334,19 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
     if args.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(name, ok, caps, note)| json!({"name": name, "supported": ok, "declaredCapabilities": caps, "note": note}))
+            .map(|(name, ok, caps, note)| {
+                let mut row = json!({"name": name, "supported": ok, "declaredCapabilities": caps, "note": note});
+                if *name == nouserns::NAME {
+                    row["withoutCapabilities"] = linux_only_capabilities()
+                        .iter()
+                        .map(|c| json!({"name": c, "why": Capability::from_name(c).map(nouserns::missing_reason)}))
+                        .collect();
+                }
+                if let Ok(c) = &auto {
+                    row["auto"] = json!(c.backend.name() == *name);
+                }
+                row
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
@@ -262,6 +358,16 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             if !caps.is_empty() {
                 println!("         declares: {}", caps.join(" "));
             }
+            if *name == nouserns::NAME {
+                for c in linux_only_capabilities() {
+                    let why = Capability::from_name(c).map_or("", nouserns::missing_reason);
+                    println!("         lacks {c}: {why}");
+                }
+            }
+        }
+        match &auto {
+            Ok(c) => println!("auto     -> {} ({})", c.backend.name(), c.reason),
+            Err(e) => println!("auto     -> none: {e}"),
         }
     }
     ExitCode::SUCCESS

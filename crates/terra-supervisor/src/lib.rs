@@ -8,6 +8,8 @@
 #![forbid(unsafe_code)]
 
 #[cfg(target_os = "linux")]
+pub mod backend;
+#[cfg(target_os = "linux")]
 mod confine;
 pub mod error;
 #[cfg(target_os = "linux")]
@@ -15,6 +17,8 @@ pub mod files;
 #[cfg(target_os = "linux")]
 pub mod launch;
 mod pty;
+#[cfg(target_os = "linux")]
+mod reaper;
 pub mod receipt;
 pub mod request;
 #[cfg(target_os = "linux")]

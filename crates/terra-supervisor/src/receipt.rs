@@ -42,6 +42,8 @@ pub struct Receipt {
     pub terra_version: String,
     pub run_id: String,
     pub backend: String,
+    /// Why this backend: `--backend NAME`, or what `--backend auto` found.
+    pub backend_reason: String,
     pub policy: PolicyOrigin,
     pub decision_digest: String,
     pub capabilities: Capabilities,

@@ -64,7 +64,10 @@ pub struct RunRequest {
     /// The pid of `terra run`, which the supervisor checks is its parent
     /// (here, not on the supervisor's command line: the box's init shows that).
     pub parent_pid: i32,
+    /// The backend chosen (`linux` or `landlock`, never `auto`).
     pub backend: String,
+    /// Why that backend (`--backend` named it, or what `auto` found).
+    pub backend_reason: String,
     /// Canonical MIR v3 bytes, lowercase hex.
     pub mir_hex: String,
     pub decision_digest: String,
@@ -169,6 +172,7 @@ mod tests {
             version: REQUEST_VERSION,
             parent_pid: 1,
             backend: "linux".into(),
+            backend_reason: "--backend linux".into(),
             mir_hex: hex(b"MMIR"),
             decision_digest: "d".into(),
             policy: PolicyOrigin {

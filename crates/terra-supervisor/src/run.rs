@@ -21,6 +21,7 @@ use terra_policy::{
 };
 use tracing::debug;
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VERSION};
 
@@ -114,15 +115,8 @@ impl RunBuilder {
     /// temp directory it makes is removed again on any refusal.
     pub fn build(self) -> Result<PreparedRun> {
         let t0 = Instant::now();
-        if self.backend != "linux" {
-            return Err(Error::Unsupported(match self.backend.as_str() {
-                "macos" | "windows" => format!(
-                    "backend {} is not supported on this host (see `terra backends`)",
-                    self.backend
-                ),
-                other => format!("unknown backend {other:?} (see `terra backends`)"),
-            }));
-        }
+        let choice = crate::backend::choose(&self.backend, crate::backend::HostFacts::probe)?;
+        debug!(backend = choice.backend.name(), reason = %choice.reason);
         let cwd = std::env::current_dir()
             .map_err(|e| Error::op("cannot read the current directory", e))?;
         let workspace = match &self.workspace {
@@ -141,15 +135,22 @@ impl RunBuilder {
         // No host probe here (it would cost every run a fork): the broker is
         // built in, and when this host cannot start it (nor the box: both need
         // user namespaces), the supervisor refuses the run.
-        let declared = terra_sandbox::linux::declared_capabilities(BROKER_BUILT_IN);
+        let declared = choice.backend.declared(BROKER_BUILT_IN);
         let mediated = mir.network() == NetworkMode::Mediated;
         if mediated && !declared.contains(Capability::NetworkMediated) {
-            return Err(Error::Unsupported(
-                "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the linux \
-                 backend in this build declares no network-mediated capability (no network broker); refusing \
-                 instead of falling back to another network mode"
-                    .into(),
-            ));
+            let why = match choice.backend {
+                Backend::Landlock => {
+                    terra_sandbox::linux::nouserns::missing_reason(Capability::NetworkMediated)
+                }
+                Backend::Linux => "this build has no network broker",
+            };
+            return Err(Error::Unsupported(format!(
+                "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the {} \
+                 backend ({}) declares no network-mediated capability: {why}; refusing instead of falling back to \
+                 another network mode",
+                choice.backend.name(),
+                choice.reason
+            )));
         }
         let mediator = mediated.then(|| MEDIATOR.to_string());
         if !workspace.is_dir() {
@@ -175,8 +176,20 @@ impl RunBuilder {
             mediator: mediator.clone(),
         };
         let result = (|| {
+            if choice.backend == Backend::Landlock {
+                refuse_missing_on_landlock(&mir, &bindings, declared, &choice.reason)?;
+            }
             let plan = terra_policy::compile_plan(&mir, &bindings.host_bindings(), declared)
-                .map_err(|e| Error::policy("policy refused", e))?;
+                .map_err(|e| {
+                    Error::policy(
+                        format!(
+                            "policy refused by the {} backend ({})",
+                            choice.backend.name(),
+                            choice.reason
+                        ),
+                        e,
+                    )
+                })?;
             debug!(
                 phase = "resolve",
                 ms = t1.elapsed().as_secs_f64() * 1e3,
@@ -185,7 +198,13 @@ impl RunBuilder {
             // The proxy environment comes before --env, which may override it
             // (harmless: the box has no other route out).
             let proxy = if mediated { proxy_env() } else { Vec::new() };
-            let env = box_env(&proxy, &self.env)?;
+            // The landlock backend has no private /tmp: HOME and TMPDIR name
+            // the run's temp directory at its host path.
+            let tmp = match choice.backend {
+                Backend::Linux => OsString::from("/tmp"),
+                Backend::Landlock => temp.clone().into_os_string(),
+            };
+            let env = box_env(&proxy, &self.env, &tmp)?;
             let timeout_ms = self
                 .timeout
                 .as_deref()
@@ -204,7 +223,8 @@ impl RunBuilder {
             let request = RunRequest {
                 version: REQUEST_VERSION,
                 parent_pid: std::process::id() as i32,
-                backend: "linux".into(),
+                backend: choice.backend.name().into(),
+                backend_reason: choice.reason.clone(),
                 mir_hex: hex(mir.bytes()),
                 decision_digest: mir.decision_digest(),
                 policy: origin,
@@ -299,6 +319,62 @@ impl RunBuilder {
         };
         Ok((mir, origin))
     }
+}
+
+/// On the landlock backend, a plan needing a capability it does not declare
+/// is refused with each capability, why it is missing, and the rules (or
+/// modes) that need it, quoted.
+fn refuse_missing_on_landlock(
+    mir: &Mir,
+    bindings: &Bindings,
+    declared: CapabilitySet,
+    reason: &str,
+) -> Result<()> {
+    // Resolved against every capability only to see what the plan needs.
+    let Ok(plan) = terra_policy::compile_plan(mir, &bindings.host_bindings(), CapabilitySet::ALL)
+    else {
+        return Ok(()); // compile_plan below reports the plan's own error
+    };
+    let missing = plan.required_capabilities().missing_from(declared);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut parts = Vec::new();
+    for c in missing {
+        let mut quoted: Vec<String> = plan
+            .rules()
+            .iter()
+            .filter(|r| terra_policy::capability::capability_for_access(r.access) == c)
+            .map(|r| {
+                format!(
+                    "`{} {} {}` ({})",
+                    r.access.name(),
+                    r.scope.name(),
+                    r.path,
+                    r.source_root
+                )
+            })
+            .collect();
+        if c == Capability::RootEphemeralWrite {
+            quoted.push("`root mode ephemeral-write`".into());
+        }
+        if c == Capability::ProcessTree {
+            quoted.push("`process treeConfinement required`".into());
+        }
+        parts.push(format!(
+            "{c} ({}), needed by {}",
+            terra_sandbox::linux::nouserns::missing_reason(c),
+            if quoted.is_empty() {
+                "the policy's network settings".to_string()
+            } else {
+                quoted.join(", ")
+            }
+        ));
+    }
+    Err(Error::Unsupported(format!(
+        "the landlock backend ({reason}) does not declare {}; use --backend linux where user namespaces work",
+        parts.join("; ")
+    )))
 }
 
 /// The proxy environment of a mediated run (the box's service address).
@@ -463,11 +539,13 @@ fn make_temp_dir() -> Result<PathBuf> {
 }
 
 /// The workload's environment: the allowlist copied from terra's environment,
-/// HOME and TMPDIR pointing at the box's private /tmp, then `base` (the proxy
+/// HOME and TMPDIR set to `tmp` (the box's private /tmp, or on the landlock
+/// backend the run's temp directory), then `base` (the proxy
 /// environment of a mediated run), then `--env`.
 pub fn box_env(
     base: &[(OsString, OsString)],
     extra: &[OsString],
+    tmp: &OsStr,
 ) -> Result<Vec<(OsString, OsString)>> {
     let mut env: Vec<(OsString, OsString)> = Vec::new();
     let set = |k: OsString, v: OsString, env: &mut Vec<(OsString, OsString)>| {
@@ -483,8 +561,8 @@ pub fn box_env(
     if !env.iter().any(|(k, _)| k == "PATH") {
         set("PATH".into(), DEFAULT_PATH.into(), &mut env);
     }
-    set("HOME".into(), "/tmp".into(), &mut env);
-    set("TMPDIR".into(), "/tmp".into(), &mut env);
+    set("HOME".into(), tmp.to_owned(), &mut env);
+    set("TMPDIR".into(), tmp.to_owned(), &mut env);
     for (k, v) in base {
         set(k.clone(), v.clone(), &mut env);
     }
@@ -561,6 +639,7 @@ impl PreparedRun {
         for o in &r.policy.overlay {
             let _ = writeln!(s, "  + {o}");
         }
+        let _ = writeln!(s, "backend:         {} ({})", r.backend, r.backend_reason);
         let _ = writeln!(s, "decision digest: {}", plan.decision_digest());
         let _ = writeln!(s, "network:         {}", plan.network());
         for d in plan.destinations() {
@@ -600,10 +679,16 @@ impl PreparedRun {
             .collect();
         let _ = writeln!(s, "declared:        {}", names(declared));
         let _ = writeln!(s, "workspace:       {}", r.bindings.workspace.display());
+        let landlock = r.backend == Backend::Landlock.name();
         let _ = writeln!(
             s,
-            "temp:            {} (bound at /tmp)",
-            r.bindings.temp.display()
+            "temp:            {} ({})",
+            r.bindings.temp.display(),
+            if landlock {
+                "granted and named by HOME and TMPDIR; /tmp is the host's"
+            } else {
+                "bound at /tmp"
+            }
         );
         let _ = writeln!(s, "cwd:             {}", r.cwd.display());
         let _ = writeln!(s, "rules:");
@@ -654,8 +739,13 @@ impl PreparedRun {
             },
             hostname: "terra".into(),
         };
-        let _ = writeln!(s, "backend program (linux):");
-        for line in terra_sandbox::linux::describe(&config).lines() {
+        let _ = writeln!(s, "backend program ({}):", r.backend);
+        let program = if landlock {
+            terra_sandbox::linux::nouserns::describe(&config)
+        } else {
+            terra_sandbox::linux::describe(&config)
+        };
+        for line in program.lines() {
             let _ = writeln!(s, "  {line}");
         }
         if plan.network() == NetworkMode::Mediated {
@@ -720,7 +810,7 @@ mod tests {
 
     #[test]
     fn env_is_an_allowlist() {
-        let env = box_env(&[], &["A=b".into(), "EMPTY=".into()]).unwrap();
+        let env = box_env(&[], &["A=b".into(), "EMPTY=".into()], OsStr::new("/tmp")).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("HOME").unwrap(), "/tmp");
         assert_eq!(get("TMPDIR").unwrap(), "/tmp");
@@ -736,10 +826,20 @@ mod tests {
                 "{k} leaked into the box"
             );
         }
-        assert!(box_env(&[], &["=x".into()]).is_err());
-        assert!(box_env(&[], &["TERRA_SURELY_UNSET_VARIABLE".into()]).is_err());
+        // The landlock backend's HOME and TMPDIR: the run's temp directory.
+        let env = box_env(&[], &[], OsStr::new("/tmp/terra-tmp-0-ab")).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("HOME").unwrap(), "/tmp/terra-tmp-0-ab");
+        assert_eq!(get("TMPDIR").unwrap(), "/tmp/terra-tmp-0-ab");
+        assert!(box_env(&[], &["=x".into()], OsStr::new("/tmp")).is_err());
+        assert!(box_env(
+            &[],
+            &["TERRA_SURELY_UNSET_VARIABLE".into()],
+            OsStr::new("/tmp")
+        )
+        .is_err());
         // The proxy environment of a mediated run, overridable by --env.
-        let env = box_env(&proxy_env(), &["NO_PROXY=x".into()]).unwrap();
+        let env = box_env(&proxy_env(), &["NO_PROXY=x".into()], OsStr::new("/tmp")).unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("HTTPS_PROXY").unwrap(), "http://127.0.0.1:3128");
         assert_eq!(get("all_proxy").unwrap(), "http://127.0.0.1:3128");
@@ -752,6 +852,7 @@ mod tests {
         for (name, words) in [
             ("macos", "backend macos is not supported on this host"),
             ("plan9", "unknown backend \"plan9\""),
+            ("", "unknown backend \"\""),
         ] {
             let e = RunBuilder {
                 backend: name.into(),

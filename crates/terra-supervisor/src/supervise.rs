@@ -325,6 +325,29 @@ impl Run {
             }
         };
         self.required = cap_names(plan.required_capabilities());
+        let landlock = match crate::backend::Backend::from_name(&self.req.backend) {
+            Some(b) => b == crate::backend::Backend::Landlock,
+            None => {
+                return self.refuse(
+                    None,
+                    &format!("unknown backend {:?} in the run request", self.req.backend),
+                )
+            }
+        };
+        // The CLI checked the plan against the backend's declared set; a
+        // request claiming more than the backend declares is refused.
+        if landlock {
+            let own = launcher::nouserns::declared_capabilities();
+            let claimed = declared_set(&self.req.declared).unwrap_or(CapabilitySet::ALL);
+            if let Some(c) = claimed.missing_from(own).first() {
+                return self.refuse(
+                    None,
+                    &format!(
+                        "the run request declares {c}, which the landlock backend does not enforce"
+                    ),
+                );
+            }
+        }
         let Some(lock_slot) = self.lock_slot.take() else {
             return self.refuse(None, &"the run lock's descriptor is gone");
         };
@@ -414,7 +437,13 @@ impl Run {
             hostname: "terra".into(),
         };
         // A terminal on stdin, stdout or stderr: the box gets its own (pty.rs).
-        let operator = match crate::pty::Operator::detect() {
+        // The landlock backend has no devpts of its own: its workload shares
+        // the caller's terminal (TIOCSTI, TIOCLINUX, TIOCSETD refused).
+        let operator = match if landlock {
+            Ok(None)
+        } else {
+            crate::pty::Operator::detect()
+        } {
             Ok(o) => o,
             Err(e) => {
                 if let Some(b) = broker.take() {
@@ -425,7 +454,19 @@ impl Run {
         };
         let box_terminal = operator.as_ref().map(|o| o.box_terminal());
         let t_spawn = Instant::now();
-        let mut handle = match launcher::spawn_box_with_terminal(&self.exe, config, box_terminal) {
+        // Without a PID namespace, orphans of the workload come to us, not
+        // to the host's init: found, killed and reaped at the end (reaper.rs).
+        if landlock {
+            if let Err(e) = crate::reaper::become_subreaper() {
+                return self.refuse(Some(&dir), &e);
+            }
+        }
+        let spawned = if landlock {
+            launcher::nouserns::spawn_box(config)
+        } else {
+            launcher::spawn_box_with_terminal(&self.exe, config, box_terminal)
+        };
+        let mut handle = match spawned {
             Ok(h) => h,
             Err(e) => {
                 if let Some(b) = broker.take() {
@@ -595,6 +636,13 @@ impl Run {
         if let Some(r) = relay {
             r.finish();
         }
+        if landlock {
+            match crate::reaper::stop_descendants() {
+                Ok(0) => {}
+                Ok(n) => debug!(killed = n, "descendants of the workload stopped"),
+                Err(e) => eprintln!("terra: stopping the workload's descendants: {e}"),
+            }
+        }
         if let Some(b) = broker.take() {
             let t_stop = Instant::now();
             self.network = Some(b.stop(Some(&rx)));
@@ -707,6 +755,7 @@ impl Run {
             terra_version: env!("CARGO_PKG_VERSION").into(),
             run_id: self.run_id.clone(),
             backend: self.req.backend.clone(),
+            backend_reason: self.req.backend_reason.clone(),
             policy: self.req.policy.clone(),
             decision_digest: self.req.decision_digest.clone(),
             capabilities: Capabilities {

@@ -14,6 +14,7 @@ mod init;
 mod landlock;
 pub mod lower;
 mod mounts;
+pub mod nouserns;
 mod prepare;
 mod role;
 mod seccomp;

@@ -3,6 +3,7 @@
 //! configuration `terra __vm` is handed); and the reading of the box's
 //! reports afterwards.
 
+use std::ffi::CString;
 use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -137,6 +138,11 @@ pub fn programs(
     Ok((ops, ll))
 }
 
+fn cstring(bytes: &[u8], what: &str) -> Result<CString, SandboxError> {
+    CString::new(bytes)
+        .map_err(|_| SandboxError::InvalidRequest(format!("{what} holds a NUL byte")))
+}
+
 /// `bytes` as the bytes of a C string: refused when it holds a NUL.
 fn c_bytes(bytes: &[u8], what: &str) -> Result<Vec<u8>, SandboxError> {
     if bytes.contains(&0) {
@@ -145,6 +151,60 @@ fn c_bytes(bytes: &[u8], what: &str) -> Result<Vec<u8>, SandboxError> {
         )));
     }
     Ok(bytes.to_vec())
+}
+
+/// What execve needs, as C strings: the PATH candidates for argv[0], argv,
+/// the environment, and the working directory.
+pub struct ExecStrings {
+    pub candidates: Vec<CString>,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub cwd: String,
+}
+
+/// [`ExecStrings`] of a command, refusing NUL bytes and bad environment names.
+pub fn exec_strings(
+    argv: &[std::ffi::OsString],
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+    cwd: &Path,
+) -> Result<ExecStrings, SandboxError> {
+    if argv.is_empty() {
+        return Err(SandboxError::InvalidRequest("empty command".into()));
+    }
+    let argv = argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "an argument"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut envp = Vec::new();
+    let mut env_path = None;
+    for (k, v) in env {
+        if k.as_bytes().contains(&b'=') || k.is_empty() {
+            return Err(SandboxError::InvalidRequest(format!(
+                "invalid environment name {k:?}"
+            )));
+        }
+        if k.as_bytes() == b"PATH" {
+            env_path = Some(v.as_bytes().to_vec());
+        }
+        let mut kv = k.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        envp.push(cstring(&kv, "an environment entry")?);
+    }
+    let candidates = workload::candidates(argv[0].as_bytes(), env_path.as_deref())
+        .into_iter()
+        .map(|c| cstring(&c, "the command"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| SandboxError::Unsupported("the working directory is not UTF-8".into()))?
+        .to_string();
+    Ok(ExecStrings {
+        candidates,
+        argv,
+        envp,
+        cwd,
+    })
 }
 
 /// What the box's init (`terra __vm`) is handed of `spec`, checked and
@@ -166,36 +226,14 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
         ));
     }
     let (ops, _) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
-    let argv = spec
-        .argv
-        .iter()
-        .map(|a| c_bytes(a.as_bytes(), "an argument"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut envp = Vec::new();
-    let mut env_path = None;
-    for (k, v) in &spec.env {
-        if k.as_bytes().contains(&b'=') || k.is_empty() {
-            return Err(SandboxError::InvalidRequest(format!(
-                "invalid environment name {k:?}"
-            )));
-        }
-        if k.as_bytes() == b"PATH" {
-            env_path = Some(v.as_bytes().to_vec());
-        }
-        let mut kv = k.as_bytes().to_vec();
-        kv.push(b'=');
-        kv.extend_from_slice(v.as_bytes());
-        envp.push(c_bytes(&kv, "an environment entry")?);
-    }
-    let candidates = workload::candidates(spec.argv[0].as_bytes(), env_path.as_deref())
-        .into_iter()
-        .map(|c| c_bytes(&c, "the command"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let cwd = spec
-        .cwd
-        .to_str()
-        .ok_or_else(|| SandboxError::Unsupported("the working directory is not UTF-8".into()))?
-        .to_string();
+    let ExecStrings {
+        candidates,
+        argv,
+        envp,
+        cwd,
+    } = exec_strings(&spec.argv, &spec.env, &spec.cwd)?;
+    let bytes = |v: Vec<CString>| v.into_iter().map(CString::into_bytes).collect::<Vec<_>>();
+    let (candidates, argv, envp) = (bytes(candidates), bytes(argv), bytes(envp));
     Ok(VmConfig {
         new_net: spec.plan.network != NetworkMode::Direct,
         hostname: spec.hostname.clone(),

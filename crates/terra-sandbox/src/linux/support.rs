@@ -52,6 +52,12 @@ fn userns_works() -> Result<(), ProbeFailure> {
     }
 }
 
+/// [`userns_works`] with its failure as text, for the landlock backend's
+/// diagnosis and `--backend auto`.
+pub(super) fn userns_probe() -> Result<(), String> {
+    userns_works().map_err(|e| e.to_string())
+}
+
 /// Exit code: 0 ok, 1 unshare, 2 maps, 3 procfs, 4 fork.
 fn probe_child() -> i32 {
     let (uid, gid) = (
@@ -151,7 +157,7 @@ pub struct HostCheck {
 }
 
 /// Why this looks like a container, if it does.
-fn container_hint() -> Option<String> {
+pub(super) fn container_hint() -> Option<String> {
     if std::path::Path::new("/.dockerenv").exists() {
         return Some("docker (/.dockerenv)".into());
     }

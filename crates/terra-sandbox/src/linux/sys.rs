@@ -745,3 +745,15 @@ mod tests {
         assert!(!read_byte(r.as_fd()), "end of file");
     }
 }
+
+/// True when this process has exactly one thread (`Threads:` of
+/// /proc/self/status); false when it has more or the count cannot be read.
+pub fn single_threaded() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .is_some_and(|n| n.trim() == "1")
+}

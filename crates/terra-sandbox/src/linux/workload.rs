@@ -105,7 +105,7 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
 /// not accept a connection. A canary that does not exist yet would make the
 /// first test pass vacuously, so it first waits for the caller's word that it
 /// does.
-fn activation(prep: &WorkloadPrep) -> Result<(), SandboxError> {
+pub fn activation(prep: &WorkloadPrep) -> Result<(), SandboxError> {
     if let Some(gate) = prep.canary_gate {
         let ready = sys::read_byte(gate);
         // SAFETY: the gate was inherited (its owner lives in the caller's
@@ -140,7 +140,7 @@ fn activation(prep: &WorkloadPrep) -> Result<(), SandboxError> {
     Ok(())
 }
 
-fn exec(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
+pub fn exec(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
     let mut argv: Vec<*const libc::c_char> = prep.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = prep.envp.iter().map(|a| a.as_ptr()).collect();

@@ -1,0 +1,255 @@
+//! Why user namespaces do not work here, and the exact fix for each cause,
+//! from a [`Observed`] set of host facts (pure: unit-tested with made-up
+//! hosts; [`observe`] reads the real one).
+
+use super::super::support;
+
+/// The host facts the diagnosis reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// The functional probe (user, mount and PID namespaces, a new procfs):
+    /// Ok, or why it failed.
+    pub probe: Result<(), String>,
+    /// `user.max_user_namespaces`; None: the file is missing (no CONFIG_USER_NS).
+    pub max_user_namespaces: Option<u64>,
+    /// Debian's `kernel.unprivileged_userns_clone`, when the kernel has it.
+    pub unprivileged_userns_clone: Option<String>,
+    /// Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`, when present.
+    pub apparmor_restrict: Option<String>,
+    /// Why this looks like a container, if it does.
+    pub container: Option<String>,
+    /// The `Seccomp:` mode of this process (2: a filter is installed).
+    pub seccomp_mode: Option<u32>,
+    /// Running as uid 0 (the unprivileged switches do not apply).
+    pub root: bool,
+}
+
+/// One restriction that blocks user namespaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// Stable name (`--json`).
+    pub name: &'static str,
+    pub detail: String,
+    pub fix: String,
+}
+
+/// The restrictions that explain a failed probe (empty when it passed). When
+/// none of the known ones applies, one `unknown` cause carries the probe's error.
+pub fn diagnose(o: &Observed) -> Vec<Cause> {
+    let Err(probe) = &o.probe else {
+        return Vec::new();
+    };
+    let mut causes = Vec::new();
+    match o.max_user_namespaces {
+        None => causes.push(Cause {
+            name: "no-config-user-ns",
+            detail: "/proc/sys/user/max_user_namespaces is missing: the kernel is built without CONFIG_USER_NS"
+                .into(),
+            fix: "boot a kernel built with CONFIG_USER_NS=y (or use --backend landlock)".into(),
+        }),
+        Some(0) => causes.push(Cause {
+            name: "max-user-namespaces",
+            detail: "user.max_user_namespaces = 0: no user namespace may be created".into(),
+            fix: "sudo sysctl -w user.max_user_namespaces=15000 (persist it in /etc/sysctl.d/90-terra.conf)"
+                .into(),
+        }),
+        Some(_) => {}
+    }
+    if !o.root && o.unprivileged_userns_clone.as_deref() == Some("0") {
+        causes.push(Cause {
+            name: "unprivileged-userns-clone",
+            detail: "kernel.unprivileged_userns_clone = 0: only root may create user namespaces".into(),
+            fix: "sudo sysctl -w kernel.unprivileged_userns_clone=1 (persist it in /etc/sysctl.d/90-terra.conf)"
+                .into(),
+        });
+    }
+    if !o.root && o.apparmor_restrict.as_deref() == Some("1") {
+        causes.push(Cause {
+            name: "apparmor-userns",
+            detail: "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor strips the capabilities of a \
+                     user namespace made by an unconfined program"
+                .into(),
+            fix: "give terra an AppArmor profile that allows user namespaces: write /etc/apparmor.d/terra \
+                  containing `abi <abi/4.0>, include <tunables/global> profile terra /usr/local/bin/terra \
+                  flags=(unconfined) { userns, }` (the path of your terra binary), then \
+                  `sudo apparmor_parser -r /etc/apparmor.d/terra`"
+                .into(),
+        });
+    }
+    if let Some(c) = &o.container {
+        if o.seccomp_mode == Some(2) {
+            causes.push(Cause {
+                name: "container-seccomp",
+                detail: format!(
+                    "inside a container ({c}) under a seccomp filter: the runtime's default profile refuses \
+                     unshare(CLONE_NEWUSER) and clone with namespace flags"
+                ),
+                fix: "start the container with `--security-opt seccomp=unconfined` (docker, podman), or a \
+                      profile that allows unshare/clone with CLONE_NEWUSER; in Kubernetes \
+                      `securityContext.seccompProfile.type: Unconfined`"
+                    .into(),
+            });
+        } else if causes.is_empty() {
+            // Only when nothing above explains the failure already.
+            causes.push(Cause {
+                name: "container",
+                detail: format!(
+                    "inside a container ({c}): its runtime may forbid mounting procfs or user namespaces"
+                ),
+                fix: "start the container with `--security-opt apparmor=unconfined --security-opt \
+                      systempaths=unconfined` (docker, podman), or run terra on the host"
+                    .into(),
+            });
+        }
+    }
+    if causes.is_empty() {
+        causes.push(Cause {
+            name: "unknown",
+            detail: format!("creating a user namespace failed: {probe}"),
+            fix: "none of the known restrictions applies; see the other `terra doctor` lines"
+                .into(),
+        });
+    }
+    causes
+}
+
+fn read_trim(p: &str) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// This host's facts (runs the functional probe: one fork).
+pub fn observe() -> Observed {
+    Observed {
+        probe: support::userns_probe(),
+        max_user_namespaces: read_trim("/proc/sys/user/max_user_namespaces")
+            .and_then(|v| v.parse().ok()),
+        unprivileged_userns_clone: read_trim("/proc/sys/kernel/unprivileged_userns_clone"),
+        apparmor_restrict: read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        container: support::container_hint(),
+        seccomp_mode: read_trim("/proc/self/status").and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Seccomp:"))
+                .and_then(|v| v.trim().parse().ok())
+        }),
+        root: nix::unistd::geteuid().is_root(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked() -> Observed {
+        Observed {
+            probe: Err("unshare was refused".into()),
+            max_user_namespaces: Some(15000),
+            unprivileged_userns_clone: None,
+            apparmor_restrict: None,
+            container: None,
+            seccomp_mode: None,
+            root: false,
+        }
+    }
+
+    fn names(o: &Observed) -> Vec<&'static str> {
+        diagnose(o).iter().map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn a_working_probe_needs_no_diagnosis() {
+        let o = Observed {
+            probe: Ok(()),
+            max_user_namespaces: Some(0),
+            ..blocked()
+        };
+        assert!(diagnose(&o).is_empty());
+    }
+
+    #[test]
+    fn each_restriction_is_named_with_its_fix() {
+        let o = Observed {
+            max_user_namespaces: Some(0),
+            ..blocked()
+        };
+        let c = diagnose(&o);
+        assert_eq!(c[0].name, "max-user-namespaces");
+        assert!(c[0].fix.contains("sysctl -w user.max_user_namespaces="));
+
+        let o = Observed {
+            max_user_namespaces: None,
+            ..blocked()
+        };
+        assert_eq!(names(&o), ["no-config-user-ns"]);
+
+        let o = Observed {
+            apparmor_restrict: Some("1".into()),
+            ..blocked()
+        };
+        let c = diagnose(&o);
+        assert_eq!(names(&o), ["apparmor-userns"]);
+        assert!(c[0].fix.contains("userns,") && c[0].fix.contains("apparmor_parser -r"));
+
+        let o = Observed {
+            unprivileged_userns_clone: Some("0".into()),
+            ..blocked()
+        };
+        assert_eq!(names(&o), ["unprivileged-userns-clone"]);
+
+        let o = Observed {
+            container: Some("docker (/.dockerenv)".into()),
+            seccomp_mode: Some(2),
+            ..blocked()
+        };
+        let c = diagnose(&o);
+        assert_eq!(names(&o), ["container-seccomp"]);
+        assert!(c[0].fix.contains("--security-opt seccomp=unconfined"));
+
+        let o = Observed {
+            container: Some("podman (/run/.containerenv)".into()),
+            seccomp_mode: Some(0),
+            ..blocked()
+        };
+        assert_eq!(names(&o), ["container"]);
+        // A container without a filter is not blamed when a switch explains it.
+        let o = Observed {
+            container: Some("podman (/run/.containerenv)".into()),
+            max_user_namespaces: Some(0),
+            ..blocked()
+        };
+        assert_eq!(names(&o), ["max-user-namespaces"]);
+    }
+
+    #[test]
+    fn switches_for_unprivileged_users_do_not_explain_a_root_failure() {
+        let o = Observed {
+            apparmor_restrict: Some("1".into()),
+            unprivileged_userns_clone: Some("0".into()),
+            root: true,
+            ..blocked()
+        };
+        let c = diagnose(&o);
+        assert_eq!(names(&o), ["unknown"]);
+        assert!(c[0].detail.contains("unshare was refused"));
+    }
+
+    #[test]
+    fn several_causes_are_all_reported() {
+        let o = Observed {
+            max_user_namespaces: Some(0),
+            apparmor_restrict: Some("1".into()),
+            container: Some("container=lxc".into()),
+            seccomp_mode: Some(2),
+            ..blocked()
+        };
+        assert_eq!(
+            names(&o),
+            [
+                "max-user-namespaces",
+                "apparmor-userns",
+                "container-seccomp"
+            ]
+        );
+    }
+}

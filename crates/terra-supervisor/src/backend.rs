@@ -1,0 +1,197 @@
+//! Which backend runs a plan: `--backend linux`, `--backend landlock`, or
+//! `--backend auto` (the default): linux where user namespaces work, else
+//! landlock where the kernel has what it needs, else a refusal naming both
+//! reasons. The choice and why travel in the request and the receipt.
+
+use terra_policy::CapabilitySet;
+use terra_sandbox::linux::nouserns;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Namespaces + seccomp + Landlock (terra_sandbox::linux).
+    Linux,
+    /// Landlock + seccomp + the supervisor as subreaper (terra_sandbox::linux::nouserns).
+    Landlock,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Linux => "linux",
+            Backend::Landlock => nouserns::NAME,
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Backend> {
+        match name {
+            "linux" => Some(Backend::Linux),
+            n if n == nouserns::NAME => Some(Backend::Landlock),
+            _ => None,
+        }
+    }
+
+    /// The capabilities the backend declares (`broker`: the network broker
+    /// is built in, for the linux backend's mediated networking).
+    pub fn declared(self, broker: bool) -> CapabilitySet {
+        match self {
+            Backend::Linux => terra_sandbox::linux::declared_capabilities(broker),
+            Backend::Landlock => nouserns::declared_capabilities(),
+        }
+    }
+}
+
+/// A backend and why it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub backend: Backend,
+    pub reason: String,
+}
+
+/// The facts `auto` decides on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    /// The user-namespace probe: Ok, or why it failed (with the names of
+    /// the restrictions `terra doctor` found).
+    pub user_namespaces: std::result::Result<(), String>,
+    /// The landlock backend: Ok(Landlock ABI), or why it cannot run.
+    pub landlock: std::result::Result<i32, String>,
+}
+
+impl HostFacts {
+    /// This host's facts (one fork for the namespace probe).
+    pub fn probe() -> HostFacts {
+        let observed = nouserns::observe();
+        let user_namespaces = observed.probe.clone().map_err(|why| {
+            let causes: Vec<&str> = nouserns::diagnose(&observed)
+                .iter()
+                .map(|c| c.name)
+                .collect();
+            format!("{why}; blocked by: {}", causes.join(", "))
+        });
+        HostFacts {
+            user_namespaces,
+            landlock: nouserns::usable(),
+        }
+    }
+}
+
+/// The backend for `requested`; `facts` is called only for the choices that
+/// depend on the host (`auto`, `landlock`).
+pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choice> {
+    match requested {
+        "linux" => Ok(Choice {
+            backend: Backend::Linux,
+            reason: "--backend linux".into(),
+        }),
+        n if n == nouserns::NAME => match facts().landlock {
+            Ok(abi) => Ok(Choice {
+                backend: Backend::Landlock,
+                reason: format!("--backend landlock (Landlock ABI {abi})"),
+            }),
+            Err(why) => Err(Error::Unsupported(format!(
+                "the landlock backend cannot run on this host: {why} (see `terra doctor`)"
+            ))),
+        },
+        "auto" => {
+            let f = facts();
+            match (f.user_namespaces, f.landlock) {
+                (Ok(()), _) => Ok(Choice {
+                    backend: Backend::Linux,
+                    reason: "auto: user namespaces work here".into(),
+                }),
+                (Err(userns), Ok(abi)) => Ok(Choice {
+                    backend: Backend::Landlock,
+                    reason: format!(
+                        "auto: user namespaces are unavailable ({userns}); Landlock ABI {abi} runs the landlock backend"
+                    ),
+                }),
+                (Err(userns), Err(landlock)) => Err(Error::Unsupported(format!(
+                    "no backend can run on this host: linux needs user namespaces ({userns}); landlock: {landlock} \
+                     (see `terra doctor`)"
+                ))),
+            }
+        }
+        "macos" | "windows" => Err(Error::Unsupported(format!(
+            "backend {requested} is not supported on this host (see `terra backends`)"
+        ))),
+        other => Err(Error::Unsupported(format!(
+            "unknown backend {other:?}: auto, linux or landlock (see `terra backends`)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(userns: bool, landlock: bool) -> HostFacts {
+        HostFacts {
+            user_namespaces: if userns {
+                Ok(())
+            } else {
+                Err("unshare was refused; blocked by: apparmor-userns".into())
+            },
+            landlock: if landlock {
+                Ok(7)
+            } else {
+                Err("Landlock ABI 4 is older than 6".into())
+            },
+        }
+    }
+
+    #[test]
+    fn auto_prefers_namespaces_then_landlock_then_refuses() {
+        let c = choose("auto", || facts(true, true)).unwrap();
+        assert_eq!(c.backend, Backend::Linux);
+        let c = choose("auto", || facts(false, true)).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+        assert!(
+            c.reason.contains("apparmor-userns") && c.reason.contains("ABI 7"),
+            "{}",
+            c.reason
+        );
+        let e = choose("auto", || facts(false, false))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("apparmor-userns") && e.contains("older than 6"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_named_backend_is_taken_or_refused_never_swapped() {
+        let c = choose("linux", || panic!("linux is not probed here")).unwrap();
+        assert_eq!(c.backend, Backend::Linux);
+        let c = choose("landlock", || facts(true, true)).unwrap();
+        assert_eq!(c.backend, Backend::Landlock);
+        let e = choose("landlock", || facts(true, false)).unwrap_err();
+        assert!(e.to_string().contains("landlock backend cannot run"), "{e}");
+        assert!(choose("plan9", || facts(true, true)).is_err());
+    }
+
+    #[test]
+    fn the_landlock_backend_declares_no_deny_and_no_mediation() {
+        use terra_policy::Capability as C;
+        let d = Backend::Landlock.declared(true);
+        for c in [
+            C::FsDeny,
+            C::FsDenyWrite,
+            C::NetworkMediated,
+            C::RootEphemeralWrite,
+        ] {
+            assert!(!d.contains(c), "{c}");
+        }
+        for c in [
+            C::FsRead,
+            C::FsWrite,
+            C::NetworkNone,
+            C::NetworkDirect,
+            C::ProcessTree,
+        ] {
+            assert!(d.contains(c), "{c}");
+        }
+    }
+}
