@@ -689,6 +689,18 @@ pub fn raw(fd: &impl AsFd) -> RawFd {
     fd.as_fd().as_raw_fd()
 }
 
+/// True when this process has exactly one thread (`Threads:` of
+/// /proc/self/status); false when it has more or the count cannot be read.
+pub fn single_threaded() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .is_some_and(|n| n.trim() == "1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -744,16 +756,4 @@ mod tests {
         assert!(peer_gone(r.as_fd()), "writer closed");
         assert!(!read_byte(r.as_fd()), "end of file");
     }
-}
-
-/// True when this process has exactly one thread (`Threads:` of
-/// /proc/self/status); false when it has more or the count cannot be read.
-pub fn single_threaded() -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .is_some_and(|n| n.trim() == "1")
 }
