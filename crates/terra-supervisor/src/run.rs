@@ -114,9 +114,11 @@ impl RunBuilder {
     /// temp directory it makes is removed again on any refusal.
     pub fn build(self) -> Result<PreparedRun> {
         let t0 = Instant::now();
-        if self.backend != "linux" {
+        // macos resolves everywhere, so its lowering can be reviewed with
+        // --dry-run on any host; only its run needs a Mac (src/run_cmd.rs).
+        if self.backend != "linux" && self.backend != "macos" {
             return Err(Error::Unsupported(match self.backend.as_str() {
-                "macos" | "windows" => format!(
+                "windows" => format!(
                     "backend {} is not supported on this host (see `terra backends`)",
                     self.backend
                 ),
@@ -141,14 +143,21 @@ impl RunBuilder {
         // No host probe here (it would cost every run a fork): the broker is
         // built in, and when this host cannot start it (nor the box: both need
         // user namespaces), the supervisor refuses the run.
-        let declared = terra_sandbox::linux::declared_capabilities(BROKER_BUILT_IN);
+        let declared = if self.backend == "macos" {
+            // No broker is built for macOS yet: mediated plans are refused.
+            terra_seatbelt::declared_capabilities(false)
+        } else {
+            terra_sandbox::linux::declared_capabilities(BROKER_BUILT_IN)
+        };
         let mediated = mir.network() == NetworkMode::Mediated;
         if mediated && !declared.contains(Capability::NetworkMediated) {
             return Err(Error::Unsupported(
-                "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the linux \
-                 backend in this build declares no network-mediated capability (no network broker); refusing \
-                 instead of falling back to another network mode"
-                    .into(),
+                format!(
+                    "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the {} \
+                     backend in this build declares no network-mediated capability (no network broker); refusing \
+                     instead of falling back to another network mode",
+                    self.backend
+                ),
             ));
         }
         let mediator = mediated.then(|| MEDIATOR.to_string());
@@ -204,7 +213,7 @@ impl RunBuilder {
             let request = RunRequest {
                 version: REQUEST_VERSION,
                 parent_pid: std::process::id() as i32,
-                backend: "linux".into(),
+                backend: self.backend.clone(),
                 mir_hex: hex(mir.bytes()),
                 decision_digest: mir.decision_digest(),
                 policy: origin,
@@ -750,7 +759,7 @@ mod tests {
     #[test]
     fn unsupported_backends_are_refused_before_anything_is_made() {
         for (name, words) in [
-            ("macos", "backend macos is not supported on this host"),
+            ("windows", "backend windows is not supported on this host"),
             ("plan9", "unknown backend \"plan9\""),
         ] {
             let e = RunBuilder {
