@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod macos_dry_run;
 mod policy_cmd;
 mod run_cmd;
 

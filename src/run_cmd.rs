@@ -65,6 +65,10 @@ pub struct RunArgs {
     /// filter program; run nothing.
     #[arg(long)]
     dry_run: bool,
+    /// With `--backend macos --dry-run`: print one JSON object
+    /// (backend, profile, parameters) instead of text.
+    #[arg(long)]
+    json: bool,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -87,6 +91,18 @@ pub struct BackendsArgs {
 /// `terra run`; `log_level` (`--log-level`) is passed on to the supervisor.
 pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     let dry_run = args.dry_run;
+    let macos = args.backend == "macos";
+    if args.json && !(macos && dry_run) {
+        return crate::fail(Failure::Run(&terra_supervisor::Error::Argument(
+            "--json is for `terra run --backend macos --dry-run` only".into(),
+        )));
+    }
+    if macos && !dry_run {
+        return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
+            macos_run_refusal().into(),
+        )));
+    }
+    let json = args.json;
     let built = RunBuilder {
         backend: args.backend,
         policy: args.policy,
@@ -107,6 +123,11 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         Ok(p) => p,
         Err(e) => return crate::fail(Failure::Run(&e)),
     };
+    if dry_run && macos {
+        let code = crate::macos_dry_run::print(&prepared.plan, json);
+        let _ = fs::remove_dir(&prepared.request.bindings.temp);
+        return code;
+    }
     if dry_run {
         print!("{}", prepared.dry_run_text());
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
@@ -121,6 +142,17 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
             let _ = fs::remove_dir(&prepared.request.bindings.temp);
             crate::fail(Failure::Run(&e))
         }
+    }
+}
+
+/// Why `terra run --backend macos` (not a dry run) does not start here.
+fn macos_run_refusal() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "backend macos: this build has the Seatbelt launcher but not yet the macOS supervisor that starts it; \
+         use --dry-run to review the profile"
+    } else {
+        "backend macos is not available on this OS (Seatbelt exists only on macOS); \
+         `terra run --backend macos --dry-run` shows the profile it would apply"
     }
 }
 

@@ -14,6 +14,9 @@ pub enum Backend {
     Linux,
     /// Landlock + seccomp + the supervisor as subreaper (terra_sandbox::linux::nouserns).
     Landlock,
+    /// Seatbelt (terra_seatbelt): resolved on every host so its profile can
+    /// be reviewed with `--dry-run`; a real run needs a Mac.
+    Macos,
 }
 
 impl Backend {
@@ -21,6 +24,7 @@ impl Backend {
         match self {
             Backend::Linux => "linux",
             Backend::Landlock => nouserns::NAME,
+            Backend::Macos => "macos",
         }
     }
 
@@ -28,6 +32,7 @@ impl Backend {
         match name {
             "linux" => Some(Backend::Linux),
             n if n == nouserns::NAME => Some(Backend::Landlock),
+            "macos" => Some(Backend::Macos),
             _ => None,
         }
     }
@@ -38,6 +43,8 @@ impl Backend {
         match self {
             Backend::Linux => terra_sandbox::linux::declared_capabilities(broker),
             Backend::Landlock => nouserns::declared_capabilities(),
+            // No broker is built for macOS yet: mediated plans are refused.
+            Backend::Macos => terra_seatbelt::declared_capabilities(false),
         }
     }
 }
@@ -113,11 +120,15 @@ pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choi
                 ))),
             }
         }
-        "macos" | "windows" => Err(Error::Unsupported(format!(
+        "macos" => Ok(Choice {
+            backend: Backend::Macos,
+            reason: "--backend macos".into(),
+        }),
+        "windows" => Err(Error::Unsupported(format!(
             "backend {requested} is not supported on this host (see `terra backends`)"
         ))),
         other => Err(Error::Unsupported(format!(
-            "unknown backend {other:?}: auto, linux or landlock (see `terra backends`)"
+            "unknown backend {other:?}: auto, linux, landlock or macos (see `terra backends`)"
         ))),
     }
 }

@@ -143,6 +143,7 @@ impl RunBuilder {
                     terra_sandbox::linux::nouserns::missing_reason(Capability::NetworkMediated)
                 }
                 Backend::Linux => "this build has no network broker",
+                Backend::Macos => "no network broker is built for macOS yet",
             };
             return Err(Error::Unsupported(format!(
                 "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the {} \
@@ -198,11 +199,11 @@ impl RunBuilder {
             // The proxy environment comes before --env, which may override it
             // (harmless: the box has no other route out).
             let proxy = if mediated { proxy_env() } else { Vec::new() };
-            // The landlock backend has no private /tmp: HOME and TMPDIR name
-            // the run's temp directory at its host path.
+            // The landlock and macos backends have no private /tmp: HOME and
+            // TMPDIR name the run's temp directory at its host path.
             let tmp = match choice.backend {
                 Backend::Linux => OsString::from("/tmp"),
-                Backend::Landlock => temp.clone().into_os_string(),
+                Backend::Landlock | Backend::Macos => temp.clone().into_os_string(),
             };
             let env = box_env(&proxy, &self.env, &tmp)?;
             let timeout_ms = self
@@ -850,7 +851,7 @@ mod tests {
     #[test]
     fn unsupported_backends_are_refused_before_anything_is_made() {
         for (name, words) in [
-            ("macos", "backend macos is not supported on this host"),
+            ("windows", "backend windows is not supported on this host"),
             ("plan9", "unknown backend \"plan9\""),
             ("", "unknown backend \"\""),
         ] {

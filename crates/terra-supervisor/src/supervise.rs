@@ -326,6 +326,12 @@ impl Run {
         };
         self.required = cap_names(plan.required_capabilities());
         let landlock = match crate::backend::Backend::from_name(&self.req.backend) {
+            Some(crate::backend::Backend::Macos) => {
+                return self.refuse(
+                    None,
+                    &"backend macos runs only on macOS; this supervisor runs the linux and landlock backends",
+                )
+            }
             Some(b) => b == crate::backend::Backend::Landlock,
             None => {
                 return self.refuse(

@@ -1,0 +1,20 @@
+//! Seatbelt (the macOS sandbox) for terra's roles, as ordinary Rust.
+//!
+//! Nothing here calls the OS: [`lower`] turns a `SandboxPlan` into a
+//! [`LaunchSpec`] (role, network, canonical grants), [`spec`] encodes that
+//! spec for the launcher's descriptor, and [`profile`] renders the role's SBPL
+//! profile plus the parameters `sandbox_init_with_parameters` receives. Every
+//! path travels as a parameter, so no path text ever enters a profile.
+//! docs/sandbox-macos.md describes the design.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod lower;
+pub mod path;
+pub mod profile;
+pub mod spec;
+
+pub use error::{Error, Result};
+pub use lower::{declared_capabilities, lower_plan};
+pub use profile::{render, Profile};
+pub use spec::{Grant, GrantKind, LaunchSpec, Network, Role, Scope};

@@ -1,0 +1,214 @@
+//! SBPL profiles for terra's roles.
+//!
+//! Each profile denies by default, imports Apple's `system.sb` baseline (the
+//! system libraries, frameworks and services every process needs), and names
+//! every path through `(param "NAME")`: the text is fixed by the role, the
+//! rule kinds and the network mode, never by a path, so a path cannot change
+//! the profile's syntax. Rule order matters: Seatbelt applies the last rule
+//! that matches an operation, so denies and deny-writes come after the grants
+//! they carve out of.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use crate::error::{Error, Result};
+use crate::path::ancestors;
+use crate::spec::{GrantKind, LaunchSpec, Network, Role, Scope};
+
+/// A rendered profile and the parameters it needs, in the order they appear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub text: String,
+    pub parameters: Vec<(String, String)>,
+}
+
+/// Files every workload may read and write whatever its grants.
+const WORKLOAD_DEVICES: [(&str, &str); 3] = [
+    ("DEV_NULL", "/dev/null"),
+    ("DEV_ZERO", "/dev/zero"),
+    ("DEV_TTY", "/dev/tty"),
+];
+/// Files the broker reads to resolve names (the /private forms).
+const BROKER_RESOLVER_FILES: [(&str, &str); 3] = [
+    ("RESOLV_CONF", "/private/var/run/resolv.conf"),
+    ("HOSTS", "/private/etc/hosts"),
+    ("SERVICES", "/private/etc/services"),
+];
+
+struct Builder {
+    text: String,
+    parameters: Vec<(String, String)>,
+}
+
+impl Builder {
+    fn param(&mut self, name: String, value: &str) -> String {
+        self.parameters.push((name.clone(), value.to_string()));
+        format!("(param \"{name}\")")
+    }
+    fn line(&mut self, l: &str) {
+        self.text.push_str(l);
+        self.text.push('\n');
+    }
+}
+
+fn matcher(scope: Scope, param: &str) -> String {
+    match scope {
+        Scope::Tree => format!("(subpath {param})"),
+        Scope::Exact => format!("(literal {param})"),
+    }
+}
+
+/// Renders the profile of `spec.role` for `spec`.
+pub fn render(spec: &LaunchSpec) -> Result<Profile> {
+    let mut b = Builder {
+        text: String::new(),
+        parameters: Vec::new(),
+    };
+    b.line("(version 1)");
+    b.line("(deny default)");
+    b.line("(import \"system.sb\")");
+    let exe = b.param("EXECUTABLE".into(), &spec.executable);
+    b.line(&format!("(allow file-read* (literal {exe}))"));
+    b.line(&format!("(allow process-exec (literal {exe}))"));
+    match spec.role {
+        Role::Workload => render_workload(&mut b, spec),
+        Role::Broker => render_broker(&mut b, spec)?,
+    }
+    Ok(Profile {
+        text: b.text,
+        parameters: b.parameters,
+    })
+}
+
+fn render_workload(b: &mut Builder, spec: &LaunchSpec) {
+    b.line("(allow process-fork)");
+    b.line("(allow signal (target same-sandbox))");
+    b.line("(allow sysctl-read)");
+    for (name, path) in WORKLOAD_DEVICES {
+        let p = b.param(name.into(), path);
+        b.line(&format!("(allow file-read* file-write-data (literal {p}))"));
+    }
+    // Grants first, then the metadata of their ancestors, then deny-writes
+    // and denies, which win over both because they come last.
+    let order = [
+        GrantKind::Read,
+        GrantKind::Write,
+        GrantKind::DenyWrite,
+        GrantKind::Deny,
+    ];
+    let mut names = Vec::new();
+    for (i, g) in spec.grants.iter().enumerate() {
+        names.push(b.param(format!("GRANT_{i}"), &g.path));
+    }
+    let emit = |b: &mut Builder, kind: GrantKind| {
+        for (g, p) in spec
+            .grants
+            .iter()
+            .zip(&names)
+            .filter(|(g, _)| g.kind == kind)
+        {
+            let m = matcher(g.scope, p);
+            match kind {
+                GrantKind::Read => {
+                    b.line(&format!("(allow file-read* {m})"));
+                    b.line(&format!("(allow process-exec {m})"));
+                }
+                GrantKind::Write => {
+                    b.line(&format!("(allow file-read* file-write* {m})"));
+                    b.line(&format!("(allow process-exec {m})"));
+                }
+                GrantKind::DenyWrite => b.line(&format!("(deny file-write* {m})")),
+                GrantKind::Deny => {
+                    b.line(&format!("(deny file-read* file-write* process-exec {m})"))
+                }
+            }
+        }
+    };
+    emit(b, order[0]);
+    emit(b, order[1]);
+    let granted = spec
+        .grants
+        .iter()
+        .filter(|g| matches!(g.kind, GrantKind::Read | GrantKind::Write));
+    render_ancestors(b, granted.map(|g| g.path.as_str()));
+    emit(b, order[2]);
+    emit(b, order[3]);
+    match spec.network {
+        Network::None => b.line(
+            "; network none: no network rule, so deny default refuses every socket operation",
+        ),
+        Network::Mediated { port } => {
+            b.line(&format!(
+                "(allow network-outbound (remote tcp \"localhost:{port}\"))"
+            ));
+        }
+        Network::Direct => b.line("(allow network*)"),
+    }
+}
+
+/// The broker: reads its resolver files, talks to the network and listens on
+/// its loopback port; writes no file and starts no process.
+fn render_broker(b: &mut Builder, spec: &LaunchSpec) -> Result<()> {
+    let Network::Mediated { port } = spec.network else {
+        return Err(Error::Unsupported(
+            "the broker role runs only for a mediated network".into(),
+        ));
+    };
+    if let Some(g) = spec.grants.iter().find(|g| g.kind != GrantKind::Read) {
+        return Err(Error::Unsupported(format!(
+            "the broker role gets read grants only, not {} on {:?}",
+            g.kind.name(),
+            g.path
+        )));
+    }
+    let mut read = Vec::new();
+    for (name, path) in BROKER_RESOLVER_FILES {
+        let p = b.param(name.into(), path);
+        b.line(&format!("(allow file-read* (literal {p}))"));
+        read.push(path.to_string());
+    }
+    for (i, g) in spec.grants.iter().enumerate() {
+        let p = b.param(format!("GRANT_{i}"), &g.path);
+        b.line(&format!("(allow file-read* {})", matcher(g.scope, &p)));
+        read.push(g.path.clone());
+    }
+    render_ancestors(b, read.iter().map(String::as_str));
+    b.line("(allow mach-lookup (global-name \"com.apple.dnssd.service\"))");
+    b.line("(allow system-socket)");
+    b.line("(allow network-outbound)");
+    b.line(&format!(
+        "(allow network-bind (local tcp \"localhost:{port}\"))"
+    ));
+    b.line(&format!(
+        "(allow network-inbound (local tcp \"localhost:{port}\"))"
+    ));
+    Ok(())
+}
+
+/// Metadata-only rules on every ancestor of `paths`, each once, root first.
+fn render_ancestors<'a>(b: &mut Builder, paths: impl Iterator<Item = &'a str>) {
+    let mut seen = BTreeSet::new();
+    let mut list = Vec::new();
+    for p in paths {
+        for a in ancestors(p) {
+            if seen.insert(a.clone()) {
+                list.push(a);
+            }
+        }
+    }
+    for (i, a) in list.iter().enumerate() {
+        let p = b.param(format!("ANCESTOR_{i}"), a);
+        b.line(&format!("(allow file-read-metadata (literal {p}))"));
+    }
+}
+
+impl Profile {
+    /// The parameters as `NAME=value` lines (the dry run's text form).
+    pub fn parameter_lines(&self) -> String {
+        let mut s = String::new();
+        for (k, v) in &self.parameters {
+            let _ = writeln!(s, "{k}={v}");
+        }
+        s
+    }
+}

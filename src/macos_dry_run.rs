@@ -1,0 +1,51 @@
+//! `terra run --backend macos --dry-run`: the workload's Seatbelt profile and
+//! its parameters, rendered from the plan on any host (crate terra-seatbelt).
+
+use std::process::ExitCode;
+
+use serde_json::{json, Map, Value};
+use terra_policy::SandboxPlan;
+
+/// Prints the profile and, separately, the parameters (or one JSON object).
+pub fn print(plan: &SandboxPlan, json: bool) -> ExitCode {
+    match render(plan) {
+        Ok(profile) => {
+            if json {
+                let parameters: Map<String, Value> = profile
+                    .parameters
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                let v =
+                    json!({"backend": "macos", "profile": profile.text, "parameters": parameters});
+                println!("{v}");
+            } else {
+                println!("backend: macos (Seatbelt)");
+                println!("decision digest: {}", plan.decision_digest());
+                println!("profile:");
+                print!("{}", profile.text);
+                println!("parameters:");
+                print!("{}", profile.parameter_lines());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("terra: {e}");
+            ExitCode::from(terra_supervisor::EXIT_REFUSED)
+        }
+    }
+}
+
+/// The profile the launcher would apply: the executable is this terra
+/// binary, which execs the role after confinement. A mediated plan's broker
+/// port is only known once the broker listens; a dry run shows port 0.
+fn render(plan: &SandboxPlan) -> Result<terra_seatbelt::Profile, String> {
+    let exe = std::env::current_exe()
+        .and_then(std::fs::canonicalize)
+        .map_err(|e| format!("cannot find terra's own executable: {e}"))?;
+    let exe = exe
+        .to_str()
+        .ok_or_else(|| format!("terra's executable path {} is not UTF-8", exe.display()))?;
+    let spec = terra_seatbelt::lower_plan(plan, exe, None).map_err(|e| e.to_string())?;
+    terra_seatbelt::render(&spec).map_err(|e| e.to_string())
+}
