@@ -17,6 +17,8 @@ use crate::files::split_output;
 use crate::request::RunRequest;
 use crate::state::RunDir;
 
+const KMSG: &str = "/dev/kmsg";
+
 /// The paths of a run the supervisor keeps working on.
 pub struct RunFiles<'a> {
     pub state: &'a Path,
@@ -26,6 +28,9 @@ pub struct RunFiles<'a> {
     pub remove_temp: bool,
     /// `--receipt FILE` (not `-`).
     pub receipt: Option<&'a Path>,
+    /// The landlock backend's reaper reads every `/proc/PID/stat` to find
+    /// the workload's descendants (there is no PID namespace to end them).
+    pub all_processes: bool,
 }
 
 /// What the supervisor may reach after the workers started, path by path.
@@ -33,10 +38,21 @@ pub fn rules(run: &RunFiles<'_>) -> Result<Vec<(String, FsAccess)>> {
     let mut rules: Vec<(PathBuf, FsAccess)> = vec![
         (run.state.to_path_buf(), FsAccess::ReadWrite),
         (run.runtime.to_path_buf(), FsAccess::ReadWrite),
-        // VmHWM for the debug log; nothing else of /proc.
-        (PathBuf::from("/proc/self"), FsAccess::ReadData),
         (run.temp.to_path_buf(), FsAccess::ReadWrite),
     ];
+    // VmHWM for the debug log; with the landlock backend, every process's
+    // stat (the reaper); nothing else of /proc.
+    let proc = if run.all_processes {
+        "/proc"
+    } else {
+        "/proc/self"
+    };
+    rules.push((PathBuf::from(proc), FsAccess::ReadData));
+    // The kernel's record of a role killed by seccomp (role_kill.rs); the
+    // kernel itself decides whether this user may read it.
+    if Path::new(KMSG).exists() {
+        rules.push((PathBuf::from(KMSG), FsAccess::ReadData));
+    }
     if run.runtime != run.state {
         rules.extend(parent(run.runtime).map(|p| (p, FsAccess::RemoveDirs)));
     }
@@ -81,6 +97,7 @@ pub fn apply(req: &RunRequest, dir: &RunDir) -> Result<Option<i32>> {
         temp: &req.bindings.temp,
         remove_temp: !req.keep_temp,
         receipt: req.receipt.as_deref().filter(|p| *p != Path::new("-")),
+        all_processes: req.backend == terra_sandbox::linux::nouserns::NAME,
     })
 }
 
@@ -131,6 +148,7 @@ mod tests {
             temp: &temp,
             remove_temp: true,
             receipt: Some(&receipt),
+            all_processes: false,
         };
         let got = restricted(&run, || {
             let denied = |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == ErrorKind::PermissionDenied);

@@ -43,7 +43,10 @@ pub struct BoxPrep<'a> {
     /// The box end of the broker socketpair (owned by `vm::main`'s frame,
     /// which never ends), address, service.
     pub mediated: Option<(BorrowedFd<'a>, SocketAddr, BoxService)>,
+    /// The box proxy service's allowlist.
     pub service_seccomp: Vec<BpfProgram>,
+    /// init's own allowlist, installed once the workload runs.
+    pub init_seccomp: Vec<BpfProgram>,
     /// The box's own terminal (see `terminal.rs`), when the caller's stdio has one.
     pub terminal: Option<TerminalPrep>,
 }
@@ -141,9 +144,14 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
         // returns); only init's children use them.
         unsafe { sys::close_inherited(fd) };
     }
-    // The box init's own seccomp filter (issue 12) goes here: setup is over,
-    // what is left is this wait loop.
+    // Setup is over and the workload forked: what is left is this wait
+    // loop, under init's own allowlist (any other call kills init, and with
+    // it the box; the supervisor reports it).
     let sigs = sys::block_forwarded();
+    if super::seccomp::install(&prep.init_seccomp).is_err() {
+        let _ = kill(workload_pid, Signal::SIGKILL);
+        report_and_exit(res_w.as_fd(), false, EXIT_REFUSED.into());
+    }
     loop {
         let (sig, from_kernel) = sys::wait_signal(&sigs);
         if sig != libc::SIGCHLD {

@@ -28,7 +28,7 @@ mod workload;
 
 pub use landlock::{restrict_self as landlock_restrict_self, FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
-pub use seccomp::{x32_filter, CLONE_NS_FLAGS};
+
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
 // Hand-made plans (rules not taken from a checked plan) are for the tests
 // only: with the `test-support` feature, which only dev-dependencies enable.
@@ -111,6 +111,9 @@ pub enum BoxExit {
     Refused(String),
     /// The workload could not be executed (126) or was not found (127).
     ExecFailed { code: i32, reason: String },
+    /// The box's init itself died by SIGSYS before reporting the workload's
+    /// end: its seccomp allowlist killed it (taking the box with it).
+    InitKilledBySeccomp,
 }
 
 /// What happened, for the receipt.
@@ -185,7 +188,12 @@ impl BoxHandle {
             let mut b = [0u8; 2];
             (sys::read_full(fd.as_fd(), &mut b) == 2).then(|| (b[0] == 1, b[1] as i32))
         });
-        Ok(prepare::report(&reports, ended, result))
+        Ok(prepare::report(
+            &reports,
+            ended,
+            result,
+            self.result.is_some(),
+        ))
     }
 }
 

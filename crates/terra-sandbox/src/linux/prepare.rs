@@ -297,7 +297,14 @@ pub fn describe(
 /// child (launcher or init) ended and, when the caller cloned init itself,
 /// init's result bytes (how the workload ended; absent when init was killed
 /// outright, e.g. by SIGKILL, and then the child's end tells).
-pub fn report(reports: &[Status], ended: (bool, i32), result: Option<(bool, i32)>) -> BoxReport {
+/// `has_init`: the box has an init that reports the workload's end (the
+/// linux backend; the landlock backend's child is the workload itself).
+pub fn report(
+    reports: &[Status],
+    ended: (bool, i32),
+    result: Option<(bool, i32)>,
+    has_init: bool,
+) -> BoxReport {
     let mut landlock_abi = None;
     let mut activation = "not run".to_string();
     let mut refused = None;
@@ -311,7 +318,12 @@ pub fn report(reports: &[Status], ended: (bool, i32), result: Option<(bool, i32)
         }
     }
     let (signaled, value) = result.unwrap_or(ended);
-    let exit = if let Some(why) = refused {
+    // init reports the workload's end before it exits; without that report
+    // a SIGSYS end is init's own (the supervisor never sends SIGSYS).
+    let init_killed = has_init && result.is_none() && ended == (true, libc::SIGSYS);
+    let exit = if init_killed {
+        BoxExit::InitKilledBySeccomp
+    } else if let Some(why) = refused {
         BoxExit::Refused(why)
     } else if let Some((code, reason)) = exec_failed {
         BoxExit::ExecFailed { code, reason }

@@ -176,13 +176,14 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
             canary_tcp: w.canary_tcp,
             canary_gate: held.gate.as_ref().map(|f| f.as_fd()),
             landlock,
-            seccomp: filters.clone(),
+            seccomp: filters,
         },
         mediated: match (c.proxy, &held.broker) {
             (Some(addr), Some(fd)) => Some((fd.as_fd(), addr, service)),
             _ => None,
         },
-        service_seccomp: filters,
+        service_seccomp: seccomp::box_service()?,
+        init_seccomp: seccomp::box_init()?,
         terminal,
     })
 }
