@@ -1622,7 +1622,13 @@ fn kill9_supervisor_at_startup_phases() {
             let cli = child.id(); // setpriv execs terra: same pid
             let appeared = Instant::now();
             let sup = loop {
-                if let Some(s) = children(cli).first().copied() {
+                // The CLI's first child may be its user-namespace probe
+                // (`--backend auto`): the supervisor is the one named so.
+                let named = children(cli).into_iter().find(|&c| {
+                    std::fs::read(format!("/proc/{c}/cmdline"))
+                        .is_ok_and(|a| a.windows(12).any(|w| w == b"__supervisor"))
+                });
+                if let Some(s) = named {
                     break s;
                 }
                 assert!(

@@ -891,8 +891,8 @@ impl Proc {
 /// The process tree of a mediated run, read from /proc while the workload
 /// sleeps: the supervisor, the broker and the box's init are each an exec
 /// of terra named after their role (argv `terra __ROLE`, comm `terra`),
-/// none shows /proc/self/exe, and each has no_new_privs; the broker, the
-/// one role with its own seccomp filter today, has it installed.
+/// none shows /proc/self/exe, and each has no_new_privs and its seccomp
+/// allowlist installed.
 #[test]
 fn ps_shows_each_role_as_terra_with_no_new_privs() {
     let srv = Http::start();
@@ -950,7 +950,16 @@ fn ps_shows_each_role_as_terra_with_no_new_privs() {
             .find(|p| p.cmdline == "terra __network")
             .unwrap();
         assert_eq!(broker.pid, broker_pid(&fx), "broker.pid names it");
-        assert_eq!(broker.field("Seccomp"), "2", "{}", broker.status);
+        // Each role runs under its own seccomp allowlist (Seccomp: 2, filter mode).
+        for p in std::iter::once(&supervisor).chain(&roles) {
+            assert_eq!(
+                p.field("Seccomp"),
+                "2",
+                "{user:?}: {}\n{}",
+                p.cmdline,
+                p.status
+            );
+        }
         // The box's init is not the workload: its own namespaces' PID 1.
         let init = roles.iter().find(|p| p.cmdline == "terra __vm").unwrap();
         assert_eq!(
@@ -967,6 +976,69 @@ fn ps_shows_each_role_as_terra_with_no_new_privs() {
                 .collect::<Vec<_>>(),
             &format!("kill -9 of the CLI as {user:?}"),
         );
+    }
+}
+
+/// A role that makes a system call off its allowlist is killed, and the run
+/// says so: the real `terra __vm`, `terra __network` and `terra __supervisor`
+/// of a mediated run are made (ptrace, from outside) to call mount(2). The
+/// run ends with 125, the line names the role (and, where the kernel's audit
+/// record is readable — root — the call's number), the receipt carries it
+/// for the two roles the supervisor outlives, and nothing of the run is left.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore = "needs root: ptrace of the run's roles"]
+fn a_role_off_its_allowlist_is_killed_and_the_run_ends_125() {
+    require_root("ptrace of the run's roles");
+    let srv = Http::start();
+    for user in users() {
+        for role in ["terra __vm", "terra __network", "terra __supervisor"] {
+            let fx = BoxWorld::new("role-killed", user);
+            let policy = fx.policy(&[("localhost", srv.port, false, true)]);
+            let child = fx
+                .command(
+                    &["--policy", policy.to_str().unwrap()],
+                    "touch started; sleep 600",
+                )
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            wait_for_file(&fx.ws.join("started"), "the workload");
+            let cli = child.id() as i32;
+            let sup = children(cli);
+            assert_eq!(sup.len(), 1, "one supervisor under the CLI");
+            let mut tree = vec![sup[0]];
+            tree.extend(children(sup[0]));
+            let target = tree
+                .iter()
+                .copied()
+                .find(|&p| Proc::read(p).cmdline.starts_with(role))
+                .unwrap_or_else(|| panic!("no {role} in {tree:?}"));
+            terra_test_support::inject::syscall_in(target, libc::SYS_mount as u64)
+                .unwrap_or_else(|e| panic!("{user:?} {role}: {e}"));
+            let out = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let what = format!("{user:?} {role}: {:?}\n{stderr}", out.status);
+            assert_eq!(out.status.code(), Some(125), "{what}");
+            let line = format!("role {role} killed by seccomp");
+            assert!(stderr.contains(&line), "{what}");
+            if user == User::Caller {
+                assert!(
+                    stderr.contains(&format!("{line}, syscall {}", libc::SYS_mount)),
+                    "root reads the audit record: {what}"
+                );
+            }
+            if role != "terra __supervisor" {
+                let receipt: Value =
+                    serde_json::from_slice(&fs::read(fx.root.join("receipt.json")).unwrap())
+                        .unwrap();
+                let killed = receipt["outcome"]["roleKilled"].as_str().unwrap_or("");
+                assert!(killed.starts_with(&line), "{what}\n{receipt}");
+                assert_eq!(receipt["outcome"]["exitCode"], 125, "{receipt}");
+            }
+            assert_gone(&tree, &what);
+        }
     }
 }
 

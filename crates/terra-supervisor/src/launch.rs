@@ -111,6 +111,12 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8>
         return Ok(code.clamp(0, 255) as u8);
     }
     let sig = status.signal().unwrap_or(0);
+    if sig == terra_seccomp::KILL_SIGNAL {
+        // Its allowlist killed it: no receipt could be written; say so here.
+        let line = crate::role_kill::line("terra __supervisor", child_pid.as_raw());
+        eprintln!("terra: {line}; the box went with it and no receipt was written");
+        return Ok(terra_policy::EXIT_REFUSED);
+    }
     eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
     Ok((128 + sig).clamp(0, 255) as u8)
 }

@@ -22,6 +22,8 @@ mod reaper;
 pub mod receipt;
 pub mod request;
 #[cfg(target_os = "linux")]
+mod role_kill;
+#[cfg(target_os = "linux")]
 pub mod run;
 #[cfg(target_os = "linux")]
 pub mod state;

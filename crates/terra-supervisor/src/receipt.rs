@@ -33,6 +33,10 @@ pub struct Outcome {
     pub refused: Option<String>,
     /// The workload could not be executed or was not found: why.
     pub exec_failed: Option<String>,
+    /// A role of terra (the box's init, the broker) was killed by its seccomp
+    /// allowlist: which, and the system call when the kernel's record was
+    /// readable ("role terra __network killed by seccomp, syscall 41").
+    pub role_killed: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -283,6 +283,10 @@ struct Run {
     supervisor_landlock_abi: Option<i32>,
     activation: String,
     network: Option<NetworkSummary>,
+    /// Host pid of the box's init (0 before it exists).
+    box_pid: i32,
+    /// A role killed by its seccomp allowlist, in the receipt's words.
+    role_killed: Option<String>,
 }
 
 /// What the waiter threads report to the supervisor's main loop.
@@ -305,6 +309,8 @@ impl Run {
             supervisor_landlock_abi: None,
             activation: "not run".into(),
             network: None,
+            box_pid: 0,
+            role_killed: None,
         }
     }
 
@@ -482,6 +488,7 @@ impl Run {
             }
         };
         let box_pid = Pid::from_raw(handle.pid());
+        self.box_pid = box_pid.as_raw();
         debug!(
             phase = "spawn",
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
@@ -518,8 +525,20 @@ impl Run {
                 return self.refuse(Some(&dir), &e);
             }
         }
-        // The supervisor's own seccomp filter (issue 12) goes here: the
-        // workers run and its Landlock domain is in place.
+        // The workers run and the Landlock domain is in place: from here on
+        // the supervisor's allowlist holds (no exec, no new process, no
+        // socket, no mount...; any other call kills it). Threads started
+        // below inherit it.
+        if let Err(e) = terra_seccomp::compile(terra_seccomp::Table::Supervisor)
+            .and_then(|p| terra_seccomp::install(&p))
+        {
+            let _ = kill(box_pid, Signal::SIGKILL);
+            let _ = handle.wait();
+            if let Some(b) = broker.take() {
+                self.network = Some(b.stop(None));
+            }
+            return self.refuse(Some(&dir), &e);
+        }
         // Threads start only now (the box is cloned from a process that has
         // none, and every thread is in the Landlock domain).
         let relay = operator.map(|o| o.start(handle.take_terminal()));
@@ -567,6 +586,13 @@ impl Run {
                     Event::Box(r) => break 'run r,
                     Event::Broker(r) => {
                         if let Some(b) = broker.as_mut() {
+                            if matches!(r, Ok(crate::role_kill::KILLED_STATUS)) {
+                                // Its allowlist killed it: the run ends (125).
+                                let line = crate::role_kill::line("terra __network", b.pid);
+                                eprintln!("terra: {line}; stopping the box");
+                                self.role_killed = Some(line);
+                                let _ = kill(box_pid, Signal::SIGKILL);
+                            }
                             b.ended(r, true);
                         }
                     }
@@ -703,6 +729,19 @@ impl Run {
                 outcome.exit_code = *code;
                 outcome.exec_failed = Some(reason.clone());
             }
+            BoxExit::InitKilledBySeccomp => {
+                let line = crate::role_kill::line("terra __vm", self.box_pid);
+                eprintln!("terra: {line}; the box went with it");
+                self.role_killed = Some(line);
+            }
+        }
+        // A role killed by its allowlist ends the run as a refusal, whatever
+        // the workload did meanwhile.
+        if let Some(line) = &self.role_killed {
+            outcome.exit_code = EXIT_REFUSED as i32;
+            outcome.signal = None;
+            outcome.refused = Some(line.clone());
+            outcome.role_killed = Some(line.clone());
         }
         if timed_out {
             eprintln!(

@@ -14,6 +14,8 @@
 pub mod data;
 pub mod dirs;
 pub mod http;
+#[cfg(target_arch = "x86_64")]
+pub mod inject;
 pub mod json;
 pub mod process;
 pub mod users;
