@@ -1153,7 +1153,13 @@ fn a_broker_that_cannot_start_refuses_the_run_and_its_twin_runs() {
                 "sh",
             ];
             let out = fx
-                .command_via(&via, &["--policy", policy.to_str().unwrap()], "touch ran")
+                // The linux backend by name: `auto` would choose the
+                // landlock backend here, which refuses mediated plans itself.
+                .command_via(
+                    &via,
+                    &["--backend", "linux", "--policy", policy.to_str().unwrap()],
+                    "touch ran",
+                )
                 .output()
                 .unwrap();
             let r = fx.collect(out);

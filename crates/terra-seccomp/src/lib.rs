@@ -157,7 +157,11 @@ pub fn compile_for(
 ) -> Result<Vec<Program>, Error> {
     let arch_s = arch_name(arch);
     let mut out = Vec::new();
-    for f in table.filters()? {
+    // Allowlists go last: installing a filter takes prctl and seccomp calls
+    // that an allowlist already in place would not admit.
+    let mut filters = table.filters()?;
+    filters.sort_by_key(|f| f.kind == Kind::AllowList);
+    for f in filters {
         if only.is_some_and(|o| !o.contains(&f.name.as_str())) {
             continue;
         }
@@ -234,7 +238,8 @@ fn with_x32_refusal(mut bpf: BpfProgram, refusal: u32) -> Result<BpfProgram, Str
     Ok(bpf)
 }
 
-/// Installs `programs` on the calling thread (and what it starts later).
+/// Installs `programs` on the calling thread (and what it starts later), in
+/// [`compile`]'s order (allowlists last).
 pub fn install(programs: &[Program]) -> Result<(), Error> {
     for p in programs {
         seccompiler::apply_filter(&p.bpf).map_err(|source| Error::Install {

@@ -167,6 +167,25 @@ fn a_role_that_calls_off_its_list_is_killed() {
     assert_eq!(in_child(&[], socket_unix), Ok(0), "the unfiltered twin");
 }
 
+fn open_etc_passwd() -> i32 {
+    // SAFETY: a NUL-terminated path; the descriptor, if any, dies with the child.
+    let fd = unsafe { libc::open(c"/etc/passwd".as_ptr(), libc::O_RDONLY) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EACCES) {
+        4
+    } else {
+        0
+    }
+}
+
+#[test]
+fn the_broker_and_the_service_open_no_file_and_are_not_killed_for_trying() {
+    for t in [Table::Broker, Table::BoxService] {
+        let programs = compile(t).unwrap();
+        assert_eq!(in_child(&programs, open_etc_passwd), Ok(4), "{}", t.name());
+    }
+    assert_eq!(in_child(&[], open_etc_passwd), Ok(0), "the unfiltered twin");
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn x32_and_i386_calls_are_killed_in_every_role_and_refused_in_the_workload() {

@@ -74,7 +74,7 @@ mod tests {
         // refused, absent, setid, families, netlink.
         assert_eq!(build().unwrap().len(), 5);
         assert_eq!(box_init().unwrap().len(), 1);
-        assert_eq!(box_service().unwrap().len(), 2);
+        assert_eq!(box_service().unwrap().len(), 3);
         assert_eq!(landlock_closures(&["inet", "unix_paths"]).unwrap().len(), 2);
         assert!(landlock_closures(&[]).unwrap().is_empty());
         let d = describe();
