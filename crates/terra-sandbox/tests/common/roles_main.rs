@@ -9,7 +9,6 @@
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -28,11 +27,13 @@ fn main() -> ExitCode {
 /// The mediated box's service in the tests: says it is up on the broker
 /// socket, and greets every connection to the proxy address.
 fn proxy_service(listener: std::net::TcpListener, broker: OwnedFd) -> ! {
-    let mut broker = UnixStream::from(broker);
-    let _ = broker.write_all(b"service-up\n");
+    let _ = std::fs::File::from(broker).write_all(b"service-up\n");
     loop {
-        if let Ok((mut s, _)) = listener.accept() {
-            let _ = s.write_all(b"hello-from-proxy\n");
+        if let Ok((s, _)) = listener.accept() {
+            // write(2), as a File: the service runs under the box service's
+            // allowlist, which has no send(2) (the real service only hands
+            // sockets on with sendmsg).
+            let _ = std::fs::File::from(OwnedFd::from(s)).write_all(b"hello-from-proxy\n");
         }
     }
 }
