@@ -18,12 +18,15 @@
 #![forbid(unsafe_code)]
 #![cfg(target_os = "linux")]
 
+mod compile;
 mod describe;
 mod table;
 
 use std::collections::BTreeSet;
 
-use seccompiler::{sock_filter, SeccompAction};
+use compile::arch_name;
+pub use compile::X32_SYSCALL_BIT;
+use seccompiler::sock_filter;
 pub use seccompiler::{BpfProgram, TargetArch};
 pub use table::Kind;
 
@@ -83,14 +86,17 @@ impl Table {
     }
 
     fn filters(self) -> Result<Vec<table::Filter>, Error> {
-        table::parse(self.name(), self.source())
+        table::parse(self.name(), self.source()).map_err(|message| Error::Table {
+            table: self.name().into(),
+            message,
+        })
     }
 }
 
 /// Why a table could not be read, compiled or installed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("seccomp table {table}: {message}")]
+    #[error("{message}")]
     Table { table: String, message: String },
     #[error("seccomp table {table}, filter {filter}: {message}")]
     Compile {
@@ -123,119 +129,77 @@ pub fn native_arch() -> TargetArch {
     compile_error!("terra's seccomp tables cover x86_64 and aarch64");
 }
 
-fn arch_name(arch: TargetArch) -> &'static str {
-    match arch {
-        TargetArch::x86_64 => "x86_64",
-        TargetArch::aarch64 => "aarch64",
-        TargetArch::riscv64 => "riscv64",
-    }
-}
+/// One BPF instruction as the build script writes it: (code, jt, jf, k).
+type Insn = (u16, u8, u8, u32);
 
-/// Every filter of `table`, compiled for this architecture.
+include!(concat!(env!("OUT_DIR"), "/compiled.rs"));
+
+/// Every filter of `table`, compiled for this architecture when terra was
+/// built, in installation order.
 pub fn compile(table: Table) -> Result<Vec<Program>, Error> {
-    compile_for(table, native_arch(), None)
+    prebuilt(table, None)
 }
 
-/// The filters of `table` named in `only`, compiled for this architecture.
+/// The filters of `table` named in `only`, compiled when terra was built.
 pub fn compile_only(table: Table, only: &[&str]) -> Result<Vec<Program>, Error> {
-    for name in only {
-        if !table.filters()?.iter().any(|f| f.name == *name) {
+    prebuilt(table, Some(only))
+}
+
+fn prebuilt(table: Table, only: Option<&[&str]>) -> Result<Vec<Program>, Error> {
+    let of_table: Vec<_> = COMPILED
+        .iter()
+        .filter(|(t, _, _)| *t == table.name())
+        .collect();
+    if of_table.is_empty() {
+        return Err(Error::Table {
+            table: table.name().into(),
+            message: "not compiled into this build".into(),
+        });
+    }
+    for name in only.unwrap_or_default() {
+        if !of_table.iter().any(|(_, f, _)| f == name) {
             return Err(Error::Table {
                 table: table.name().into(),
                 message: format!("no filter {name}"),
             });
         }
     }
-    compile_for(table, native_arch(), Some(only))
+    Ok(of_table
+        .into_iter()
+        .filter(|(_, f, _)| only.is_none_or(|o| o.contains(f)))
+        .map(|(t, f, insns)| Program {
+            name: format!("{t}/{f}"),
+            bpf: insns
+                .iter()
+                .map(|&(code, jt, jf, k)| sock_filter { code, jt, jf, k })
+                .collect(),
+        })
+        .collect())
 }
 
-/// [`compile`] for `arch` (tests compile every table for every architecture).
+/// `table` compiled now from its JSON, for `arch` (the tests compile every
+/// table for every architecture and compare with the build's programs).
 pub fn compile_for(
     table: Table,
     arch: TargetArch,
     only: Option<&[&str]>,
 ) -> Result<Vec<Program>, Error> {
-    let arch_s = arch_name(arch);
     let mut out = Vec::new();
-    // Allowlists go last: installing a filter takes prctl and seccomp calls
-    // that an allowlist already in place would not admit.
-    let mut filters = table.filters()?;
-    filters.sort_by_key(|f| f.kind == Kind::AllowList);
-    for f in filters {
+    for f in compile::ordered(table.filters()?) {
         if only.is_some_and(|o| !o.contains(&f.name.as_str())) {
             continue;
         }
-        let err = |message: String| Error::Compile {
+        let bpf = compile::filter(&f, arch).map_err(|message| Error::Compile {
             table: table.name(),
             filter: f.name.clone(),
             message,
-        };
-        let json =
-            serde_json::to_vec(&f.seccompiler_json(arch_s)).map_err(|e| err(e.to_string()))?;
-        let mut map = seccompiler::compile_from_json(json.as_slice(), arch)
-            .map_err(|e| err(e.to_string()))?;
-        let bpf = map
-            .remove(&f.name)
-            .ok_or_else(|| err("seccompiler returned no program".into()))?;
-        let refusal: SeccompAction =
-            serde_json::from_value(f.refusal.clone()).map_err(|e| err(e.to_string()))?;
-        let bpf = if arch == TargetArch::x86_64 {
-            with_x32_refusal(bpf, refusal.into()).map_err(err)?
-        } else {
-            bpf
-        };
+        })?;
         out.push(Program {
             name: format!("{}/{}", table.name(), f.name),
             bpf,
         });
     }
     Ok(out)
-}
-
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x15;
-const BPF_JMP_JGE_K: u16 = 0x35;
-const BPF_RET_K: u16 = 0x06;
-/// offsetof(struct seccomp_data, arch).
-const DATA_ARCH: u32 = 4;
-/// The x32 ABI's bit in a system call number.
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-
-/// Inserts, right after seccompiler's architecture check, a test that
-/// answers every x32 number with `refusal`. The check shares x86_64's audit
-/// architecture with x32, so without this a table's bans would not hold for
-/// x32 numbers. Every later jump is relative and forward, so none moves.
-fn with_x32_refusal(mut bpf: BpfProgram, refusal: u32) -> Result<BpfProgram, String> {
-    let stmt = |code, k| sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    let arch_check = bpf.len() > 3
-        && bpf[0].code == BPF_LD_W_ABS
-        && bpf[0].k == DATA_ARCH
-        && bpf[1].code == BPF_JMP_JEQ_K
-        && (bpf[1].jt, bpf[1].jf) == (1, 0)
-        && bpf[2].code == BPF_RET_K
-        && bpf[2].k == libc::SECCOMP_RET_KILL_PROCESS
-        && bpf[3].code == BPF_LD_W_ABS
-        && bpf[3].k == 0;
-    if !arch_check {
-        return Err("the program does not start with the architecture check".into());
-    }
-    let x32 = [
-        stmt(BPF_LD_W_ABS, 0),
-        sock_filter {
-            code: BPF_JMP_JGE_K,
-            jt: 0,
-            jf: 1,
-            k: X32_SYSCALL_BIT,
-        },
-        stmt(BPF_RET_K, refusal),
-    ];
-    bpf.splice(3..3, x32);
-    Ok(bpf)
 }
 
 /// Installs `programs` on the calling thread (and what it starts later), in

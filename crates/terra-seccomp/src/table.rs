@@ -6,7 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::Error;
+/// Why a table was refused (the lib names the table).
+pub type Error = String;
 
 /// The architectures a table may name.
 pub const ARCHES: [&str; 2] = ["x86_64", "aarch64"];
@@ -76,10 +77,7 @@ impl Filter {
 }
 
 fn bad(table: &str, message: String) -> Error {
-    Error::Table {
-        table: table.to_string(),
-        message,
-    }
+    format!("seccomp table {table}: {message}")
 }
 
 /// Parses and checks `source`, the text of table `table`.

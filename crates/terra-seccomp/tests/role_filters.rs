@@ -100,6 +100,20 @@ fn every_table_compiles_for_every_architecture() {
 }
 
 #[test]
+fn the_build_compiled_exactly_the_tables() {
+    for t in Table::ALL {
+        let built = compile(t).unwrap();
+        let now = compile_for(t, terra_seccomp::native_arch(), None).unwrap();
+        assert_eq!(built.len(), now.len(), "{}", t.name());
+        for (b, n) in built.iter().zip(&now) {
+            assert_eq!(b.name, n.name);
+            assert_eq!(b.bpf, n.bpf, "{}", b.name);
+        }
+    }
+    assert!(terra_seccomp::compile_only(Table::LandlockClosures, &["nope"]).is_err());
+}
+
+#[test]
 fn every_x86_64_program_refuses_x32_right_after_the_arch_check() {
     for t in Table::ALL {
         for p in compile_for(t, TargetArch::x86_64, None).unwrap() {
