@@ -67,8 +67,16 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
-    /// This host's facts (one fork for the namespace probe).
+    /// This host's facts: without a fork when nothing on the host can
+    /// restrict user namespaces (`nothing_restricts_userns`), else with the
+    /// namespace probe (two forks, namespaces, a procfs mount).
     pub fn probe() -> HostFacts {
+        if nouserns::nothing_restricts_userns() {
+            return HostFacts {
+                user_namespaces: Ok(()),
+                landlock: nouserns::usable(),
+            };
+        }
         let observed = nouserns::observe();
         let user_namespaces = observed.probe.clone().map_err(|why| {
             let causes: Vec<&str> = nouserns::diagnose(&observed)

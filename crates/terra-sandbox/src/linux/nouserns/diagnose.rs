@@ -137,6 +137,39 @@ pub fn observe() -> Observed {
     }
 }
 
+/// The facts [`observe`] reads without its probe (no fork), for
+/// `--backend auto`: true when nothing that can block user namespaces is
+/// present — user.max_user_namespaces above 0, no sysctl that restricts
+/// them for this user, no seccomp filter on this process (container
+/// runtimes refuse CLONE_NEWUSER with one), no container runtime. Then the
+/// linux backend is chosen without the probe (which costs a run two forks,
+/// namespaces and a procfs mount); anything else takes the probe.
+pub fn nothing_restricts_userns() -> bool {
+    let o = Observed {
+        probe: Ok(()),
+        max_user_namespaces: read_trim("/proc/sys/user/max_user_namespaces")
+            .and_then(|v| v.parse().ok()),
+        unprivileged_userns_clone: read_trim("/proc/sys/kernel/unprivileged_userns_clone"),
+        apparmor_restrict: read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        container: support::container_hint(),
+        seccomp_mode: read_trim("/proc/self/status").and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Seccomp:"))
+                .and_then(|v| v.trim().parse().ok())
+        }),
+        root: nix::unistd::geteuid().is_root(),
+    };
+    plainly_unrestricted(&o)
+}
+
+fn plainly_unrestricted(o: &Observed) -> bool {
+    o.max_user_namespaces.is_some_and(|n| n > 0)
+        && (o.root || o.unprivileged_userns_clone.as_deref() != Some("0"))
+        && (o.root || o.apparmor_restrict.as_deref() != Some("1"))
+        && o.seccomp_mode == Some(0)
+        && o.container.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +188,55 @@ mod tests {
 
     fn names(o: &Observed) -> Vec<&'static str> {
         diagnose(o).iter().map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn the_probe_is_skipped_only_when_nothing_can_restrict_user_namespaces() {
+        let clear = Observed {
+            probe: Err("not run".into()),
+            max_user_namespaces: Some(15000),
+            unprivileged_userns_clone: None,
+            apparmor_restrict: Some("0".into()),
+            container: None,
+            seccomp_mode: Some(0),
+            root: false,
+        };
+        assert!(plainly_unrestricted(&clear));
+        for restricted in [
+            Observed {
+                max_user_namespaces: Some(0),
+                ..clear.clone()
+            },
+            Observed {
+                max_user_namespaces: None,
+                ..clear.clone()
+            },
+            Observed {
+                apparmor_restrict: Some("1".into()),
+                ..clear.clone()
+            },
+            Observed {
+                unprivileged_userns_clone: Some("0".into()),
+                ..clear.clone()
+            },
+            Observed {
+                seccomp_mode: Some(2),
+                ..clear.clone()
+            },
+            Observed {
+                container: Some("docker (/.dockerenv)".into()),
+                ..clear.clone()
+            },
+        ] {
+            assert!(!plainly_unrestricted(&restricted), "{restricted:?}");
+        }
+        // Root is not held back by the unprivileged-only sysctls.
+        let root = Observed {
+            apparmor_restrict: Some("1".into()),
+            root: true,
+            ..clear.clone()
+        };
+        assert!(plainly_unrestricted(&root));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 
 use terra_policy::{Capability, CapabilitySet, NetworkMode};
 
-pub use diagnose::{diagnose, observe, Cause, Observed};
+pub use diagnose::{diagnose, nothing_restricts_userns, observe, Cause, Observed};
 pub use rules::{MIN_ABI, RESOLVE_UNIX_ABI};
 
 use super::{landlock, seccomp, BoxConfig, BoxHandle, BoxSpec, SandboxError};
