@@ -141,6 +141,23 @@ fn main() -> ExitCode {
     unsafe {
         dlmalloc::enable_alloc_after_fork()
     };
+    // A role (`terra __vm`, ...) is started for every run: it skips the
+    // command-line parser (its argv is its name and its own arguments).
+    let mut argv = std::env::args_os().skip(1);
+    if let Some(role) = argv.next().and_then(|a| a.into_string().ok()) {
+        let rest: Vec<std::ffi::OsString> = argv.collect();
+        let run: Option<fn(Vec<std::ffi::OsString>) -> ExitCode> = match role.as_str() {
+            "__supervisor" => Some(terra_supervisor::role_main),
+            "__vm" => Some(vm_role),
+            "__network" => Some(terra_netd::role_main),
+            "__sandbox_launcher" => Some(terra_sandbox::launcher_role_main),
+            _ => None,
+        };
+        if let Some(run) = run {
+            init_logging(None);
+            return run(rest);
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
