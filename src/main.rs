@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod macos_dry_run;
 mod policy_cmd;
 mod run_cmd;
+mod runs_cmd;
 
 /// dlmalloc on Linux: the static build's musl allocator unmaps freed memory at
 /// once, which cost about 100 mmap/munmap pairs per `terra run`.
@@ -39,6 +40,8 @@ enum Command {
     Policy(policy_cmd::PolicyCommand),
     /// Run a command confined by a policy (the embedded default when none is given).
     Run(run_cmd::RunArgs),
+    /// List recent runs (`terra runs show [ID|last]`: a receipt and its network log).
+    Runs(runs_cmd::RunsArgs),
     /// Report whether this host can run terra's Linux backend, and what to change if not.
     Doctor(run_cmd::DoctorArgs),
     /// List backends with their declared capabilities and whether this host supports them.
@@ -156,6 +159,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
+        Command::Runs(args) => runs_cmd::run(args),
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),

@@ -24,9 +24,15 @@ pub mod request;
 #[cfg(target_os = "linux")]
 pub mod run;
 #[cfg(target_os = "linux")]
+pub mod runs;
+#[cfg(target_os = "linux")]
 pub mod state;
 #[cfg(target_os = "linux")]
+pub mod summary;
+#[cfg(target_os = "linux")]
 mod supervise;
+#[cfg(target_os = "linux")]
+pub mod temp;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

@@ -78,8 +78,6 @@ pub struct RunBuilder {
     pub timeout: Option<String>,
     /// Where to write an extra copy of the receipt (`-`: standard output).
     pub receipt: Option<PathBuf>,
-    /// Keep the run's temp directory (`--keep-temp`).
-    pub keep_temp: bool,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -107,7 +105,6 @@ impl RunBuilder {
             env: Vec::new(),
             timeout: None,
             receipt: None,
-            keep_temp: false,
         }
     }
 
@@ -126,7 +123,12 @@ impl RunBuilder {
                     .and_then(|p| fs::canonicalize(&p).map_err(|e| Error::op("", e)))
                     .map_err(|e| e.context(flag))?
             }
-            None => fs::canonicalize(&cwd).map_err(|e| Error::op("the current directory", e))?,
+            None => {
+                let ws =
+                    fs::canonicalize(&cwd).map_err(|e| Error::op("the current directory", e))?;
+                refuse_broad_workspace(&ws, std::env::var_os("HOME").map(PathBuf::from))?;
+                ws
+            }
         };
         let (mir, origin) = self.load_policy(&cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
@@ -236,7 +238,10 @@ impl RunBuilder {
                 env_hex: env.iter().map(|(k, v)| (hex_os(k), hex_os(v))).collect(),
                 timeout_ms,
                 receipt,
-                keep_temp: self.keep_temp,
+                // The supervisor leaves the temp directory in place: `terra
+                // run` keeps or removes it once the supervisor ended, by the
+                // run's outcome (temp.rs).
+                keep_temp: true,
             };
             Ok(PreparedRun { plan, request })
         })();
@@ -320,6 +325,39 @@ impl RunBuilder {
         };
         Ok((mir, origin))
     }
+}
+
+/// Without `--workspace`, the current directory becomes the writable
+/// workspace: refused when that is `/`, `/tmp`, `$HOME` or a parent of
+/// `$HOME` (from the home directory, `terra run` would make `~/.ssh` and
+/// `~/.bashrc` writable). `--workspace DIR` names such a directory on purpose.
+pub fn refuse_broad_workspace(ws: &Path, home: Option<PathBuf>) -> Result<()> {
+    let home = home
+        .filter(|h| h.is_absolute())
+        .and_then(|h| fs::canonicalize(h).ok());
+    let tmp = fs::canonicalize("/tmp").unwrap_or_else(|_| PathBuf::from("/tmp"));
+    let what = if ws == Path::new("/") {
+        "/, the whole host".to_string()
+    } else if home.as_deref() == Some(ws) {
+        "your home directory: ~/.ssh, ~/.bashrc and every other file in it would be writable"
+            .to_string()
+    } else if let Some(h) = home.as_deref().filter(|h| h.starts_with(ws)) {
+        format!("a parent of your home directory {}", h.display())
+    } else if ws == tmp {
+        "the shared temp directory".to_string()
+    } else {
+        return Ok(());
+    };
+    let on_purpose = if ws == Path::new("/") {
+        String::new()
+    } else {
+        format!(" (--workspace {} if you mean it)", ws.display())
+    };
+    Err(Error::Argument(format!(
+        "the current directory {} is {what}; without --workspace it would become the box's writable \
+         workspace. Run from a project directory, or pass --workspace DIR{on_purpose}",
+        ws.display(),
+    )))
 }
 
 /// On the landlock backend, a plan needing a capability it does not declare
@@ -623,6 +661,25 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
 }
 
 impl PreparedRun {
+    /// What `terra run` says on stderr before the run starts: on the linux
+    /// backend, a workspace under `/tmp` is bound through at its path inside
+    /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
+    /// not the host's and goes with the run's temp directory.
+    pub fn warnings(&self) -> Vec<String> {
+        let ws = &self.request.bindings.workspace;
+        let mut out = Vec::new();
+        if self.request.backend == Backend::Linux.name() && ws.starts_with("/tmp") {
+            out.push(format!(
+                "the workspace {} is under /tmp, but the box has a private /tmp (the run's temp directory) \
+                 with only the workspace bound through: files written in /tmp outside {} do not reach the \
+                 host's /tmp",
+                ws.display(),
+                ws.display()
+            ));
+        }
+        out
+    }
+
     /// What `--dry-run` prints: the resolved plan, its decision digest, the
     /// environment and argv, and the backend's program (for a mediated plan
     /// also the broker's, generated from the tables its filters are built from).
