@@ -8,6 +8,8 @@
 #![forbid(unsafe_code)]
 
 #[cfg(target_os = "linux")]
+pub mod allow_net;
+#[cfg(target_os = "linux")]
 pub mod backend;
 #[cfg(target_os = "linux")]
 mod confine;

@@ -307,12 +307,21 @@ impl RunBuilder {
             }
         }
         for dest in &self.allow_net {
-            let (host, port) = parse_allow_net(dest)?;
+            let d = crate::allow_net::parse(dest)?;
             builder.set_network(NetworkMode::Mediated);
             builder
-                .add_destination(host, port, false, false)
+                .add_destination(d.host, d.port, false, d.allow_private)
                 .map_err(|e| Error::policy(format!("--allow-net {dest}"), e))?;
-            overlay.push(format!("allow-net {}:{port}", host.to_ascii_lowercase()));
+            overlay.push(format!(
+                "allow-net {}:{}{}",
+                d.host.to_ascii_lowercase(),
+                d.port,
+                if d.allow_private {
+                    " (private addresses allowed)"
+                } else {
+                    ""
+                }
+            ));
         }
         let mir = builder
             .build()
@@ -341,10 +350,10 @@ pub fn refuse_broad_workspace(ws: &Path, home: Option<PathBuf>) -> Result<()> {
     } else if home.as_deref() == Some(ws) {
         "your home directory: ~/.ssh, ~/.bashrc and every other file in it would be writable"
             .to_string()
-    } else if let Some(h) = home.as_deref().filter(|h| h.starts_with(ws)) {
-        format!("a parent of your home directory {}", h.display())
     } else if ws == tmp {
         "the shared temp directory".to_string()
+    } else if let Some(h) = home.as_deref().filter(|h| h.starts_with(ws)) {
+        format!("a parent of your home directory {}", h.display())
     } else {
         return Ok(());
     };
@@ -422,13 +431,6 @@ fn proxy_env() -> Vec<(OsString, OsString)> {
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
         .collect()
-}
-
-/// `--allow-net HOST:PORT`: the host (checked by the policy builder) and the port.
-pub fn parse_allow_net(dest: &str) -> Result<(&str, u16)> {
-    dest.rsplit_once(':')
-        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| Error::Argument(format!("--allow-net {dest:?}: expected HOST:PORT")))
 }
 
 /// Absolute against `cwd`, without touching the file system.
@@ -839,29 +841,6 @@ mod tests {
             assert!(
                 matches!(parse_duration(bad), Err(Error::Argument(m)) if m.starts_with("--timeout ")),
                 "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn allow_net_takes_host_and_port() {
-        assert_eq!(
-            parse_allow_net("example.com:443").unwrap(),
-            ("example.com", 443)
-        );
-        // The last colon separates the port (the host is the policy's to check).
-        assert_eq!(parse_allow_net("a:b:80").unwrap(), ("a:b", 80));
-        for bad in [
-            "example.com",
-            "example.com:",
-            "example.com:https",
-            "h:65536",
-            "h:-1",
-        ] {
-            let e = parse_allow_net(bad).unwrap_err();
-            assert!(
-                e.to_string().ends_with(": expected HOST:PORT"),
-                "{bad}: {e}"
             );
         }
     }
