@@ -157,15 +157,23 @@ impl StateBase {
     /// only removed once older than `max_age`, and never while locked.
     pub fn prune(&self, retention: Retention, now: SystemTime) -> (Vec<String>, Vec<String>) {
         let ids = self.run_ids();
+        let too_old = |id: &str| {
+            run_started(id)
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > retention.max_age)
+        };
+        // The common case costs one directory listing: few enough runs, the
+        // oldest young enough.
+        if ids.len() <= retention.keep && !ids.first().is_some_and(|id| too_old(id)) {
+            return (Vec::new(), Vec::new());
+        }
         let mut removed = Vec::new();
         let mut failed = Vec::new();
         let mut finished_kept = 0usize;
         // Newest first: the first `keep` finished runs stay.
         for id in ids.iter().rev() {
             let Ok(run) = self.open_run(id) else { continue };
-            let too_old = run_started(id)
-                .and_then(|t| now.duration_since(t).ok())
-                .is_some_and(|age| age > retention.max_age);
+            let too_old = too_old(id);
             let finished = run.has("receipt.json");
             let over_count = finished && {
                 finished_kept += 1;
