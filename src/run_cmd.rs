@@ -187,6 +187,17 @@ fn after_run(
             eprint!("{text}");
         }
     }
+    // The program was not found (127) or could not be executed (126, the
+    // landlock backend's EACCES): name it when the host has it outside the grants.
+    let exec_failed = own
+        .as_ref()
+        .and_then(|r| r.receipt())
+        .is_some_and(|r| !r["outcome"]["execFailed"].is_null());
+    if exec_failed {
+        if let Some(hint) = prepared.program_hint() {
+            eprintln!("terra: {hint}");
+        }
+    }
     if let Some(note) = temp::after_run(&prepared.request.bindings.temp, temp_after, ended.code) {
         if !quiet || note.contains("cannot remove") {
             eprintln!("{note}");

@@ -434,3 +434,51 @@ fn pruning_never_follows_a_symlink_planted_in_the_state_directory() {
     assert!(!linked_file.exists());
     assert_eq!(run_ids(&d), ["20000101T000000Z-2-00000000"]);
 }
+
+// ------------------------------------------------------------ finding the tools
+
+#[test]
+fn a_program_outside_the_grants_is_named_with_the_flag() {
+    let d = dirs("notfound");
+    let tools = d.root.join("tools");
+    let tool = d.write("tools/bin/mytool", "#!/bin/sh\necho tool-ran\n");
+    fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{PATH}", tools.join("bin").display());
+    let run = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+        d.run_env(&mut c, &path);
+        c.args(args);
+        run_bounded(c)
+    };
+    let hint = format!(
+        "mytool is {} on the host, outside every grant of the box; --read {} grants it",
+        tool.display(),
+        tools.display()
+    );
+    let o = run(&["run", "--", "mytool"]);
+    assert_eq!(o.status.code(), Some(127), "{}", show(&o));
+    assert!(stderr(&o).contains(&hint), "{}", show(&o));
+    // --dry-run says it before anything runs.
+    let o = run(&["run", "--dry-run", "--", "mytool"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(
+        stdout(&o).contains(&format!("program:         NOT IN THE BOX: {hint}")),
+        "{}",
+        show(&o)
+    );
+    // The flag it names makes it run.
+    let tools_s = tools.to_str().unwrap();
+    let o = run(&["run", "--read", tools_s, "--", "mytool"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(stdout(&o), "tool-ran\n");
+    let o = run(&["run", "--dry-run", "--read", tools_s, "--", "mytool"]);
+    assert!(
+        stdout(&o).contains(&format!("program:         {} (granted)", tool.display())),
+        "{}",
+        show(&o)
+    );
+    // A program the host does not have either: no hint.
+    let o = run(&["run", "--", "terra-surely-no-such-program"]);
+    assert_eq!(o.status.code(), Some(127), "{}", show(&o));
+    assert!(!stderr(&o).contains("outside every grant"), "{}", show(&o));
+}

@@ -12,6 +12,8 @@ pub mod allow_net;
 #[cfg(target_os = "linux")]
 pub mod backend;
 #[cfg(target_os = "linux")]
+pub mod command_check;
+#[cfg(target_os = "linux")]
 mod confine;
 pub mod error;
 #[cfg(target_os = "linux")]

@@ -668,6 +668,39 @@ impl PreparedRun {
     /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
     /// not the host's and goes with the run's temp directory.
     pub fn warnings(&self) -> Vec<String> {
+        self.tmp_warning()
+    }
+
+    /// Where the workload's program is, looked up on the host with the
+    /// box's PATH (see [`crate::command_check`]).
+    pub fn program(&self) -> crate::command_check::Program {
+        let argv = self.request.argv().unwrap_or_default();
+        let path = self
+            .request
+            .env()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        match argv.first() {
+            Some(p) => crate::command_check::locate(p, &path, &self.request.cwd, &self.plan),
+            None => crate::command_check::Program::NotFound,
+        }
+    }
+
+    /// The hint when the workload's program is on the host outside every grant.
+    pub fn program_hint(&self) -> Option<String> {
+        let argv = self.request.argv().unwrap_or_default();
+        let program = argv.first()?;
+        crate::command_check::hint(
+            program,
+            &self.program(),
+            self.request.policy.source != "default",
+        )
+    }
+
+    fn tmp_warning(&self) -> Vec<String> {
         let ws = &self.request.bindings.workspace;
         let mut out = Vec::new();
         if self.request.backend == Backend::Linux.name() && ws.starts_with("/tmp") {
@@ -775,6 +808,26 @@ impl PreparedRun {
             let _ = writeln!(s, "  {}={}", k.to_string_lossy(), v.to_string_lossy());
         }
         let _ = writeln!(s, "argv:            {:?}", r.argv_display());
+        let program = match self.program() {
+            crate::command_check::Program::Granted(p) => format!("{} (granted)", p.display()),
+            crate::command_check::Program::NotFound => {
+                "not found in any directory of the box's PATH on the host".to_string()
+            }
+            found @ crate::command_check::Program::OutsideGrants { .. } => {
+                let name = r
+                    .argv()
+                    .unwrap_or_default()
+                    .first()
+                    .cloned()
+                    .unwrap_or_default();
+                format!(
+                    "NOT IN THE BOX: {}",
+                    crate::command_check::hint(&name, &found, r.policy.source != "default")
+                        .unwrap_or_default()
+                )
+            }
+        };
+        let _ = writeln!(s, "program:         {program}");
         let config = terra_sandbox::linux::BoxConfig {
             plan: plan.clone(),
             argv: r.argv().unwrap_or_default(),
