@@ -42,6 +42,8 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// List recent runs (`terra runs show [ID|last]`: a receipt and its network log).
     Runs(runs_cmd::RunsArgs),
+    /// List the toolchain presets (`terra run --preset NAME`) as they resolve on this host.
+    Presets(run_cmd::PresetsArgs),
     /// Report whether this host can run terra's Linux backend, and what to change if not.
     Doctor(run_cmd::DoctorArgs),
     /// List backends with their declared capabilities and whether this host supports them.
@@ -160,6 +162,7 @@ fn main() -> ExitCode {
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
         Command::Runs(args) => runs_cmd::run(args),
+        Command::Presets(args) => run_cmd::presets(args),
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),

@@ -30,6 +30,15 @@ pub struct RunArgs {
     /// Without it, terra's embedded default policy.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// A host-side profile: the policy file NAME.json in
+    /// $XDG_CONFIG_HOME/terra/profiles (~/.config/terra/profiles). Without
+    /// --policy and --profile, default.json there is used when it exists.
+    #[arg(long, value_name = "NAME", conflicts_with = "policy")]
+    profile: Option<String>,
+    /// Add a toolchain preset (rust, node, python; see `terra presets`): its
+    /// rules join the policy, its variables the environment. Not with a policy file.
+    #[arg(long, value_name = "NAME")]
+    preset: Vec<String>,
     /// Grant read access to PATH (and below). Not with --policy.
     #[arg(long, value_name = "PATH")]
     read: Vec<PathBuf>,
@@ -127,6 +136,8 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         env: args.env,
         timeout: args.timeout,
         receipt: args.receipt,
+        presets: args.preset,
+        profile: args.profile,
         ..RunBuilder::new(args.command)
     }
     .build();
@@ -469,6 +480,60 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         match &auto {
             Ok(c) => println!("auto     -> {} ({})", c.backend.name(), c.reason),
             Err(e) => println!("auto     -> none: {e}"),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+// ---------------------------------------------------------------- presets
+
+#[derive(Debug, clap::Args)]
+pub struct PresetsArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `terra presets`: each preset with the rules and variables it gives on this host.
+pub fn presets(args: PresetsArgs) -> ExitCode {
+    use terra_supervisor::presets::{HostDirs, PRESETS};
+    let host = HostDirs::from_env();
+    let rows: Vec<_> = PRESETS.iter().map(|p| (p, p.resolve(&host))).collect();
+    if args.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(p, r)| {
+                json!({
+                    "name": p.name,
+                    "about": p.about,
+                    "rules": r.rules.iter().map(|x| json!({
+                        "access": x.access.name(), "path": x.path, "scope": "tree", "missing": "skip",
+                    })).collect::<Vec<_>>(),
+                    "env": r.env.iter().map(|(k, v)| json!({
+                        "name": k.to_string_lossy(), "value": v.to_string_lossy(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    for (p, r) in &rows {
+        println!("{:<8} {}", p.name, p.about);
+        for x in &r.rules {
+            let here = if x.path.is_dir() {
+                ""
+            } else {
+                "  (missing here: skipped)"
+            };
+            println!("         {:<5} {}{here}", x.access.name(), x.path.display());
+        }
+        for (k, v) in &r.env {
+            println!(
+                "         env   {}={}",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            );
         }
     }
     ExitCode::SUCCESS

@@ -482,3 +482,170 @@ fn a_program_outside_the_grants_is_named_with_the_flag() {
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));
     assert!(!stderr(&o).contains("outside every grant"), "{}", show(&o));
 }
+
+// ------------------------------------------------------------ presets and profiles
+
+/// `terra ARGS` with extra environment variables.
+fn terra_env(d: &RunDirs, path: &str, vars: &[(&str, &Path)], args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+    d.run_env(&mut c, path);
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.args(args);
+    run_bounded(c)
+}
+
+#[test]
+fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
+    let d = dirs("preset");
+    let cargo_home = d.root.join("cargo");
+    let rustup_home = d.root.join("rustup");
+    let tool = d.write(
+        "cargo/bin/faux-cargo",
+        "#!/bin/sh\ncat \"$RUSTUP_HOME/toolchain\"; echo \"CARGO_HOME=$CARGO_HOME\"\n\
+         if touch \"$CARGO_HOME/registry-poisoned\" 2>/dev/null; then echo WROTE; fi\n",
+    );
+    fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    d.write("rustup/toolchain", "stable\n");
+    let path = format!("{}:{PATH}", cargo_home.join("bin").display());
+    let vars = [
+        ("CARGO_HOME", cargo_home.as_path()),
+        ("RUSTUP_HOME", rustup_home.as_path()),
+    ];
+    let o = terra_env(
+        &d,
+        &path,
+        &vars,
+        &["run", "--preset", "rust", "--", "faux-cargo"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        stdout(&o),
+        format!("stable\nCARGO_HOME={}\n", cargo_home.display()),
+        "read, not written: {}",
+        show(&o)
+    );
+    assert!(!cargo_home.join("registry-poisoned").exists());
+    // Without the preset the toolchain is outside every grant.
+    let o = terra_env(&d, &path, &vars, &["run", "--", "faux-cargo"]);
+    assert_eq!(o.status.code(), Some(127), "{}", show(&o));
+    // The preset's rules are in the MIR: the decision digest differs.
+    let digest = |args: &[&str]| {
+        let o = terra_env(&d, &path, &vars, args);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let out = stdout(&o);
+        assert!(
+            !args.contains(&"--preset") || out.contains("+ preset rust: read "),
+            "{out}"
+        );
+        out.lines()
+            .find_map(|l| l.strip_prefix("decision digest: "))
+            .unwrap()
+            .to_string()
+    };
+    assert_ne!(
+        digest(&["run", "--dry-run", "--", "true"]),
+        digest(&["run", "--dry-run", "--preset", "rust", "--", "true"])
+    );
+    // Unknown presets, and presets with a policy file, are refused.
+    let o = terra(&d, &["run", "--preset", "perl", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("presets: rust, node, python"),
+        "{}",
+        show(&o)
+    );
+    let p = d.write("p.json", terra_policy::DEFAULT_POLICY_SOURCE);
+    let o = terra(
+        &d,
+        &[
+            "run",
+            "--policy",
+            p.to_str().unwrap(),
+            "--preset",
+            "rust",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("--preset grants in the policy file"),
+        "{}",
+        show(&o)
+    );
+    // terra presets lists them.
+    let o = terra(&d, &["presets", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rust", "node", "python"]);
+}
+
+#[test]
+fn profiles_come_from_the_config_directory_never_the_workspace() {
+    let d = dirs("profile");
+    let config = d.root.join("config");
+    let extra = d.root.join("extra");
+    fs::create_dir_all(&extra).unwrap();
+    fs::write(extra.join("data"), "from-extra\n").unwrap();
+    let policy = terra_policy::DEFAULT_POLICY_SOURCE.replace(
+        "\"rules\": [",
+        &format!(
+            "\"rules\": [\n      {{ \"access\": \"read\", \"path\": {{ \"absolute\": \"{}\" }}, \"scope\": \"tree\" }},",
+            extra.display()
+        ),
+    );
+    d.write("config/terra/profiles/ci.json", &policy);
+    let vars = [("XDG_CONFIG_HOME", config.as_path())];
+    let cat = ["cat", extra.join("data").to_str().unwrap()].map(str::to_owned);
+    let run = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.push("--");
+        all.extend(cat.iter().map(String::as_str));
+        terra_env(&d, PATH, &vars, &all)
+    };
+    let o = run(&["run", "--profile", "ci"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(stdout(&o), "from-extra\n");
+    // Without it, the embedded default: not readable.
+    let o = run(&["run"]);
+    assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+    // default.json is used when no policy is named.
+    d.write("config/terra/profiles/default.json", &policy);
+    let o = run(&["run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let o = terra_env(&d, PATH, &vars, &["run", "--dry-run", "--", "true"]);
+    assert!(
+        stdout(&o).contains("profiles/default.json (json"),
+        "{}",
+        show(&o)
+    );
+    // Names cannot leave the directory; a missing profile is named.
+    for (name, words) in [("../ci", "letters, digits"), ("nope", "no profile")] {
+        let o = run(&["run", "--profile", name]);
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        assert!(stderr(&o).contains(words), "{name}: {}", show(&o));
+    }
+    // A configuration directory inside the workspace is the repository's choice: refused.
+    let ws_config = d.ws.join("config");
+    fs::create_dir_all(ws_config.join("terra/profiles")).unwrap();
+    fs::write(ws_config.join("terra/profiles/ci.json"), &policy).unwrap();
+    let o = terra_env(
+        &d,
+        PATH,
+        &[("XDG_CONFIG_HOME", &ws_config)],
+        &["run", "--profile", "ci", "--", "true"],
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("must not choose its own sandbox"),
+        "{}",
+        show(&o)
+    );
+}

@@ -20,6 +20,10 @@ pub mod error;
 pub mod files;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(target_os = "linux")]
+pub mod presets;
+#[cfg(target_os = "linux")]
+pub mod profile;
 mod pty;
 #[cfg(target_os = "linux")]
 mod reaper;

@@ -78,6 +78,10 @@ pub struct RunBuilder {
     pub timeout: Option<String>,
     /// Where to write an extra copy of the receipt (`-`: standard output).
     pub receipt: Option<PathBuf>,
+    /// Toolchain presets (`--preset`, see [`crate::presets`]).
+    pub presets: Vec<String>,
+    /// A host-side profile (`--profile`, see [`crate::profile`]).
+    pub profile: Option<String>,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -105,6 +109,8 @@ impl RunBuilder {
             env: Vec::new(),
             timeout: None,
             receipt: None,
+            presets: Vec::new(),
+            profile: None,
         }
     }
 
@@ -130,7 +136,17 @@ impl RunBuilder {
                 ws
             }
         };
-        let (mir, origin) = self.load_policy(&cwd, &workspace)?;
+        let presets = self
+            .presets
+            .iter()
+            .map(|n| {
+                crate::presets::find(n)
+                    .map(|p| p.resolve(&crate::presets::HostDirs::from_env()))
+                    .map_err(Error::Argument)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let policy_file = self.policy_file(&workspace)?;
+        let (mir, origin) = self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
         let t1 = Instant::now();
@@ -207,7 +223,11 @@ impl RunBuilder {
                 Backend::Linux => OsString::from("/tmp"),
                 Backend::Landlock | Backend::Macos => temp.clone().into_os_string(),
             };
-            let env = box_env(&proxy, &self.env, &tmp)?;
+            // Preset variables first, then the proxy's, then --env.
+            let mut base: Vec<(OsString, OsString)> =
+                presets.iter().flat_map(|p| p.env.clone()).collect();
+            base.extend(proxy);
+            let env = box_env(&base, &self.env, &tmp)?;
             let timeout_ms = self
                 .timeout
                 .as_deref()
@@ -251,28 +271,67 @@ impl RunBuilder {
         result
     }
 
+    /// The policy file: `--policy`, `--profile NAME`, or the default profile
+    /// when there is one (none: the embedded default policy), with how to
+    /// name it in messages.
+    fn policy_file(&self, workspace: &Path) -> Result<Option<(PathBuf, String)>> {
+        match (&self.policy, &self.profile) {
+            (Some(_), Some(_)) => Err(Error::Argument(
+                "--policy and --profile name two policies; give one".into(),
+            )),
+            (Some(p), None) => Ok(Some((p.clone(), format!("--policy {}", p.display())))),
+            (None, Some(name)) => {
+                let file = crate::profile::named(name)?;
+                let label = format!("--profile {name}");
+                crate::profile::refuse_in_workspace(&file, workspace, &label)?;
+                Ok(Some((file, label)))
+            }
+            (None, None) => match crate::profile::default_file() {
+                Some(file) => {
+                    let label = "the default profile".to_string();
+                    crate::profile::refuse_in_workspace(&file, workspace, &label)?;
+                    Ok(Some((file, label)))
+                }
+                None => Ok(None),
+            },
+        }
+    }
+
     /// The policy (default or the policy file) plus the command line's rules.
-    fn load_policy(&self, cwd: &Path, workspace: &Path) -> Result<(Mir, PolicyOrigin)> {
-        let (base, source, format, digest) = match &self.policy {
+    fn load_policy(
+        &self,
+        policy: Option<&(PathBuf, String)>,
+        presets: &[crate::presets::Resolved],
+        cwd: &Path,
+        workspace: &Path,
+    ) -> Result<(Mir, PolicyOrigin)> {
+        let (base, source, format, digest) = match policy {
             None => {
                 let src = terra_policy::DEFAULT_POLICY_SOURCE.as_bytes();
                 let mir = terra_policy::compile_source(src)
                     .map_err(|e| Error::policy("the default policy", e))?;
                 (mir, "default".to_string(), "json", artifact_digest(src))
             }
-            Some(p) => {
-                let grants =
-                    !self.read.is_empty() || !self.write.is_empty() || !self.allow_net.is_empty();
+            Some((p, label)) => {
+                let grants = !self.read.is_empty()
+                    || !self.write.is_empty()
+                    || !self.allow_net.is_empty()
+                    || !presets.is_empty();
                 if grants {
-                    return Err(Error::Argument(
-                        "with --policy only --deny may be added (a restriction); put --read, --write and --allow-net \
-                         grants in the policy file"
-                            .into(),
-                    ));
+                    return Err(Error::Argument(format!(
+                        "with a policy file ({label}) only --deny may be added (a restriction); put --read, --write, \
+                         --allow-net and --preset grants in the policy file"
+                    )));
                 }
                 let bytes = crate::files::read_capped(p, self.max_policy_len)
-                    .map_err(|e| Error::Input(e).context("--policy"))?;
-                let context = || format!("--policy {}", p.display());
+                    .map_err(|e| Error::Input(e).context(label.clone()))?;
+                let context = || {
+                    if label.starts_with("--policy") {
+                        label.clone()
+                    } else {
+                        format!("{label} {}", p.display())
+                    }
+                };
                 let (mir, format) = if bytes.starts_with(b"MMIR") {
                     let mir = Mir::decode(&bytes).map_err(|e| Error::policy(context(), e))?;
                     (mir, "mir")
@@ -304,6 +363,29 @@ impl RunBuilder {
                     RootKind::Workspace => format!("{access} workspace:{path}"),
                     _ => format!("{access} {path}"),
                 });
+            }
+        }
+        for preset in presets {
+            for rule in &preset.rules {
+                let flag = || {
+                    format!(
+                        "--preset {} ({} {})",
+                        preset.name,
+                        rule.access,
+                        rule.path.display()
+                    )
+                };
+                let (root, path) =
+                    cli_rule_path(&rule.path, cwd, workspace).map_err(|e| e.context(flag()))?;
+                builder
+                    .add_rule(rule.access, root, &path, Scope::Tree, Missing::Skip)
+                    .map_err(|e| Error::policy(flag(), e))?;
+                overlay.push(format!(
+                    "preset {}: {} {}",
+                    preset.name,
+                    rule.access,
+                    rule.path.display()
+                ));
             }
         }
         for dest in &self.allow_net {
