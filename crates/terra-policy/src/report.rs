@@ -96,14 +96,19 @@ fn mir_json(mir: &Mir, digest: &str, fields: Value) -> Value {
     v
 }
 
+/// `1 rule`, `2 rules`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `compile`: `mir` compiled from `source_bytes` (named `source`) and written to `output`.
 pub fn compiled(mir: &Mir, source: &str, source_bytes: &[u8], output: &str) -> Report {
     let digest = sha(&mir.decision_digest());
     let text = format!(
-        "compiled {source} -> {output} ({} bytes, {} rules, {} destinations)\ndecision digest {digest}\n",
-        mir.bytes().len(),
-        mir.rules().len(),
-        mir.destinations().len()
+        "compiled {source} -> {output} ({}, {}, {})\ndecision digest {digest}\n",
+        plural(mir.bytes().len(), "byte", "bytes"),
+        plural(mir.rules().len(), "rule", "rules"),
+        plural(mir.destinations().len(), "destination", "destinations")
     );
     let fields = json!({
         "output": output,
@@ -601,6 +606,14 @@ mod tests {
         assert!(plain["error"].get("before").is_none());
         assert_eq!(conflict_permissions("(before=read)"), None);
         assert_eq!(conflict_permissions("(after=x before=y)"), None);
+    }
+
+    #[test]
+    fn counts_have_their_plural_forms() {
+        assert_eq!(plural(1, "destination", "destinations"), "1 destination");
+        assert_eq!(plural(0, "rule", "rules"), "0 rules");
+        let text = compiled(&runtime_read(), "s.json", b"{}", "o.mir").text;
+        assert!(text.contains(", 1 rule, 0 destinations)"), "{text}");
     }
 
     #[test]

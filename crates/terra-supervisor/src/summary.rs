@@ -27,9 +27,9 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// `1 connection`, `2 connections`.
+/// `1 connection`, `2 connections` (terra-policy's plural forms).
 pub fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+    terra_policy::report::plural(usize::try_from(n).unwrap_or(usize::MAX), one, many)
 }
 
 /// The first `max` refused attempts of a network receipt.
