@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 mod macos_dry_run;
 mod policy_cmd;
 mod run_cmd;
+mod runs_cmd;
+mod shell_cmd;
 
 /// dlmalloc on Linux: the static build's musl allocator unmaps freed memory at
 /// once, which cost about 100 mmap/munmap pairs per `terra run`.
@@ -24,7 +26,7 @@ static ALLOCATOR: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 /// process tree. It refuses whatever it cannot enforce; it never guesses.
 #[derive(Debug, Parser)]
 #[command(name = "terra", version, propagate_version = true)]
-struct Cli {
+pub struct Cli {
     /// Log level: error, warn, info, debug or trace (also TERRA_LOG).
     #[arg(long, global = true, value_name = "LEVEL")]
     log_level: Option<String>,
@@ -39,10 +41,18 @@ enum Command {
     Policy(policy_cmd::PolicyCommand),
     /// Run a command confined by a policy (the embedded default when none is given).
     Run(run_cmd::RunArgs),
+    /// List recent runs (`terra runs show [ID|last]`: a receipt and its network log).
+    Runs(runs_cmd::RunsArgs),
+    /// List the toolchain presets (`terra run --preset NAME`) as they resolve on this host.
+    Presets(run_cmd::PresetsArgs),
     /// Report whether this host can run terra's Linux backend, and what to change if not.
     Doctor(run_cmd::DoctorArgs),
     /// List backends with their declared capabilities and whether this host supports them.
     Backends(run_cmd::BackendsArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell).
+    Completions(shell_cmd::CompletionsArgs),
+    /// Print terra's man page (roff).
+    Man,
     /// Role: the run supervisor (started by `terra run`).
     #[command(name = "__supervisor", hide = true)]
     Supervisor(RoleArgs),
@@ -64,6 +74,14 @@ struct RoleArgs {
     args: Vec<std::ffi::OsString>,
 }
 
+/// Colours on stderr only when it is a terminal and `NO_COLOR` is unset or
+/// empty (<https://no-color.org>).
+fn stderr_colours() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
+}
+
 fn init_logging(level: Option<&str>) {
     let filter = level
         .map(str::to_owned)
@@ -71,6 +89,7 @@ fn init_logging(level: Option<&str>) {
         .unwrap_or_else(|| "warn".to_owned());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_ansi(stderr_colours())
         .with_writer(std::io::stderr)
         .without_time()
         .try_init();
@@ -173,7 +192,11 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
+        Command::Runs(args) => runs_cmd::run(args),
+        Command::Presets(args) => run_cmd::presets(args),
         Command::Doctor(args) => run_cmd::doctor(args),
+        Command::Completions(args) => shell_cmd::completions(args),
+        Command::Man => shell_cmd::man(),
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),
         Command::Vm(r) => vm_role(r.args),

@@ -11,13 +11,16 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use serde_json::json;
 use terra_policy::Capability;
 use terra_sandbox::linux::nouserns;
 use terra_supervisor::backend::{choose, Choice, HostFacts};
-use terra_supervisor::launch::start_supervisor;
-use terra_supervisor::run::{broker_available, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
+use terra_supervisor::launch::{start_supervisor, Ended};
+use terra_supervisor::run::{broker_available, PreparedRun, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
+use terra_supervisor::temp::{self, TempAfterRun};
+use terra_supervisor::{runs, summary};
 
 use crate::Failure;
 
@@ -27,6 +30,15 @@ pub struct RunArgs {
     /// Without it, terra's embedded default policy.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// A host-side profile: the policy file NAME.json in
+    /// $XDG_CONFIG_HOME/terra/profiles (~/.config/terra/profiles). Without
+    /// --policy and --profile, default.json there is used when it exists.
+    #[arg(long, value_name = "NAME", conflicts_with = "policy")]
+    profile: Option<String>,
+    /// Add a toolchain preset (rust, node, python; see `terra presets`): its
+    /// rules join the policy, its variables the environment. Not with a policy file.
+    #[arg(long, value_name = "NAME")]
+    preset: Vec<String>,
     /// Grant read access to PATH (and below). Not with --policy.
     #[arg(long, value_name = "PATH")]
     read: Vec<PathBuf>,
@@ -54,9 +66,18 @@ pub struct RunArgs {
     /// no component of its path may be a symlink.
     #[arg(long, value_name = "FILE")]
     receipt: Option<PathBuf>,
-    /// Keep the run's private temp directory (its path is in the receipt).
-    #[arg(long)]
+    /// Always keep the run's private temp directory (its path is in the
+    /// receipt). By default it is kept only when the run fails and left files
+    /// there.
+    #[arg(long, conflicts_with = "rm_temp")]
     keep_temp: bool,
+    /// Always remove the run's private temp directory, also when the run failed.
+    #[arg(long)]
+    rm_temp: bool,
+    /// Print nothing of terra's own after the run: no refusal summary, no
+    /// note about a kept temp directory (errors are still printed).
+    #[arg(long, short = 'q')]
+    quiet: bool,
     /// The backend to run on: auto (linux where user namespaces work, else
     /// landlock), linux, or landlock (see `terra backends`).
     #[arg(long, default_value = "auto", value_name = "NAME")]
@@ -115,7 +136,8 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         env: args.env,
         timeout: args.timeout,
         receipt: args.receipt,
-        keep_temp: args.keep_temp,
+        presets: args.preset,
+        profile: args.profile,
         ..RunBuilder::new(args.command)
     }
     .build();
@@ -133,14 +155,72 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return ExitCode::SUCCESS;
     }
+    let temp_after = if args.keep_temp {
+        TempAfterRun::Keep
+    } else if args.rm_temp {
+        TempAfterRun::Remove
+    } else {
+        TempAfterRun::KeepOnFailure
+    };
+    if !args.quiet {
+        for w in prepared.warnings() {
+            eprintln!("terra: {w}");
+        }
+    }
     let log_args: Vec<OsString> = log_level
         .map(|l| vec!["--log-level".into(), l.into()])
         .unwrap_or_default();
-    match start_supervisor(&prepared.request, &log_args) {
-        Ok(code) => ExitCode::from(code),
+    let since = SystemTime::now();
+    let ended = match start_supervisor(&prepared.request, &log_args) {
+        Ok(ended) => ended,
         Err(e) => {
             let _ = fs::remove_dir(&prepared.request.bindings.temp);
-            crate::fail(Failure::Run(&e))
+            return crate::fail(Failure::Run(&e));
+        }
+    };
+    after_run(&prepared, ended, since, temp_after, args.quiet);
+    ExitCode::from(ended.code)
+}
+
+/// After the supervisor ended: the refusal summary, the temp directory kept
+/// or removed, old runs pruned.
+fn after_run(
+    prepared: &PreparedRun,
+    ended: Ended,
+    since: SystemTime,
+    temp_after: TempAfterRun,
+    quiet: bool,
+) {
+    let bases = runs::bases();
+    let own = runs::find_own(&bases, ended.supervisor_pid, std::process::id(), since);
+    if !quiet {
+        if let Some(text) = own.as_ref().and_then(summary::refusal_summary) {
+            eprint!("{text}");
+        }
+    }
+    // The program was not found (127) or could not be executed (126, the
+    // landlock backend's EACCES): name it when the host has it outside the grants.
+    let exec_failed = own
+        .as_ref()
+        .and_then(|r| r.receipt())
+        .is_some_and(|r| !r["outcome"]["execFailed"].is_null());
+    if exec_failed {
+        if let Some(hint) = prepared.program_hint() {
+            eprintln!("terra: {hint}");
+        }
+    }
+    if let Some(note) = temp::after_run(&prepared.request.bindings.temp, temp_after, ended.code) {
+        if !quiet || note.contains("cannot remove") {
+            eprintln!("{note}");
+        }
+    }
+    for base in &bases {
+        let (removed, failed) = base.prune(runs::Retention::default(), SystemTime::now());
+        if !removed.is_empty() {
+            tracing::debug!(count = removed.len(), base = %base.path().display(), "old runs pruned");
+        }
+        for f in failed {
+            tracing::warn!("cannot prune the run {f} in {}", base.path().display());
         }
     }
 }
@@ -400,6 +480,60 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         match &auto {
             Ok(c) => println!("auto     -> {} ({})", c.backend.name(), c.reason),
             Err(e) => println!("auto     -> none: {e}"),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+// ---------------------------------------------------------------- presets
+
+#[derive(Debug, clap::Args)]
+pub struct PresetsArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `terra presets`: each preset with the rules and variables it gives on this host.
+pub fn presets(args: PresetsArgs) -> ExitCode {
+    use terra_supervisor::presets::{HostDirs, PRESETS};
+    let host = HostDirs::from_env();
+    let rows: Vec<_> = PRESETS.iter().map(|p| (p, p.resolve(&host))).collect();
+    if args.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(p, r)| {
+                json!({
+                    "name": p.name,
+                    "about": p.about,
+                    "rules": r.rules.iter().map(|x| json!({
+                        "access": x.access.name(), "path": x.path, "scope": "tree", "missing": "skip",
+                    })).collect::<Vec<_>>(),
+                    "env": r.env.iter().map(|(k, v)| json!({
+                        "name": k.to_string_lossy(), "value": v.to_string_lossy(),
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    for (p, r) in &rows {
+        println!("{:<8} {}", p.name, p.about);
+        for x in &r.rules {
+            let here = if x.path.is_dir() {
+                ""
+            } else {
+                "  (missing here: skipped)"
+            };
+            println!("         {:<5} {}{here}", x.access.name(), x.path.display());
+        }
+        for (k, v) in &r.env {
+            println!(
+                "         env   {}={}",
+                k.to_string_lossy(),
+                v.to_string_lossy()
+            );
         }
     }
     ExitCode::SUCCESS

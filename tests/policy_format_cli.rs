@@ -135,10 +135,13 @@ fn existing_output_needs_replace() {
     assert_eq!(code(&o), 1);
     let v = json(&o);
     assert_eq!(
-        (v["ok"].as_bool(), v["class"].as_str()),
+        (v["ok"].as_bool(), v["error"]["class"].as_str()),
         (Some(false), Some("argument"))
     );
-    assert!(v["message"].as_str().unwrap().contains("already exists"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("already exists"));
 
     let o = terra_p(
         &["policy", "compile", "--replace"],
@@ -233,7 +236,11 @@ fn validate_exit_codes() {
     assert_eq!(code(&o), 2);
     let v = json(&o);
     assert_eq!(
-        (v["ok"].as_bool(), v["valid"].as_bool(), v["class"].as_str()),
+        (
+            v["ok"].as_bool(),
+            v["valid"].as_bool(),
+            v["error"]["class"].as_str()
+        ),
         (Some(false), Some(false), Some("non-canonical"))
     );
 
@@ -254,10 +261,10 @@ fn validate_exit_codes() {
     assert_refused(&o, 1, "terra: format: ");
     let v = json(&o);
     assert_eq!(
-        (v["ok"].as_bool(), v["class"].as_str()),
+        (v["ok"].as_bool(), v["error"]["class"].as_str()),
         (Some(false), Some("format"))
     );
-    assert!(!v["message"].as_str().unwrap().is_empty());
+    assert!(!v["error"]["message"].as_str().unwrap().is_empty());
 
     // Missing file: exit 1, io.
     let o = terra_p(&["policy", "validate"], &[&dir.path().join("absent.mir")]);
@@ -349,7 +356,7 @@ fn inputs_over_one_mebibyte_are_refused_before_parsing() {
             stderr(&o)
         );
         assert!(stderr(&o).contains("1 MiB"), "{cmd}: {}", stderr(&o));
-        assert_eq!(json(&o)["class"], "format");
+        assert_eq!(json(&o)["error"]["class"], "format");
     }
     let o = terra_p(&["policy", "artifact-hash"], &[&bigmir]);
     assert_refused(&o, 1, "terra: limit: ");
@@ -461,7 +468,12 @@ fn destination_corpus_compile_verdicts() {
             accepted += 1;
         } else {
             assert_eq!(code(&o), 1, "{name} must be refused:\n{src}");
-            assert_eq!(json(&o)["class"], "argument", "{name}: {}", stderr(&o));
+            assert_eq!(
+                json(&o)["error"]["class"],
+                "argument",
+                "{name}: {}",
+                stderr(&o)
+            );
             assert!(!out.exists(), "{name}");
             refused += 1;
         }
@@ -666,17 +678,24 @@ fn compile_reports_the_first_of_two_refusals() {
             &[&src, Path::new("--output"), &out],
         );
         assert_eq!(code(&o), 1, "{}", stderr(&o));
-        let want = format!("terra: format: {named} (byte offset {offset}): ");
+        // Single-line sources: the column is the offset plus one.
+        let want = format!(
+            "terra: format: {named} (byte offset {offset}, line 1, column {}): ",
+            offset + 1
+        );
         assert!(stderr(&o).starts_with(&want), "{want} vs {}", stderr(&o));
         let v = json(&o);
-        assert_eq!(v["class"], "format");
+        assert_eq!(v["error"]["class"], "format");
         assert!(
-            v["message"]
+            v["error"]["message"]
                 .as_str()
                 .unwrap()
                 .starts_with(&want["terra: format: ".len()..]),
             "{v}"
         );
+        assert_eq!(v["error"]["line"], 1, "{v}");
+        assert_eq!(v["error"]["column"], offset + 1, "{v}");
+        assert_eq!(v["error"]["path"], src.display().to_string(), "{v}");
         assert!(!out.exists());
     }
 }

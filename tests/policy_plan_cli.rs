@@ -312,13 +312,13 @@ fn capabilities_command() {
     assert_eq!(stdout_json(&out)["missing"], json!([]));
     let out = terra_with("policy capabilities {} --check --available fs-bogus", &[&p]);
     assert_refused(&out, "argument");
-    // Mediated without a mediator is unsupported at resolution.
+    // Without --mediator, a mediated policy binds terra's own broker.
     let out = terra(&["policy", "resolve", &p, "--workspace", &f.ws(), "--json"]);
-    let v = assert_refused(&out, "unsupported");
-    assert!(v["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("falling back to ambient networking is forbidden"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["network"]["mediator"],
+        json!("terra-netd/1")
+    );
     let out = terra_with(
         "policy resolve {} --workspace {} --mediator netd --json",
         &[&p, &f.ws()],
@@ -347,11 +347,21 @@ fn resolve_refusals_and_host_options() {
         "p.json",
         local_policy(json!([ws_rule("read", ""), { "access": "write", "path": { "root": "temp" } }, { "access": "read", "path": { "special": "minimal-runtime" } }, { "access": "read", "path": { "root": "workspace", "relative": "gone" }, "missing": "skip" }])),
     );
-    assert_refused(&terra(&["policy", "resolve", &p, "--json"]), "unsupported");
-    assert_refused(
-        &terra(&["policy", "resolve", &p, "--workspace", &f.ws()]),
-        "unsupported",
-    );
+    // Without host options: the current directory, the system temp
+    // directory and terra's own mediator are bound, as `terra run` binds them.
+    let out = terra(&["policy", "resolve", &p, "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let cwd = std::fs::canonicalize(std::env::current_dir().unwrap()).unwrap();
+    let temp = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+    let v = stdout_json(&out);
+    let paths: Vec<&str> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&cwd.to_str().unwrap()), "{paths:?}");
+    assert!(paths.contains(&temp.to_str().unwrap()), "{paths:?}");
     let out = terra_with(
         "policy resolve {} --workspace {} --temp {} --minimal-root {} --minimal-root {} --json",
         &[
@@ -656,9 +666,10 @@ fn comparison_commands() {
     let v = stdout_json(&out);
     assert_eq!(v["overlapping"], json!(false), "{v}");
     assert_eq!(v["regions"], json!([]));
-    // Comparison commands resolve both plans, so they refuse what resolve refuses.
+    // Comparison commands resolve both plans with the same defaults as resolve.
     let out = terra(&["policy", "contains", &wide, &narrow, "--json"]);
-    assert_refused(&out, "unsupported");
+    assert_ne!(code(&out), 1, "{}", stderr(&out));
+    assert!(stdout_json(&out)["contained"].is_boolean());
 }
 
 /// A minimal-runtime rule with a relative path (valid MIR the JSON source

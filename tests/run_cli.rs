@@ -494,7 +494,7 @@ fn refusals_exit_125_with_a_message() {
             "run --policy /terra/missing.json -- true",
             "/terra/missing.json",
         ),
-        ("run --backend macos -- true", "not supported on this host"),
+        ("run --backend macos -- true", "not available on this OS"),
         ("run --backend plan9 -- true", "unknown backend"),
         ("run --workspace / -- true", "whole host"),
     ];

@@ -10,7 +10,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use terra_policy::report::{self, Report};
-use terra_policy::{ErrorClass, Mir, PolicyError};
+use terra_policy::{Mir, PolicyError};
+
+use super::Refusal;
 
 #[derive(Debug, Subcommand)]
 pub enum FormatCommand {
@@ -23,17 +25,18 @@ pub enum FormatCommand {
     /// On any failure, or when killed, nothing is left behind. Prints the
     /// decision digest.
     Compile(CompileArgs),
-    /// Check that FILE is canonical MIR v3.
+    /// Check that FILE is canonical MIR v3 (or a JSON source v3 that compiles).
     ///
     /// Exit 0: valid. Exit 2: readable but not canonical (unsorted, duplicate or
     /// unmerged records, uppercase host, unnormalized path). Exit 1: anything
     /// else (unreadable, too large, structurally damaged).
     Validate(FileArgs),
-    /// Print the inspection JSON of a MIR v3 file (a readable projection of it).
+    /// Print the inspection JSON of a MIR v3 file or of a JSON source v3 compiled in memory.
     Inspect(FileArgs),
-    /// Print the decision digest of a MIR v3 file as `sha256:<hex>`.
+    /// Print the decision digest of a policy as `sha256:<hex>`.
     ///
-    /// The file must be canonical MIR; the digest is the SHA-256 of its bytes.
+    /// FILE is canonical MIR v3, or a JSON source v3 compiled in memory; the
+    /// digest is the SHA-256 of the canonical MIR bytes.
     /// Two sources with the same meaning compile to the same decision digest.
     Hash(FileArgs),
     /// Print the artifact digest of any file as `sha256:<hex>`.
@@ -64,7 +67,7 @@ pub struct CompileArgs {
 
 #[derive(Debug, Args)]
 pub struct FileArgs {
-    /// The file to read (at most 1 MiB).
+    /// The file to read (at most 1 MiB): MIR v3 or JSON source v3 (artifact-hash: any file).
     file: PathBuf,
     #[command(flatten)]
     json: JsonFlag,
@@ -87,36 +90,34 @@ pub fn run(cmd: FormatCommand) -> ExitCode {
         FormatCommand::Inspect(a) => (a.json.json, inspect(&a.file)),
         FormatCommand::Hash(a) => (
             a.json.json,
-            read_mir(&a.file).map(|m| report::decision_hash(&m)),
+            read_policy(&a.file).map(|(m, _)| report::decision_hash(&m)),
         ),
         FormatCommand::ArtifactHash(a) => (a.json.json, artifact_hash(&a.file)),
         FormatCommand::Init(a) => (a.json, Ok(report::init())),
     };
-    match result {
-        Ok(report) => super::print_report(&report, json && !inspecting),
-        Err(error) => {
-            if json {
-                super::print(&report::json_text(&report::format_error_json(&error)));
-            }
-            // Only `validate` reports a readable non-canonical document as a
-            // finding (exit 2); for the other commands it is a failure.
-            crate::fail(crate::Failure::Policy {
-                violations: error.class() == ErrorClass::NonCanonical && validating,
-                error: &error,
-            })
-        }
+    // Only `validate` reports a readable non-canonical document as a
+    // finding (exit 2); for the other commands it is a failure.
+    super::finish(result, json, json && !inspecting, validating)
+}
+
+/// A policy file for hash, inspect and validate: canonical MIR v3 (magic
+/// `MMIR`; an oversized file is structural damage, format), or a JSON source
+/// v3 compiled in memory. True when it was MIR.
+fn read_policy(path: &Path) -> Result<(Mir, bool), Refusal> {
+    let at = super::about(path);
+    let bytes = super::read_input(path, PolicyError::Format).map_err(&at)?;
+    if bytes.starts_with(terra_policy::codec::MAGIC) {
+        Ok((Mir::decode(&bytes).map_err(&at)?, true))
+    } else {
+        Ok((terra_policy::compile_source(&bytes).map_err(&at)?, false))
     }
 }
 
-/// A MIR file: an oversized one is structural damage (format, spec section 2).
-fn read_mir(path: &Path) -> Result<Mir, PolicyError> {
-    Mir::decode(&super::read_input(path, PolicyError::Format)?)
-}
-
-fn compile(a: &CompileArgs) -> Result<Report, PolicyError> {
-    let source = super::read_input(&a.source, PolicyError::Limit)?;
-    let mir = terra_policy::compile_source(&source)?;
-    super::write_output(&a.output, mir.bytes(), a.replace)?;
+fn compile(a: &CompileArgs) -> Result<Report, Refusal> {
+    let at = super::about(&a.source);
+    let source = super::read_input(&a.source, PolicyError::Limit).map_err(&at)?;
+    let mir = terra_policy::compile_source(&source).map_err(&at)?;
+    super::write_output(&a.output, mir.bytes(), a.replace).map_err(super::about(&a.output))?;
     let (name, output) = (
         a.source.display().to_string(),
         a.output.display().to_string(),
@@ -124,15 +125,18 @@ fn compile(a: &CompileArgs) -> Result<Report, PolicyError> {
     Ok(report::compiled(&mir, &name, &source, &output))
 }
 
-fn validate(file: &Path) -> Result<Report, PolicyError> {
-    Ok(report::validated(
-        &read_mir(file)?,
-        &file.display().to_string(),
-    ))
+fn validate(file: &Path) -> Result<Report, Refusal> {
+    let (mir, was_mir) = read_policy(file)?;
+    let name = file.display().to_string();
+    Ok(if was_mir {
+        report::validated(&mir, &name)
+    } else {
+        report::validated_source(&mir, &name)
+    })
 }
 
-fn inspect(file: &Path) -> Result<Report, PolicyError> {
-    let text = terra_policy::inspection_json(&read_mir(file)?);
+fn inspect(file: &Path) -> Result<Report, Refusal> {
+    let text = terra_policy::inspection_json(&read_policy(file)?.0);
     Ok(Report {
         violations: false,
         json: serde_json::Value::Null,
@@ -140,9 +144,7 @@ fn inspect(file: &Path) -> Result<Report, PolicyError> {
     })
 }
 
-fn artifact_hash(file: &Path) -> Result<Report, PolicyError> {
-    Ok(report::artifact_hash(&super::read_input(
-        file,
-        PolicyError::Limit,
-    )?))
+fn artifact_hash(file: &Path) -> Result<Report, Refusal> {
+    let bytes = super::read_input(file, PolicyError::Limit).map_err(super::about(file))?;
+    Ok(report::artifact_hash(&bytes))
 }

@@ -38,6 +38,52 @@ fn print(s: &str) {
     let _ = io::stdout().write_all(s.as_bytes());
 }
 
+/// A refusal of a `terra policy` command and the file it is about (when
+/// one is): its `--json` form is `terra_policy::report::error_json`.
+pub struct Refusal {
+    pub error: PolicyError,
+    pub path: Option<String>,
+}
+
+impl From<PolicyError> for Refusal {
+    fn from(error: PolicyError) -> Refusal {
+        Refusal { error, path: None }
+    }
+}
+
+/// Tags a refusal with the file it is about.
+fn about(path: &Path) -> impl Fn(PolicyError) -> Refusal + '_ {
+    move |error| Refusal {
+        error,
+        path: Some(path.display().to_string()),
+    }
+}
+
+/// The end of every `terra policy` command: the report, or the refusal on
+/// stderr (and with `--json` its one JSON shape on stdout); `validating`
+/// turns a non-canonical document into a finding (exit 2).
+fn finish(
+    result: Result<Report, Refusal>,
+    json: bool,
+    report_json: bool,
+    validating: bool,
+) -> ExitCode {
+    match result {
+        Ok(report) => print_report(&report, report_json),
+        Err(r) => {
+            if json {
+                print(&terra_policy::report::json_text(
+                    &terra_policy::report::error_json(&r.error, r.path.as_deref()),
+                ));
+            }
+            crate::fail(crate::Failure::Policy {
+                violations: validating && r.error.class() == terra_policy::ErrorClass::NonCanonical,
+                error: &r.error,
+            })
+        }
+    }
+}
+
 /// Prints a report (its JSON or its text); exit 2 when it has violations.
 fn print_report(report: &Report, json: bool) -> ExitCode {
     print(&report.render(json));

@@ -15,13 +15,16 @@ use terra_policy::report::{self, Report};
 use terra_policy::{default_minimal_roots, resolve, CapabilitySet, HostBindings, Mir};
 use terra_policy::{PolicyError, Resolution};
 
+use super::Refusal;
+
 /// Trusted host bindings used to resolve a policy on this host.
 #[derive(Debug, Args, Clone)]
 pub struct HostArgs {
-    /// The workspace directory (binds `workspace` rules).
+    /// The workspace directory (binds `workspace` rules). Default: the current directory.
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
-    /// The temp directory (binds `temp` rules).
+    /// The temp directory (binds `temp` rules). Default: the system temp
+    /// directory ($TMPDIR, else /tmp).
     #[arg(long, value_name = "DIR")]
     temp: Option<PathBuf>,
     /// A minimal-runtime root; repeat for more (at most 64 distinct). Default:
@@ -30,24 +33,52 @@ pub struct HostArgs {
     /// /etc/pki/ca-trust, whichever exist.
     #[arg(long = "minimal-root", value_name = "DIR")]
     minimal_roots: Vec<PathBuf>,
-    /// The network mediator id (needed by mediated policies).
+    /// The network mediator id (binds mediated policies). Default: terra's
+    /// own broker, terra-netd/1.
     #[arg(long, value_name = "ID")]
     mediator: Option<String>,
 }
 
 impl HostArgs {
+    /// The bindings, each defaulted as `terra run` binds it (the current
+    /// directory, the system temp directory, terra's own mediator).
     fn bindings(&self) -> HostBindings {
         HostBindings {
-            workspace: self.workspace.clone(),
-            temp: self.temp.clone(),
+            workspace: self
+                .workspace
+                .clone()
+                .or_else(|| std::env::current_dir().ok()),
+            temp: self.temp.clone().or_else(|| Some(std::env::temp_dir())),
             minimal_roots: if self.minimal_roots.is_empty() {
                 default_minimal_roots()
             } else {
                 self.minimal_roots.clone()
             },
-            mediator: self.mediator.clone(),
+            mediator: self
+                .mediator
+                .clone()
+                .or_else(|| Some(terra_supervisor::run::MEDIATOR.to_string())),
         }
     }
+}
+
+/// A refusal about a binding names the flag that gives it.
+fn name_the_flag(e: PolicyError) -> PolicyError {
+    e.map_detail(|m| {
+        let flag = [
+            ("workspace binding", "--workspace DIR"),
+            ("temp binding", "--temp DIR"),
+            ("mediator binding", "--mediator ID"),
+            ("minimal-runtime", "--minimal-root DIR"),
+        ]
+        .iter()
+        .find(|(words, _)| m.contains(words) && m.contains("binding"))
+        .map(|(_, flag)| *flag);
+        match flag {
+            Some(f) => format!("{m} (give it with {f})"),
+            None => m.to_string(),
+        }
+    })
 }
 
 /// A backend's declared capabilities, for `--check`.
@@ -168,7 +199,11 @@ pub fn run(cmd: PlanCommand) -> ExitCode {
             host,
             check,
             ..
-        } => available(&check).and_then(|a| report::resolved(&load_resolved(&policy, &host)?, a)),
+        } => (|| {
+            let a = available(&check)?;
+            let res = load_resolved(&policy, &host)?;
+            report::resolved(&res, a).map_err(super::about(&policy))
+        })(),
         PlanCommand::Evaluate {
             policy, path, host, ..
         } => evaluate(&policy, &path, &host),
@@ -199,27 +234,20 @@ pub fn run(cmd: PlanCommand) -> ExitCode {
             ..
         } => load_two(&first, &second, &host).map(|(f, s)| report::overlap(&f, &s)),
     };
-    match result {
-        Ok(report) => super::print_report(&report, json),
-        Err(e) => {
-            if json {
-                super::print(&report::json_text(&report::plan_error_json(&e)));
-            }
-            crate::fail(crate::Failure::Policy {
-                error: &e,
-                violations: false,
-            })
-        }
-    }
+    super::finish(result, json, json, false)
 }
 
 /// Loads a policy: MIR v3 when the file starts with `MMIR`, JSON source v3 otherwise.
-fn load_policy(path: &Path) -> Result<Mir, PolicyError> {
-    terra_policy::load_policy(&super::read_input(path, PolicyError::Limit)?)
+fn load_policy(path: &Path) -> Result<Mir, Refusal> {
+    let at = super::about(path);
+    terra_policy::load_policy(&super::read_input(path, PolicyError::Limit).map_err(&at)?)
+        .map_err(&at)
 }
 
-fn load_resolved(path: &Path, host: &HostArgs) -> Result<Resolution, PolicyError> {
+fn load_resolved(path: &Path, host: &HostArgs) -> Result<Resolution, Refusal> {
     resolve(&load_policy(path)?, &host.bindings())
+        .map_err(name_the_flag)
+        .map_err(super::about(path))
 }
 
 /// The two policies a comparison reads, each resolved on this host.
@@ -227,7 +255,7 @@ fn load_two(
     first: &Path,
     second: &Path,
     host: &HostArgs,
-) -> Result<(Resolution, Resolution), PolicyError> {
+) -> Result<(Resolution, Resolution), Refusal> {
     Ok((load_resolved(first, host)?, load_resolved(second, host)?))
 }
 
@@ -239,19 +267,14 @@ fn available(check: &CheckArgs) -> Result<Option<CapabilitySet>, PolicyError> {
     CapabilitySet::parse(check.available.iter().flat_map(|s| s.split_whitespace())).map(Some)
 }
 
-fn evaluate(policy: &Path, path: &str, host: &HostArgs) -> Result<Report, PolicyError> {
+fn evaluate(policy: &Path, path: &str, host: &HostArgs) -> Result<Report, Refusal> {
     // Refuse a non-canonical path before touching the policy.
     terra_policy::evaluate::check_canonical_path(path)?;
-    report::evaluation(&load_resolved(policy, host)?, path)
+    Ok(report::evaluation(&load_resolved(policy, host)?, path)?)
 }
 
-fn restrict(
-    base: &Path,
-    overlay: &Path,
-    output: &Path,
-    replace: bool,
-) -> Result<Report, PolicyError> {
+fn restrict(base: &Path, overlay: &Path, output: &Path, replace: bool) -> Result<Report, Refusal> {
     let mir = terra_policy::restrict(&load_policy(base)?, &load_policy(overlay)?)?;
-    super::write_output(output, mir.bytes(), replace)?;
+    super::write_output(output, mir.bytes(), replace).map_err(super::about(output))?;
     Ok(report::restricted(&mir, &output.display().to_string()))
 }

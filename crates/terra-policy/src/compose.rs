@@ -352,13 +352,16 @@ pub fn diff(before: &Resolution, after: &Resolution) -> DiffReport {
         .iter()
         .filter(|r| r.second > r.first)
         .map(|r| {
-            format!(
-                "{} {}: {} -> {}",
-                if r.named { "path" } else { "unnamed path" },
-                r.path,
-                r.first,
-                r.second
-            )
+            if r.named {
+                format!("path {}: {} -> {}", r.path, r.first, r.second)
+            } else {
+                format!(
+                    "paths below {} that no rule names: {} -> {}",
+                    crate::conflict::witness_parent(&r.path),
+                    r.first,
+                    r.second
+                )
+            }
         })
         .collect();
     widened.extend(settings_widened(before, after, &settings));

@@ -76,11 +76,15 @@ impl Conflict {
             "{}{} means {} under most-specific-wins but {} under contract 2 (before={} after={}); \
              most-specific-wins is decided by {}, contract 2 by {}; remedy: {}",
             if self.witness {
-                "the unnamed path "
+                "any path below "
             } else {
                 "path "
             },
-            self.path,
+            if self.witness {
+                format!("{} that no rule names", witness_parent(&self.path))
+            } else {
+                self.path.clone()
+            },
             self.before,
             self.after,
             self.before,
@@ -143,6 +147,23 @@ fn msw_permission(rules: &[ResolvedRule], winner: Option<u32>) -> Permission {
         Some(Access::Read) => Permission::Read,
         Some(Access::Write) => Permission::ReadWrite,
         _ => Permission::None,
+    }
+}
+
+/// The directory a witness path stands below (`/ws` for `/ws/maelys-witness-0`).
+pub fn witness_parent(witness: &str) -> &str {
+    match witness.rsplit_once('/') {
+        Some(("", _)) | None => "/",
+        Some((parent, _)) => parent,
+    }
+}
+
+/// A witness path as users read it: `/ws/*`, the paths below `/ws` that no
+/// rule names (the witness's own name is internal).
+pub fn witness_shown(witness: &str) -> String {
+    match witness_parent(witness) {
+        "/" => "/*".to_string(),
+        p => format!("{p}/*"),
     }
 }
 

@@ -71,6 +71,21 @@ impl PolicyError {
         }
     }
 
+    /// The same class with its message rewritten by `f`.
+    pub fn map_detail(self, f: impl FnOnce(&str) -> String) -> PolicyError {
+        let m = f(self.detail());
+        match self {
+            PolicyError::Format(_) => PolicyError::Format(m),
+            PolicyError::Limit(_) => PolicyError::Limit(m),
+            PolicyError::Argument(_) => PolicyError::Argument(m),
+            PolicyError::NonCanonical(_) => PolicyError::NonCanonical(m),
+            PolicyError::Io(_) => PolicyError::Io(m),
+            PolicyError::Unsupported(_) => PolicyError::Unsupported(m),
+            PolicyError::Missing(_) => PolicyError::Missing(m),
+            PolicyError::Conflict(_) => PolicyError::Conflict(m),
+        }
+    }
+
     /// The message without the class prefix.
     pub fn detail(&self) -> &str {
         match self {

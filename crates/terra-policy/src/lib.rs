@@ -20,17 +20,24 @@ pub mod error;
 pub mod host;
 pub mod inspect;
 pub mod model;
+pub mod position;
 pub mod report;
 pub mod source;
 
 pub use error::{ErrorClass, PolicyError, Result};
 pub use inspect::inspection_json;
-pub use source::compile_source;
 
 /// terra's default policy (JSON source v3): the workspace writable, the minimal
 /// runtime readable, a private temp directory writable, no network, the whole
 /// process tree confined, the root read-only. Printed by `terra policy init`.
 pub const DEFAULT_POLICY_SOURCE: &str = include_str!("default-policy.json");
+
+/// Compiles a JSON source v3 document into a canonical [`Mir`]
+/// ([`source::compile_source`]); every byte offset an error names is
+/// followed by its line and column (`byte offset 193, line 7, column 33`).
+pub fn compile_source(bytes: &[u8]) -> Result<Mir> {
+    source::compile_source(bytes).map_err(|e| position::annotate(e, bytes))
+}
 
 /// A policy file's bytes: MIR v3 when they start with the magic `MMIR`, JSON
 /// source v3 otherwise.

@@ -52,10 +52,29 @@ fn sha(hex: &str) -> String {
 
 // ---- format commands: compile, validate, hash, artifact-hash, init ----
 
-/// The `--json` refusal of a format command; a non-canonical document also
-/// says `"valid": false`.
-pub fn format_error_json(e: &PolicyError) -> Value {
-    let mut v = json!({ "ok": false, "class": e.class().as_str(), "message": e.detail() });
+/// The `--json` refusal of every `terra policy` command, one shape:
+/// `{"ok": false, "error": {"class", "message", "path", "line", "column"}}`.
+/// `path` is the file the refusal is about (when known), `line` and `column`
+/// where in a JSON source it stands (when the message names a place); a
+/// conflict also names both permissions (`before`, `after`), and a
+/// non-canonical document also says `"valid": false` at the top.
+pub fn error_json(e: &PolicyError, path: Option<&str>) -> Value {
+    let (line, column) = match crate::position::first_line_column(e.detail()) {
+        Some((l, c)) => (json!(l), json!(c)),
+        None => (Value::Null, Value::Null),
+    };
+    let mut err = json!({
+        "class": e.class().as_str(),
+        "message": e.detail(),
+        "path": path,
+        "line": line,
+        "column": column,
+    });
+    if let Some((before, after)) = conflict_permissions(e.detail()) {
+        err["before"] = json!(before);
+        err["after"] = json!(after);
+    }
+    let mut v = json!({ "ok": false, "error": err });
     if e.class() == ErrorClass::NonCanonical {
         v["valid"] = Value::Bool(false);
     }
@@ -77,14 +96,19 @@ fn mir_json(mir: &Mir, digest: &str, fields: Value) -> Value {
     v
 }
 
+/// `1 rule`, `2 rules`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `compile`: `mir` compiled from `source_bytes` (named `source`) and written to `output`.
 pub fn compiled(mir: &Mir, source: &str, source_bytes: &[u8], output: &str) -> Report {
     let digest = sha(&mir.decision_digest());
     let text = format!(
-        "compiled {source} -> {output} ({} bytes, {} rules, {} destinations)\ndecision digest {digest}\n",
-        mir.bytes().len(),
-        mir.rules().len(),
-        mir.destinations().len()
+        "compiled {source} -> {output} ({}, {}, {})\ndecision digest {digest}\n",
+        plural(mir.bytes().len(), "byte", "bytes"),
+        plural(mir.rules().len(), "rule", "rules"),
+        plural(mir.destinations().len(), "destination", "destinations")
     );
     let fields = json!({
         "output": output,
@@ -98,6 +122,16 @@ pub fn validated(mir: &Mir, file: &str) -> Report {
     let digest = sha(&mir.decision_digest());
     let text = format!("valid: {file} is canonical MIR v3 ({digest})\n");
     let fields = json!({ "valid": true, "file": file });
+    Report::new(false, text, mir_json(mir, &digest, fields))
+}
+
+/// `validate` of a JSON source: it compiles to canonical MIR v3.
+pub fn validated_source(mir: &Mir, file: &str) -> Report {
+    let digest = sha(&mir.decision_digest());
+    let text = format!(
+        "valid: {file} is a JSON source v3 policy; it compiles to canonical MIR v3 ({digest})\n"
+    );
+    let fields = json!({ "valid": true, "file": file, "format": "json" });
     Report::new(false, text, mir_json(mir, &digest, fields))
 }
 
@@ -128,16 +162,6 @@ pub fn init() -> Report {
 }
 
 // ---- plan commands: capabilities, resolve, evaluate, restrict, contains, diff, overlaps ----
-
-/// The `--json` refusal of a plan command; a conflict also names both permissions.
-pub fn plan_error_json(e: &PolicyError) -> Value {
-    let mut err = json!({ "class": e.class().as_str(), "message": e.detail() });
-    if let Some((before, after)) = conflict_permissions(e.detail()) {
-        err["before"] = json!(before);
-        err["after"] = json!(after);
-    }
-    json!({ "ok": false, "error": err })
-}
 
 /// `before=X after=Y` out of a conflict message.
 fn conflict_permissions(message: &str) -> Option<(String, String)> {
@@ -357,8 +381,18 @@ pub fn restricted(mir: &Mir, output: &str) -> Report {
     Report::new(false, text, json)
 }
 
+/// A region's path as users read it: a named path, or `<dir>/*` for the
+/// paths below `<dir>` that no rule names (never the internal witness name).
+fn region_path(r: &Region) -> String {
+    if r.named {
+        r.path.clone()
+    } else {
+        crate::conflict::witness_shown(&r.path)
+    }
+}
+
 fn region_json(r: &Region, first: &str, second: &str) -> Value {
-    let mut v = json!({ "path": r.path, "named": r.named });
+    let mut v = json!({ "path": region_path(r), "named": r.named });
     v[first] = json!(r.first.name());
     v[second] = json!(r.second.name());
     v
@@ -367,8 +401,12 @@ fn region_json(r: &Region, first: &str, second: &str) -> Value {
 fn region_text(r: &Region, first: &str, second: &str) -> String {
     format!(
         "  {}{}: {first} {}, {second} {}\n",
-        r.path,
-        if r.named { "" } else { " (unnamed)" },
+        region_path(r),
+        if r.named {
+            ""
+        } else {
+            " (paths no rule names)"
+        },
         r.first,
         r.second
     )
@@ -557,12 +595,13 @@ mod tests {
     #[test]
     fn plan_refusal_names_both_permissions_of_a_conflict() {
         let e = PolicyError::Conflict("/a means x (before=read after=none); split it".into());
-        let v = plan_error_json(&e);
+        let v = error_json(&e, Some("p.json"));
         assert_eq!(v["ok"], false);
         assert_eq!(v["error"]["class"], "conflict");
         assert_eq!(v["error"]["before"], "read");
         assert_eq!(v["error"]["after"], "none");
-        let plain = plan_error_json(&PolicyError::Io("gone".into()));
+        assert_eq!(v["error"]["path"], "p.json");
+        let plain = error_json(&PolicyError::Io("gone".into()), None);
         assert_eq!(plain["error"]["message"], "gone");
         assert!(plain["error"].get("before").is_none());
         assert_eq!(conflict_permissions("(before=read)"), None);
@@ -570,13 +609,32 @@ mod tests {
     }
 
     #[test]
+    fn counts_have_their_plural_forms() {
+        assert_eq!(plural(1, "destination", "destinations"), "1 destination");
+        assert_eq!(plural(0, "rule", "rules"), "0 rules");
+        let text = compiled(&runtime_read(), "s.json", b"{}", "o.mir").text;
+        assert!(text.contains(", 1 rule, 0 destinations)"), "{text}");
+    }
+
+    #[test]
     fn format_refusal_says_invalid_only_when_non_canonical() {
-        let nc = format_error_json(&PolicyError::NonCanonical("unsorted".into()));
+        let nc = error_json(&PolicyError::NonCanonical("unsorted".into()), None);
         assert_eq!(nc["valid"], false);
-        assert_eq!(nc["class"], "non-canonical");
-        let f = format_error_json(&PolicyError::Format("short".into()));
+        assert_eq!(nc["error"]["class"], "non-canonical");
+        let f = error_json(
+            &PolicyError::Format("x (byte offset 9, line 2, column 3): short".into()),
+            Some("s.json"),
+        );
         assert!(f.get("valid").is_none());
-        assert_eq!(f["message"], "short");
+        assert_eq!(
+            (
+                &f["error"]["line"],
+                &f["error"]["column"],
+                &f["error"]["path"]
+            ),
+            (&json!(2), &json!(3), &json!("s.json"))
+        );
+        assert!(f["error"]["path"].is_string());
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub const SCHEMA_URL: &str = "https://schemas.maelys.dev/mir-source/v3/schema.js
 /// read up to its first syntax error (a malformed value, a duplicate key,
 /// invalid UTF-8, nesting too deep...) and the schema is walked over what was
 /// read, so a schema refusal that stands before the syntax error wins over it.
+///
+/// Messages name byte offsets only; [`crate::compile_source`] adds their
+/// line and column.
 pub fn compile_source(bytes: &[u8]) -> Result<Mir> {
     let (root, failure) = parse_document(bytes)?;
     let mir = lower(&root)?;

@@ -17,7 +17,8 @@ use crate::request::RunRequest;
 
 /// Starts `terra __supervisor` (with `extra_args` before the role, e.g. the
 /// caller's `--log-level`), hands it the request, forwards signals to it and
-/// returns its exit status as the run's.
+/// returns its exit status as the run's, with the supervisor's pid (part of
+/// the run id, see [`crate::runs::find_own`]).
 ///
 /// Signals are delivered once:
 /// - Without a terminal in the foreground (CI, pipes, background jobs) the
@@ -31,7 +32,7 @@ use crate::request::RunRequest;
 ///   supervisor got those too. On exit the CLI gives the terminal back to its
 ///   own process group and restores the terminal modes it found (also when
 ///   the supervisor, which restores them itself, was killed).
-pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8> {
+pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<Ended> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signal::{kill, Signal};
@@ -107,8 +108,12 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8>
         t.restore();
     }
     debug!(phase = "supervisor", ms = t0.elapsed().as_secs_f64() * 1e3);
+    let supervisor_pid = child_pid.as_raw() as u32;
     if let Some(code) = status.code() {
-        return Ok(code.clamp(0, 255) as u8);
+        return Ok(Ended {
+            code: code.clamp(0, 255) as u8,
+            supervisor_pid,
+        });
     }
     let sig = status.signal().unwrap_or(0);
     if sig == terra_seccomp::KILL_SIGNAL {
@@ -118,7 +123,19 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<u8>
         return Ok(terra_policy::EXIT_REFUSED);
     }
     eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
-    Ok((128 + sig).clamp(0, 255) as u8)
+    Ok(Ended {
+        code: (128 + sig).clamp(0, 255) as u8,
+        supervisor_pid,
+    })
+}
+
+/// How the supervisor of a run ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Ended {
+    /// Its exit status, the run's.
+    pub code: u8,
+    /// Its pid (the run id contains it).
+    pub supervisor_pid: u32,
 }
 
 /// The terminal terra runs in the foreground of, with the modes it had.

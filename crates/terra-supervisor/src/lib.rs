@@ -8,7 +8,11 @@
 #![forbid(unsafe_code)]
 
 #[cfg(target_os = "linux")]
+pub mod allow_net;
+#[cfg(target_os = "linux")]
 pub mod backend;
+#[cfg(target_os = "linux")]
+pub mod command_check;
 #[cfg(target_os = "linux")]
 mod confine;
 pub mod error;
@@ -16,6 +20,10 @@ pub mod error;
 pub mod files;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(target_os = "linux")]
+pub mod presets;
+#[cfg(target_os = "linux")]
+pub mod profile;
 mod pty;
 #[cfg(target_os = "linux")]
 mod reaper;
@@ -26,9 +34,15 @@ mod role_kill;
 #[cfg(target_os = "linux")]
 pub mod run;
 #[cfg(target_os = "linux")]
+pub mod runs;
+#[cfg(target_os = "linux")]
 pub mod state;
 #[cfg(target_os = "linux")]
+pub mod summary;
+#[cfg(target_os = "linux")]
 mod supervise;
+#[cfg(target_os = "linux")]
+pub mod temp;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

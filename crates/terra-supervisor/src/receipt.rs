@@ -5,6 +5,7 @@
 //! network receipt.
 
 use std::path::PathBuf;
+use std::time::SystemTime;
 
 use serde::Serialize;
 
@@ -101,5 +102,96 @@ impl Receipt {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into());
         s.push('\n');
         s
+    }
+}
+
+/// What applied to a run beside its policy, for the receipt: how long it
+/// took, on which host, under which limits. Not yet part of [`Receipt`]:
+/// the supervisor builds the receipt (supervise.rs), which is to add it as
+/// `#[serde(flatten)] pub applied: Applied` and fill it with
+/// [`Applied::collect`] where it sets `endedAt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applied {
+    /// From `startedAt` to `endedAt`, in milliseconds.
+    pub duration_ms: u64,
+    /// The host's name (the box has its own: `terra`).
+    pub host_name: Option<String>,
+    pub limits: AppliedLimits,
+}
+
+/// The limits a run ran under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedLimits {
+    /// `--timeout`, if given.
+    pub timeout_ms: Option<u64>,
+    /// Between SIGTERM and SIGKILL once the deadline passed.
+    pub timeout_grace_ms: u64,
+    /// The network broker's bounds (mediated runs only).
+    pub network: Option<terra_netd::broker::Limits>,
+}
+
+impl Applied {
+    /// For a run from `started` to `ended`; `host_name` read before the
+    /// supervisor confined itself (see [`host_name`]).
+    pub fn collect(
+        started: SystemTime,
+        ended: SystemTime,
+        host_name: Option<String>,
+        timeout_ms: Option<u64>,
+        mediated: bool,
+    ) -> Applied {
+        Applied {
+            duration_ms: ended
+                .duration_since(started)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            host_name,
+            limits: AppliedLimits {
+                timeout_ms,
+                timeout_grace_ms: u64::try_from(crate::TIMEOUT_GRACE.as_millis()).unwrap_or(0),
+                network: mediated.then(terra_netd::broker::Limits::default),
+            },
+        }
+    }
+}
+
+/// This host's name (`uname -n`), or None when it is not UTF-8 or cannot be read.
+#[cfg(target_os = "linux")]
+pub fn host_name() -> Option<String> {
+    nix::unistd::gethostname().ok()?.into_string().ok()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn applied_fields() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let a = Applied::collect(
+            t0,
+            t0 + Duration::from_millis(1500),
+            host_name(),
+            Some(30_000),
+            true,
+        );
+        assert_eq!(a.duration_ms, 1500);
+        assert!(a.host_name.as_deref().is_some_and(|h| !h.is_empty()));
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["limits"]["timeoutMs"], 30_000);
+        assert_eq!(v["limits"]["timeoutGraceMs"], 2000);
+        assert_eq!(v["limits"]["network"]["max_flows"], 1024);
+        let none = Applied::collect(t0, t0, None, None, false);
+        assert_eq!(
+            serde_json::to_value(&none).unwrap()["limits"]["network"],
+            serde_json::Value::Null
+        );
+        // A clock that went back gives 0, not a wrap.
+        assert_eq!(
+            Applied::collect(t0, t0 - Duration::from_secs(1), None, None, false).duration_ms,
+            0
+        );
     }
 }

@@ -78,8 +78,10 @@ pub struct RunBuilder {
     pub timeout: Option<String>,
     /// Where to write an extra copy of the receipt (`-`: standard output).
     pub receipt: Option<PathBuf>,
-    /// Keep the run's temp directory (`--keep-temp`).
-    pub keep_temp: bool,
+    /// Toolchain presets (`--preset`, see [`crate::presets`]).
+    pub presets: Vec<String>,
+    /// A host-side profile (`--profile`, see [`crate::profile`]).
+    pub profile: Option<String>,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -107,7 +109,8 @@ impl RunBuilder {
             env: Vec::new(),
             timeout: None,
             receipt: None,
-            keep_temp: false,
+            presets: Vec::new(),
+            profile: None,
         }
     }
 
@@ -126,9 +129,24 @@ impl RunBuilder {
                     .and_then(|p| fs::canonicalize(&p).map_err(|e| Error::op("", e)))
                     .map_err(|e| e.context(flag))?
             }
-            None => fs::canonicalize(&cwd).map_err(|e| Error::op("the current directory", e))?,
+            None => {
+                let ws =
+                    fs::canonicalize(&cwd).map_err(|e| Error::op("the current directory", e))?;
+                refuse_broad_workspace(&ws, std::env::var_os("HOME").map(PathBuf::from))?;
+                ws
+            }
         };
-        let (mir, origin) = self.load_policy(&cwd, &workspace)?;
+        let presets = self
+            .presets
+            .iter()
+            .map(|n| {
+                crate::presets::find(n)
+                    .map(|p| p.resolve(&crate::presets::HostDirs::from_env()))
+                    .map_err(Error::Argument)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let policy_file = self.policy_file(&workspace)?;
+        let (mir, origin) = self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
         let t1 = Instant::now();
@@ -205,7 +223,11 @@ impl RunBuilder {
                 Backend::Linux => OsString::from("/tmp"),
                 Backend::Landlock | Backend::Macos => temp.clone().into_os_string(),
             };
-            let env = box_env(&proxy, &self.env, &tmp)?;
+            // Preset variables first, then the proxy's, then --env.
+            let mut base: Vec<(OsString, OsString)> =
+                presets.iter().flat_map(|p| p.env.clone()).collect();
+            base.extend(proxy);
+            let env = box_env(&base, &self.env, &tmp)?;
             let timeout_ms = self
                 .timeout
                 .as_deref()
@@ -236,7 +258,10 @@ impl RunBuilder {
                 env_hex: env.iter().map(|(k, v)| (hex_os(k), hex_os(v))).collect(),
                 timeout_ms,
                 receipt,
-                keep_temp: self.keep_temp,
+                // The supervisor leaves the temp directory in place: `terra
+                // run` keeps or removes it once the supervisor ended, by the
+                // run's outcome (temp.rs).
+                keep_temp: true,
             };
             Ok(PreparedRun { plan, request })
         })();
@@ -246,28 +271,67 @@ impl RunBuilder {
         result
     }
 
+    /// The policy file: `--policy`, `--profile NAME`, or the default profile
+    /// when there is one (none: the embedded default policy), with how to
+    /// name it in messages.
+    fn policy_file(&self, workspace: &Path) -> Result<Option<(PathBuf, String)>> {
+        match (&self.policy, &self.profile) {
+            (Some(_), Some(_)) => Err(Error::Argument(
+                "--policy and --profile name two policies; give one".into(),
+            )),
+            (Some(p), None) => Ok(Some((p.clone(), format!("--policy {}", p.display())))),
+            (None, Some(name)) => {
+                let file = crate::profile::named(name)?;
+                let label = format!("--profile {name}");
+                crate::profile::refuse_in_workspace(&file, workspace, &label)?;
+                Ok(Some((file, label)))
+            }
+            (None, None) => match crate::profile::default_file() {
+                Some(file) => {
+                    let label = "the default profile".to_string();
+                    crate::profile::refuse_in_workspace(&file, workspace, &label)?;
+                    Ok(Some((file, label)))
+                }
+                None => Ok(None),
+            },
+        }
+    }
+
     /// The policy (default or the policy file) plus the command line's rules.
-    fn load_policy(&self, cwd: &Path, workspace: &Path) -> Result<(Mir, PolicyOrigin)> {
-        let (base, source, format, digest) = match &self.policy {
+    fn load_policy(
+        &self,
+        policy: Option<&(PathBuf, String)>,
+        presets: &[crate::presets::Resolved],
+        cwd: &Path,
+        workspace: &Path,
+    ) -> Result<(Mir, PolicyOrigin)> {
+        let (base, source, format, digest) = match policy {
             None => {
                 let src = terra_policy::DEFAULT_POLICY_SOURCE.as_bytes();
                 let mir = terra_policy::compile_source(src)
                     .map_err(|e| Error::policy("the default policy", e))?;
                 (mir, "default".to_string(), "json", artifact_digest(src))
             }
-            Some(p) => {
-                let grants =
-                    !self.read.is_empty() || !self.write.is_empty() || !self.allow_net.is_empty();
+            Some((p, label)) => {
+                let grants = !self.read.is_empty()
+                    || !self.write.is_empty()
+                    || !self.allow_net.is_empty()
+                    || !presets.is_empty();
                 if grants {
-                    return Err(Error::Argument(
-                        "with --policy only --deny may be added (a restriction); put --read, --write and --allow-net \
-                         grants in the policy file"
-                            .into(),
-                    ));
+                    return Err(Error::Argument(format!(
+                        "with a policy file ({label}) only --deny may be added (a restriction); put --read, --write, \
+                         --allow-net and --preset grants in the policy file"
+                    )));
                 }
                 let bytes = crate::files::read_capped(p, self.max_policy_len)
-                    .map_err(|e| Error::Input(e).context("--policy"))?;
-                let context = || format!("--policy {}", p.display());
+                    .map_err(|e| Error::Input(e).context(label.clone()))?;
+                let context = || {
+                    if label.starts_with("--policy") {
+                        label.clone()
+                    } else {
+                        format!("{label} {}", p.display())
+                    }
+                };
                 let (mir, format) = if bytes.starts_with(b"MMIR") {
                     let mir = Mir::decode(&bytes).map_err(|e| Error::policy(context(), e))?;
                     (mir, "mir")
@@ -301,13 +365,45 @@ impl RunBuilder {
                 });
             }
         }
+        for preset in presets {
+            for rule in &preset.rules {
+                let flag = || {
+                    format!(
+                        "--preset {} ({} {})",
+                        preset.name,
+                        rule.access,
+                        rule.path.display()
+                    )
+                };
+                let (root, path) =
+                    cli_rule_path(&rule.path, cwd, workspace).map_err(|e| e.context(flag()))?;
+                builder
+                    .add_rule(rule.access, root, &path, Scope::Tree, Missing::Skip)
+                    .map_err(|e| Error::policy(flag(), e))?;
+                overlay.push(format!(
+                    "preset {}: {} {}",
+                    preset.name,
+                    rule.access,
+                    rule.path.display()
+                ));
+            }
+        }
         for dest in &self.allow_net {
-            let (host, port) = parse_allow_net(dest)?;
+            let d = crate::allow_net::parse(dest)?;
             builder.set_network(NetworkMode::Mediated);
             builder
-                .add_destination(host, port, false, false)
+                .add_destination(d.host, d.port, false, d.allow_private)
                 .map_err(|e| Error::policy(format!("--allow-net {dest}"), e))?;
-            overlay.push(format!("allow-net {}:{port}", host.to_ascii_lowercase()));
+            overlay.push(format!(
+                "allow-net {}:{}{}",
+                d.host.to_ascii_lowercase(),
+                d.port,
+                if d.allow_private {
+                    " (private addresses allowed)"
+                } else {
+                    ""
+                }
+            ));
         }
         let mir = builder
             .build()
@@ -320,6 +416,39 @@ impl RunBuilder {
         };
         Ok((mir, origin))
     }
+}
+
+/// Without `--workspace`, the current directory becomes the writable
+/// workspace: refused when that is `/`, `/tmp`, `$HOME` or a parent of
+/// `$HOME` (from the home directory, `terra run` would make `~/.ssh` and
+/// `~/.bashrc` writable). `--workspace DIR` names such a directory on purpose.
+pub fn refuse_broad_workspace(ws: &Path, home: Option<PathBuf>) -> Result<()> {
+    let home = home
+        .filter(|h| h.is_absolute())
+        .and_then(|h| fs::canonicalize(h).ok());
+    let tmp = fs::canonicalize("/tmp").unwrap_or_else(|_| PathBuf::from("/tmp"));
+    let what = if ws == Path::new("/") {
+        "/, the whole host".to_string()
+    } else if home.as_deref() == Some(ws) {
+        "your home directory: ~/.ssh, ~/.bashrc and every other file in it would be writable"
+            .to_string()
+    } else if ws == tmp {
+        "the shared temp directory".to_string()
+    } else if let Some(h) = home.as_deref().filter(|h| h.starts_with(ws)) {
+        format!("a parent of your home directory {}", h.display())
+    } else {
+        return Ok(());
+    };
+    let on_purpose = if ws == Path::new("/") {
+        String::new()
+    } else {
+        format!(" (--workspace {} if you mean it)", ws.display())
+    };
+    Err(Error::Argument(format!(
+        "the current directory {} is {what}; without --workspace it would become the box's writable \
+         workspace. Run from a project directory, or pass --workspace DIR{on_purpose}",
+        ws.display(),
+    )))
 }
 
 /// On the landlock backend, a plan needing a capability it does not declare
@@ -384,13 +513,6 @@ fn proxy_env() -> Vec<(OsString, OsString)> {
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
         .collect()
-}
-
-/// `--allow-net HOST:PORT`: the host (checked by the policy builder) and the port.
-pub fn parse_allow_net(dest: &str) -> Result<(&str, u16)> {
-    dest.rsplit_once(':')
-        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| Error::Argument(format!("--allow-net {dest:?}: expected HOST:PORT")))
 }
 
 /// Absolute against `cwd`, without touching the file system.
@@ -623,6 +745,58 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
 }
 
 impl PreparedRun {
+    /// What `terra run` says on stderr before the run starts: on the linux
+    /// backend, a workspace under `/tmp` is bound through at its path inside
+    /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
+    /// not the host's and goes with the run's temp directory.
+    pub fn warnings(&self) -> Vec<String> {
+        self.tmp_warning()
+    }
+
+    /// Where the workload's program is, looked up on the host with the
+    /// box's PATH (see [`crate::command_check`]).
+    pub fn program(&self) -> crate::command_check::Program {
+        let argv = self.request.argv().unwrap_or_default();
+        let path = self
+            .request
+            .env()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        match argv.first() {
+            Some(p) => crate::command_check::locate(p, &path, &self.request.cwd, &self.plan),
+            None => crate::command_check::Program::NotFound,
+        }
+    }
+
+    /// The hint when the workload's program is on the host outside every grant.
+    pub fn program_hint(&self) -> Option<String> {
+        let argv = self.request.argv().unwrap_or_default();
+        let program = argv.first()?;
+        crate::command_check::hint(
+            program,
+            &self.program(),
+            self.request.policy.source != "default",
+        )
+    }
+
+    fn tmp_warning(&self) -> Vec<String> {
+        let ws = &self.request.bindings.workspace;
+        let mut out = Vec::new();
+        if self.request.backend == Backend::Linux.name() && ws.starts_with("/tmp") {
+            out.push(format!(
+                "the workspace {} is under /tmp, but the box has a private /tmp (the run's temp directory) \
+                 with only the workspace bound through: files written in /tmp outside {} do not reach the \
+                 host's /tmp",
+                ws.display(),
+                ws.display()
+            ));
+        }
+        out
+    }
+
     /// What `--dry-run` prints: the resolved plan, its decision digest, the
     /// environment and argv, and the backend's program (for a mediated plan
     /// also the broker's, generated from the tables its filters are built from).
@@ -716,6 +890,26 @@ impl PreparedRun {
             let _ = writeln!(s, "  {}={}", k.to_string_lossy(), v.to_string_lossy());
         }
         let _ = writeln!(s, "argv:            {:?}", r.argv_display());
+        let program = match self.program() {
+            crate::command_check::Program::Granted(p) => format!("{} (granted)", p.display()),
+            crate::command_check::Program::NotFound => {
+                "not found in any directory of the box's PATH on the host".to_string()
+            }
+            found @ crate::command_check::Program::OutsideGrants { .. } => {
+                let name = r
+                    .argv()
+                    .unwrap_or_default()
+                    .first()
+                    .cloned()
+                    .unwrap_or_default();
+                format!(
+                    "NOT IN THE BOX: {}",
+                    crate::command_check::hint(&name, &found, r.policy.source != "default")
+                        .unwrap_or_default()
+                )
+            }
+        };
+        let _ = writeln!(s, "program:         {program}");
         let config = terra_sandbox::linux::BoxConfig {
             plan: plan.clone(),
             argv: r.argv().unwrap_or_default(),
@@ -782,29 +976,6 @@ mod tests {
             assert!(
                 matches!(parse_duration(bad), Err(Error::Argument(m)) if m.starts_with("--timeout ")),
                 "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn allow_net_takes_host_and_port() {
-        assert_eq!(
-            parse_allow_net("example.com:443").unwrap(),
-            ("example.com", 443)
-        );
-        // The last colon separates the port (the host is the policy's to check).
-        assert_eq!(parse_allow_net("a:b:80").unwrap(), ("a:b", 80));
-        for bad in [
-            "example.com",
-            "example.com:",
-            "example.com:https",
-            "h:65536",
-            "h:-1",
-        ] {
-            let e = parse_allow_net(bad).unwrap_err();
-            assert!(
-                e.to_string().ends_with(": expected HOST:PORT"),
-                "{bad}: {e}"
             );
         }
     }

@@ -1,0 +1,84 @@
+//! Finding the workload's program the way the box will, on the host: when
+//! the box cannot find it but the host's PATH has it outside every grant of
+//! the plan (`~/.cargo/bin/cargo` under the default policy), say where it is
+//! and which flag grants it. Used by `--dry-run` (before the run) and after
+//! a run whose program was not found or could not be executed.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use terra_policy::SandboxPlan;
+
+use crate::state::visible_in_box;
+
+/// What the host knows about the workload's program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// An executable the plan grants (the box can reach it).
+    Granted(PathBuf),
+    /// An executable on the host outside every grant; `grant` is the
+    /// directory a `--read` would grant (the toolchain's root for `.../bin/x`).
+    OutsideGrants { host_path: PathBuf, grant: PathBuf },
+    /// No executable of that name on the host's PATH either.
+    NotFound,
+}
+
+/// Looks `program` up as execvp would with `path` (the box's PATH): a name
+/// with a slash is taken as is (relative to `cwd`).
+pub fn locate(program: &OsStr, path: &OsStr, cwd: &Path, plan: &SandboxPlan) -> Program {
+    let candidates: Vec<PathBuf> = if program.as_bytes().contains(&b'/') {
+        vec![cwd.join(program)]
+    } else {
+        std::env::split_paths(path)
+            .filter(|d| d.is_absolute())
+            .map(|d| d.join(program))
+            .collect()
+    };
+    let mut outside = None;
+    for c in candidates {
+        let Ok(meta) = std::fs::metadata(&c) else {
+            continue;
+        };
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            continue;
+        }
+        let real = std::fs::canonicalize(&c).unwrap_or_else(|_| c.clone());
+        if visible_in_box(plan, &c) && visible_in_box(plan, &real) {
+            return Program::Granted(c);
+        }
+        outside.get_or_insert(c);
+    }
+    match outside {
+        Some(host_path) => {
+            let dir = host_path.parent().unwrap_or(Path::new("/"));
+            let grant = match (dir.file_name(), dir.parent()) {
+                (Some(b), Some(root)) if b == "bin" && root != Path::new("/") => root,
+                _ => dir,
+            };
+            Program::OutsideGrants {
+                grant: grant.to_path_buf(),
+                host_path,
+            }
+        }
+        None => Program::NotFound,
+    }
+}
+
+/// The hint for a program outside the grants, or None.
+pub fn hint(program: &OsStr, found: &Program, with_policy: bool) -> Option<String> {
+    let Program::OutsideGrants { host_path, grant } = found else {
+        return None;
+    };
+    let how = if with_policy {
+        format!("a read rule on {} in the policy grants it", grant.display())
+    } else {
+        format!("--read {} grants it", grant.display())
+    };
+    Some(format!(
+        "{} is {} on the host, outside every grant of the box; {how}",
+        program.to_string_lossy(),
+        host_path.display()
+    ))
+}

@@ -1,0 +1,97 @@
+//! Host-side profiles: named policies kept in the caller's configuration
+//! directory, `$XDG_CONFIG_HOME/terra/profiles/NAME.json` (else
+//! `~/.config/terra/profiles/NAME.json`), JSON source v3 or MIR bytes like
+//! `--policy`. `terra run --profile NAME` uses one; `default.json` there is
+//! used when neither `--policy` nor `--profile` is given. Profiles are never
+//! read from the workspace: a profile file inside the workspace is refused
+//! (a repository must not choose its own sandbox; `--policy FILE` names such
+//! a file on purpose).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The profile used when none is named.
+pub const DEFAULT_PROFILE: &str = "default";
+
+/// `$XDG_CONFIG_HOME/terra/profiles`, else `$HOME/.config/terra/profiles`
+/// (absolute values only).
+pub fn profiles_dir() -> Option<PathBuf> {
+    let abs = |n: &str| {
+        std::env::var_os(n)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    abs("XDG_CONFIG_HOME")
+        .or_else(|| abs("HOME").map(|h| h.join(".config")))
+        .map(|c| c.join("terra/profiles"))
+}
+
+/// A profile name: letters, digits, `-`, `_` and `.` (not first), at most 64.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// The file of the profile `name` (it must exist).
+pub fn named(name: &str) -> Result<PathBuf> {
+    if !valid_name(name) {
+        return Err(Error::Argument(format!(
+            "--profile {name:?}: a profile name holds letters, digits, '-', '_' and '.' only"
+        )));
+    }
+    let dir = profiles_dir().ok_or_else(|| {
+        Error::Argument(format!(
+            "--profile {name}: neither XDG_CONFIG_HOME nor HOME is an absolute path, so there is no profiles directory"
+        ))
+    })?;
+    let file = dir.join(format!("{name}.json"));
+    if !file.is_file() {
+        return Err(Error::Argument(format!(
+            "--profile {name}: no profile {} (profiles are policy files, JSON source v3 or MIR, in {})",
+            file.display(),
+            dir.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// The default profile's file, when there is one.
+pub fn default_file() -> Option<PathBuf> {
+    let file = profiles_dir()?.join(format!("{DEFAULT_PROFILE}.json"));
+    file.is_file().then_some(file)
+}
+
+/// Refuses a profile file inside the workspace.
+pub fn refuse_in_workspace(file: &Path, workspace: &Path, label: &str) -> Result<()> {
+    let real = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    if real.starts_with(workspace) {
+        return Err(Error::Argument(format!(
+            "{label} {} is inside the workspace {}: a repository must not choose its own sandbox; \
+             name the file with --policy if you mean it",
+            real.display(),
+            workspace.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names_cannot_name_other_files() {
+        for ok in ["ci", "rust-dev", "a_b", "v1.2"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in ["", "../x", "a/b", ".hidden", "x y", &"n".repeat(65)] {
+            assert!(!valid_name(bad), "{bad}");
+            assert!(named(bad).is_err(), "{bad}");
+        }
+    }
+}

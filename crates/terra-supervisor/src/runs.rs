@@ -1,0 +1,411 @@
+//! The runs kept in the state directory: listing them (`terra runs`),
+//! finding the run a `terra run` just made, and pruning old ones.
+//!
+//! Everything here works from descriptors: a state base is opened without
+//! following any symlink, and every run directory and file in it is opened
+//! relative to that descriptor with `O_NOFOLLOW`, so a symlink planted in the
+//! state directory is never followed (it is skipped, and never removed).
+//! Only entries named like a run id (`YYYYMMDDTHHMMSSZ-PID-8HEX`) are
+//! considered.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use serde_json::Value;
+
+use crate::files::{Follow, OutDir};
+
+/// The most bytes of a receipt or request read back.
+const MAX_RECORD_LEN: u64 = 1 << 20;
+
+/// Runs kept by default: the newest [`DEFAULT_KEEP`], none older than
+/// [`DEFAULT_MAX_AGE`].
+pub const DEFAULT_KEEP: usize = 100;
+/// 14 days.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86_400);
+
+/// How many runs a state base keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// The newest this many finished runs are kept (unless too old).
+    pub keep: usize,
+    /// Runs that started longer ago than this are removed.
+    pub max_age: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Retention {
+        Retention {
+            keep: DEFAULT_KEEP,
+            max_age: DEFAULT_MAX_AGE,
+        }
+    }
+}
+
+/// A state base (`.../terra/runs`), opened without following symlinks.
+#[derive(Debug)]
+pub struct StateBase {
+    path: PathBuf,
+    /// Opened `O_RDONLY | O_DIRECTORY`, for listing and `*at` calls.
+    fd: OwnedFd,
+}
+
+/// One run directory, opened relative to its base.
+#[derive(Debug)]
+pub struct RunFiles {
+    pub id: String,
+    pub path: PathBuf,
+    fd: OwnedFd,
+}
+
+/// The state bases that exist for this user, in the order terra run prefers
+/// them (see [`crate::state::candidates`]), each once. A base that is not a
+/// directory owned by this uid and closed to group and others is skipped.
+pub fn bases() -> Vec<StateBase> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for (path, _) in crate::state::candidates(uid) {
+        let Ok(real) = std::fs::canonicalize(&path) else {
+            continue;
+        };
+        if seen.contains(&real) {
+            continue;
+        }
+        seen.push(real.clone());
+        match StateBase::open(&real, uid) {
+            Ok(b) => out.push(b),
+            Err(why) => tracing::debug!("state base {} skipped: {why}", real.display()),
+        }
+    }
+    out
+}
+
+impl StateBase {
+    /// Opens `path` (canonical) with no symlink in any component, and checks
+    /// that it is ours and private.
+    pub fn open(path: &Path, uid: u32) -> Result<StateBase, String> {
+        let walked = OutDir::open(path, Follow::Nothing).map_err(|e| e.to_string())?;
+        let fd = rustix::fs::openat(
+            walked.fd(),
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
+        if st.st_uid != uid || st.st_mode & 0o077 != 0 {
+            return Err(format!(
+                "{} is not owned by uid {uid} with mode 0700",
+                path.display()
+            ));
+        }
+        Ok(StateBase {
+            path: path.to_path_buf(),
+            fd,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The run ids in this base that are directories (not symlinks), oldest first.
+    pub fn run_ids(&self) -> Vec<String> {
+        let Ok(dir) = rustix::fs::Dir::read_from(&self.fd) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = dir
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
+            .filter(|n| is_run_id(n))
+            .filter(|n| {
+                rustix::fs::statat(&self.fd, n.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Opens the run directory `id` (never through a symlink).
+    pub fn open_run(&self, id: &str) -> Result<RunFiles, String> {
+        if !is_run_id(id) {
+            return Err(format!("{id:?} is not a run id"));
+        }
+        let fd = rustix::fs::openat(
+            &self.fd,
+            id,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("cannot open the run {id} in {}: {e}", self.path.display()))?;
+        Ok(RunFiles {
+            id: id.to_string(),
+            path: self.path.join(id),
+            fd,
+        })
+    }
+
+    /// Removes the runs `retention` does not keep; returns the removed ids
+    /// and, for each run that could not be removed, why. A run without a
+    /// receipt (it may still be running) and a run whose lock is held are
+    /// only removed once older than `max_age`, and never while locked.
+    pub fn prune(&self, retention: Retention, now: SystemTime) -> (Vec<String>, Vec<String>) {
+        let ids = self.run_ids();
+        let too_old = |id: &str| {
+            run_started(id)
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > retention.max_age)
+        };
+        // The common case costs one directory listing: few enough runs, the
+        // oldest young enough.
+        if ids.len() <= retention.keep && !ids.first().is_some_and(|id| too_old(id)) {
+            return (Vec::new(), Vec::new());
+        }
+        let mut removed = Vec::new();
+        let mut failed = Vec::new();
+        let mut finished_kept = 0usize;
+        // Newest first: the first `keep` finished runs stay.
+        for id in ids.iter().rev() {
+            let Ok(run) = self.open_run(id) else { continue };
+            let too_old = too_old(id);
+            let finished = run.has("receipt.json");
+            let over_count = finished && {
+                finished_kept += 1;
+                finished_kept > retention.keep
+            };
+            if !(too_old || over_count) || run.locked() {
+                continue;
+            }
+            match self.remove_run(&run) {
+                Ok(()) => removed.push(id.clone()),
+                Err(e) => failed.push(format!("{id}: {e}")),
+            }
+        }
+        (removed, failed)
+    }
+
+    /// Unlinks the run's files (never following a symlink; a directory in it
+    /// stops the removal), then the run directory.
+    fn remove_run(&self, run: &RunFiles) -> Result<(), String> {
+        let dir = rustix::fs::Dir::read_from(&run.fd).map_err(|e| e.to_string())?;
+        for entry in dir {
+            let entry = entry.map_err(|e| e.to_string())?;
+            let name = entry.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            let st = rustix::fs::statat(&run.fd, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| format!("{name:?}: {e}"))?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                return Err(format!("{name:?} is a directory; left in place"));
+            }
+            rustix::fs::unlinkat(&run.fd, name, AtFlags::empty())
+                .map_err(|e| format!("cannot remove {name:?}: {e}"))?;
+        }
+        rustix::fs::unlinkat(&self.fd, run.id.as_str(), AtFlags::REMOVEDIR)
+            .map_err(|e| format!("cannot remove the directory: {e}"))
+    }
+}
+
+impl RunFiles {
+    fn open_file(&self, name: &str) -> Option<File> {
+        let fd = rustix::fs::openat(
+            &self.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| File::from(fd))
+    }
+
+    /// Whether the run has the regular file `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.open_file(name).is_some()
+    }
+
+    /// The regular file `name` of the run (at most 1 MiB), or None.
+    pub fn read(&self, name: &str) -> Option<Vec<u8>> {
+        let mut buf = Vec::new();
+        self.open_file(name)?
+            .take(MAX_RECORD_LEN + 1)
+            .read_to_end(&mut buf)
+            .ok()?;
+        (buf.len() as u64 <= MAX_RECORD_LEN).then_some(buf)
+    }
+
+    /// The regular file `name`, opened for reading (any size).
+    pub fn open(&self, name: &str) -> Option<File> {
+        self.open_file(name)
+    }
+
+    /// The run's receipt, parsed.
+    pub fn receipt(&self) -> Option<Value> {
+        serde_json::from_slice(&self.read("receipt.json")?).ok()
+    }
+
+    /// Whether a supervisor holds this run's lock (when the run keeps its
+    /// lock here, i.e. no runtime directory was usable).
+    fn locked(&self) -> bool {
+        let Some(f) = self.open_file("lock") else {
+            return false;
+        };
+        match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(_) => false,
+            Err((_, e)) => e == nix::errno::Errno::EWOULDBLOCK,
+        }
+    }
+}
+
+/// The run a `terra run` just made: its supervisor had `supervisor_pid`
+/// (part of the run id) and its request names `cli_pid` as the parent (the
+/// CLI is alive, so no other live run can have it), started no earlier than
+/// `since`. None when no such run is found (e.g. the run was refused before
+/// its request was recorded, or went to a fresh private state directory).
+pub fn find_own(
+    bases: &[StateBase],
+    supervisor_pid: u32,
+    cli_pid: u32,
+    since: SystemTime,
+) -> Option<RunFiles> {
+    let marker = format!("-{supervisor_pid}-");
+    let since = since.checked_sub(Duration::from_secs(1)).unwrap_or(since);
+    for base in bases {
+        for id in base.run_ids().iter().rev() {
+            if !id.contains(&marker) || run_started(id).is_none_or(|t| t < since) {
+                continue;
+            }
+            let Ok(run) = base.open_run(id) else { continue };
+            let parent = run
+                .read("request.json")
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|v| v["parentPid"].as_u64());
+            if parent == Some(u64::from(cli_pid)) {
+                return Some(run);
+            }
+        }
+    }
+    None
+}
+
+/// A run of any base by id, or the newest for `last`.
+pub fn find(bases: &[StateBase], which: &str) -> Result<RunFiles, String> {
+    if which == "last" {
+        let newest = bases
+            .iter()
+            .filter_map(|b| b.run_ids().pop().map(|id| (id, b)))
+            .max_by(|a, b| a.0.cmp(&b.0));
+        return match newest {
+            Some((id, base)) => base.open_run(&id),
+            None => Err("no runs recorded yet".into()),
+        };
+    }
+    if !is_run_id(which) {
+        return Err(format!(
+            "{which:?} is not a run id (YYYYMMDDTHHMMSSZ-PID-HEX, as `terra runs` lists them) nor `last`"
+        ));
+    }
+    for base in bases {
+        if base.run_ids().iter().any(|id| id == which) {
+            return base.open_run(which);
+        }
+    }
+    Err(format!("no run {which} in the state directory"))
+}
+
+/// `YYYYMMDDTHHMMSSZ-PID-8HEX`.
+pub fn is_run_id(name: &str) -> bool {
+    let b = name.as_bytes();
+    if b.len() < 16 + 1 + 1 + 1 + 8 || b[8] != b'T' || b[15] != b'Z' || b[16] != b'-' {
+        return false;
+    }
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    let Some((pid, hex)) = name[17..].split_once('-') else {
+        return false;
+    };
+    digits(&b[..8])
+        && digits(&b[9..15])
+        && digits(pid.as_bytes())
+        && hex.len() == 8
+        && hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// When the run `id` started (second precision, from its id).
+pub fn run_started(id: &str) -> Option<SystemTime> {
+    if !is_run_id(id) {
+        return None;
+    }
+    let n = |r: std::ops::Range<usize>| id[r].parse::<i64>().ok();
+    let days = days_from_civil(n(0..4)?, n(4..6)?, n(6..8)?)?;
+    let secs = days * 86_400 + n(9..11)? * 3600 + n(11..13)? * 60 + n(13..15)?;
+    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+}
+
+/// Milliseconds between two RFC 3339 UTC times as terra writes them
+/// (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
+pub fn millis_between(start: &str, end: &str) -> Option<u64> {
+    let ms = |t: &str| -> Option<i64> {
+        let b = t.as_bytes();
+        if b.len() != 24 || b[10] != b'T' || b[19] != b'.' || b[23] != b'Z' {
+            return None;
+        }
+        let n = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
+        let days = days_from_civil(n(0..4)?, n(5..7)?, n(8..10)?)?;
+        Some(
+            ((days * 86_400 + n(11..13)? * 3600 + n(14..16)? * 60 + n(17..19)?) * 1000)
+                + n(20..23)?,
+        )
+    };
+    u64::try_from(ms(end)? - ms(start)?).ok()
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: i64, d: i64) -> Option<i64> {
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_and_their_times() {
+        assert!(is_run_id("20261202T142500Z-123-0a1b2c3d"));
+        for bad in [
+            "",
+            "20261202T142500Z-123-0a1b2c3",
+            "20261202T142500Z--0a1b2c3d",
+            "20261202X142500Z-1-0a1b2c3d",
+            "20261202T142500Z-1-0A1B2C3D",
+            "../20261202T142500Z-1-0a1b2c3d",
+            "20261202T142500Z-1-0a1b2c3d/x",
+        ] {
+            assert!(!is_run_id(bad), "{bad}");
+        }
+        let t = run_started("19700102T000001Z-1-00000000").unwrap();
+        assert_eq!(t, UNIX_EPOCH + Duration::from_secs(86_401));
+        // The inverse of terra_netd's rfc3339 on a date after a leap day.
+        let when = UNIX_EPOCH + Duration::from_millis(1_709_251_200_250); // 2024-03-01
+        let text = terra_netd::receipt::rfc3339(when);
+        assert_eq!(text, "2024-03-01T00:00:00.250Z");
+        assert_eq!(millis_between("2024-02-29T23:59:59.900Z", &text), Some(350));
+        assert_eq!(millis_between(&text, "2024-02-29T23:59:59.900Z"), None);
+        assert_eq!(millis_between("garbage", &text), None);
+    }
+}

@@ -1,0 +1,228 @@
+//! The refusal summary `terra run` prints on stderr when a run ends: how many
+//! connections the network broker refused, the first few as `host:port
+//! (reason)`, what would admit them, and where the full network log is.
+//! Nothing is printed when nothing was refused.
+//!
+//! It is read from the run's own records after the supervisor ended: the
+//! counts from the receipt's `network` object, the examples from the
+//! network receipt (`network.jsonl`, one JSON line per attempt), read line by
+//! line with a bounded line length.
+
+use std::io::{BufRead, BufReader, Read};
+
+use serde_json::Value;
+
+use crate::runs::RunFiles;
+
+/// Refused attempts quoted by name in the summary.
+pub const EXAMPLES: usize = 3;
+/// Longest network receipt line read; a longer one is skipped.
+const MAX_LINE: u64 = 64 << 10;
+
+/// One refused connection attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `name:port` as the workload asked (or the address when it gave no name).
+    pub destination: String,
+    pub reason: String,
+}
+
+/// `1 connection`, `2 connections` (terra-policy's plural forms).
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    terra_policy::report::plural(usize::try_from(n).unwrap_or(usize::MAX), one, many)
+}
+
+/// The first `max` refused attempts of a network receipt.
+pub fn first_refusals(file: impl Read, max: usize) -> Vec<Refusal> {
+    let mut out = Vec::new();
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    while out.len() < max {
+        line.clear();
+        match reader.by_ref().take(MAX_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if !line.ends_with(b"\n") && line.len() as u64 == MAX_LINE {
+            // Overlong: skip the rest of it.
+            let mut rest = Vec::new();
+            loop {
+                rest.clear();
+                match reader.by_ref().take(MAX_LINE).read_until(b'\n', &mut rest) {
+                    Ok(0) | Err(_) => return out,
+                    Ok(_) if rest.ends_with(b"\n") => break,
+                    Ok(_) => {}
+                }
+            }
+            continue;
+        }
+        let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        if v["verdict"] != "refused" {
+            continue;
+        }
+        let port = v["port"].as_u64();
+        let destination = match (v["name"].as_str(), port, v["address"].as_str()) {
+            (Some(n), Some(p), _) => format!("{n}:{p}"),
+            (Some(n), None, _) => n.to_string(),
+            (None, _, Some(a)) => a.to_string(),
+            (None, _, None) => "(unparsed request)".to_string(),
+        };
+        out.push(Refusal {
+            destination,
+            reason: v["reason"].as_str().unwrap_or("unknown").to_string(),
+        });
+    }
+    out
+}
+
+/// What admits a destination refused for `reason`, or None when no flag
+/// does (a malformed request, a limit).
+fn remedy(reason: &str, r: &Refusal, with_policy: bool) -> Option<String> {
+    let d = &r.destination;
+    let has_port = d
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok());
+    match reason {
+        "no-destination" if has_port => Some(if with_policy {
+            format!("add {d} to the policy's network destinations")
+        } else {
+            format!("--allow-net {d}")
+        }),
+        "private-address" if has_port => Some(if with_policy {
+            format!("allowPrivateAddresses on {d} in the policy")
+        } else {
+            format!("--allow-net {d},private")
+        }),
+        _ => None,
+    }
+}
+
+/// The summary for a finished run, or None when the broker refused nothing
+/// (or the run had no broker).
+pub fn refusal_summary(run: &RunFiles) -> Option<String> {
+    let receipt = run.receipt()?;
+    let net = receipt.get("network").filter(|n| !n.is_null())?;
+    let refused = net["refused"].as_u64().unwrap_or(0);
+    if refused == 0 {
+        return None;
+    }
+    let log = net["receipt"].as_str().map_or_else(
+        || run.path.join("network.jsonl").display().to_string(),
+        str::to_owned,
+    );
+    let examples = run
+        .open("network.jsonl")
+        .map(|f| first_refusals(f, EXAMPLES))
+        .unwrap_or_default();
+    let with_policy = receipt["policy"]["source"] != "default";
+    Some(render(refused, &examples, &log, with_policy))
+}
+
+/// The summary text (lines ending in a newline, each starting `terra: `).
+pub fn render(refused: u64, examples: &[Refusal], log: &str, with_policy: bool) -> String {
+    let listed: Vec<String> = examples
+        .iter()
+        .map(|r| format!("{} ({})", r.destination, r.reason))
+        .collect();
+    let more = refused.saturating_sub(examples.len() as u64);
+    let mut s = format!(
+        "terra: the network broker refused {}",
+        plural(refused, "connection", "connections")
+    );
+    if !listed.is_empty() {
+        s.push_str(": ");
+        s.push_str(&listed.join(", "));
+        if more > 0 {
+            s.push_str(&format!(" and {more} more"));
+        }
+    }
+    s.push('\n');
+    let mut remedies: Vec<String> = examples
+        .iter()
+        .filter_map(|r| remedy(&r.reason, r, with_policy))
+        .collect();
+    remedies.dedup();
+    if !remedies.is_empty() {
+        let how = if with_policy {
+            "to admit them"
+        } else {
+            "to admit them, run with"
+        };
+        s.push_str(&format!("terra:   {how}: {}\n", remedies.join(" ")));
+    }
+    s.push_str(&format!(
+        "terra:   full log: {log} (or `terra runs show last`)\n"
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plural_forms() {
+        assert_eq!(plural(1, "connection", "connections"), "1 connection");
+        assert_eq!(plural(0, "connection", "connections"), "0 connections");
+        assert_eq!(plural(2, "run", "runs"), "2 runs");
+    }
+
+    #[test]
+    fn first_refusals_skip_admitted_unreadable_and_overlong_lines() {
+        let mut text = String::new();
+        text.push_str("{\"verdict\":\"allowed\",\"name\":\"ok.test\",\"port\":443}\n");
+        text.push_str("not json\n");
+        text.push_str(&"x".repeat(MAX_LINE as usize * 2));
+        text.push('\n');
+        text.push_str("{\"verdict\":\"refused\",\"name\":\"a.test\",\"port\":80,\"reason\":\"no-destination\"}\n");
+        text.push_str("{\"verdict\":\"refused\",\"address\":\"10.0.0.1:443\",\"reason\":\"private-address\"}\n");
+        text.push_str("{\"verdict\":\"refused\",\"reason\":\"malformed\"}\n");
+        text.push_str("{\"verdict\":\"refused\",\"name\":\"d.test\",\"port\":1,\"reason\":\"no-destination\"}\n");
+        let got = first_refusals(text.as_bytes(), 3);
+        let shown: Vec<String> = got
+            .iter()
+            .map(|r| format!("{} ({})", r.destination, r.reason))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "a.test:80 (no-destination)",
+                "10.0.0.1:443 (private-address)",
+                "(unparsed request) (malformed)"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_summary_names_counts_examples_remedies_and_the_log() {
+        let ex = [
+            Refusal {
+                destination: "a.test:80".into(),
+                reason: "no-destination".into(),
+            },
+            Refusal {
+                destination: "mirror.corp:443".into(),
+                reason: "private-address".into(),
+            },
+        ];
+        let s = render(5, &ex, "/s/net.jsonl", false);
+        assert_eq!(
+            s,
+            "terra: the network broker refused 5 connections: a.test:80 (no-destination), \
+             mirror.corp:443 (private-address) and 3 more\n\
+             terra:   to admit them, run with: --allow-net a.test:80 --allow-net mirror.corp:443,private\n\
+             terra:   full log: /s/net.jsonl (or `terra runs show last`)\n"
+        );
+        let s = render(1, &ex[..1], "/l", true);
+        assert!(
+            s.starts_with("terra: the network broker refused 1 connection: a.test:80"),
+            "{s}"
+        );
+        assert!(
+            s.contains("add a.test:80 to the policy's network destinations"),
+            "{s}"
+        );
+    }
+}
