@@ -213,6 +213,17 @@ fn receipt_records_the_run() {
             "{k} = {t}"
         );
     }
+    // What applied beside the policy: the time taken, the host, the limits.
+    assert!(r["durationMs"].as_u64().is_some(), "{r}");
+    assert_eq!(
+        r["hostName"].as_str(),
+        nix::unistd::gethostname().unwrap().to_str(),
+        "{r}"
+    );
+    assert_eq!(r["limits"]["timeoutMs"], Value::Null, "{r}");
+    assert_eq!(r["limits"]["timeoutGraceMs"], 2000, "{r}");
+    assert_eq!(r["limits"]["network"], Value::Null, "no broker: {r}");
+    assert_eq!(r["outcome"]["roleKilled"], Value::Null, "{r}");
     assert!(r["landlockAbi"].as_i64().unwrap_or(0) >= 1 || r["landlockAbi"].is_null());
     // The supervisor confined itself too, under the same kernel's Landlock.
     assert_eq!(

@@ -120,7 +120,10 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         // Its allowlist killed it: no receipt could be written; say so here.
         let line = crate::role_kill::line("terra __supervisor", child_pid.as_raw());
         eprintln!("terra: {line}; the box went with it and no receipt was written");
-        return Ok(terra_policy::EXIT_REFUSED);
+        return Ok(Ended {
+            code: terra_policy::EXIT_REFUSED,
+            supervisor_pid,
+        });
     }
     eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
     Ok(Ended {

@@ -67,6 +67,9 @@ pub struct Receipt {
     pub outcome: Outcome,
     /// Mediated networking only: the broker and its network receipt.
     pub network: Option<NetworkSummary>,
+    /// How long the run took, on which host, under which limits.
+    #[serde(flatten)]
+    pub applied: Applied,
 }
 
 /// The network broker of a mediated run, for the run receipt.
@@ -106,10 +109,8 @@ impl Receipt {
 }
 
 /// What applied to a run beside its policy, for the receipt: how long it
-/// took, on which host, under which limits. Not yet part of [`Receipt`]:
-/// the supervisor builds the receipt (supervise.rs), which is to add it as
-/// `#[serde(flatten)] pub applied: Applied` and fill it with
-/// [`Applied::collect`] where it sets `endedAt`.
+/// took, on which host, under which limits (flattened into [`Receipt`]:
+/// `durationMs`, `hostName`, `limits`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Applied {

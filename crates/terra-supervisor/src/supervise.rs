@@ -287,6 +287,8 @@ struct Run {
     box_pid: i32,
     /// A role killed by its seccomp allowlist, in the receipt's words.
     role_killed: Option<String>,
+    /// This host's name, read at the start (before the supervisor's filters).
+    host_name: Option<String>,
 }
 
 /// What the waiter threads report to the supervisor's main loop.
@@ -311,6 +313,7 @@ impl Run {
             network: None,
             box_pid: 0,
             role_killed: None,
+            host_name: crate::receipt::host_name(),
         }
     }
 
@@ -795,6 +798,7 @@ impl Run {
     /// Writes the receipt to the state directory and to `--receipt`, and
     /// removes the runtime files. Err: a receipt could not be written.
     fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<()> {
+        let ended = SystemTime::now();
         let receipt = Receipt {
             receipt_version: RECEIPT_VERSION,
             terra_version: env!("CARGO_PKG_VERSION").into(),
@@ -812,12 +816,19 @@ impl Run {
             supervisor_landlock_abi: self.supervisor_landlock_abi,
             activation: self.activation.clone(),
             started_at: rfc3339(self.started),
-            ended_at: rfc3339(SystemTime::now()),
+            ended_at: rfc3339(ended),
             argv: self.req.argv_display(),
             cwd: self.req.cwd.clone(),
             timeout_ms: self.req.timeout_ms,
             outcome: outcome.clone(),
             network: self.network.clone(),
+            applied: crate::receipt::Applied::collect(
+                self.started,
+                ended,
+                self.host_name.clone(),
+                self.req.timeout_ms,
+                self.network.is_some(),
+            ),
         };
         let json = receipt.to_json();
         let mut failed = Vec::new();
