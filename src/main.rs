@@ -7,8 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(target_os = "linux")]
 mod macos_dry_run;
 mod policy_cmd;
+#[cfg(target_os = "linux")]
+mod run_cmd;
+#[cfg(not(target_os = "linux"))]
+#[path = "run_cmd_elsewhere.rs"]
 mod run_cmd;
 
 /// dlmalloc on Linux: the static build's musl allocator unmaps freed memory at

@@ -14,8 +14,10 @@ mod confine;
 pub mod error;
 #[cfg(target_os = "linux")]
 pub mod files;
+pub mod input;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]
 mod reaper;

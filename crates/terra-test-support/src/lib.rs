@@ -12,8 +12,10 @@
 #![forbid(unsafe_code)]
 
 pub mod data;
+#[cfg(unix)]
 pub mod dirs;
 pub mod http;
 pub mod json;
 pub mod process;
+#[cfg(unix)]
 pub mod users;
