@@ -21,7 +21,10 @@ pub mod launch;
 mod pty;
 #[cfg(target_os = "linux")]
 mod reaper;
+#[cfg(unix)]
 pub mod receipt;
+// Arguments and environment travel as their bytes: Unix only.
+#[cfg(unix)]
 pub mod request;
 #[cfg(target_os = "linux")]
 pub mod run;
@@ -34,7 +37,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use error::Error;
+#[cfg(unix)]
 pub use receipt::{Outcome, Receipt};
+#[cfg(unix)]
 pub use request::{PolicyOrigin, RunRequest};
 
 /// Exit status when terra refused or failed before the workload started.
