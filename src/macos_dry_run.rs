@@ -7,8 +7,28 @@ use serde_json::{json, Map, Value};
 use terra_policy::SandboxPlan;
 
 /// Prints the profile and, separately, the parameters (or one JSON object).
+#[cfg(target_os = "linux")]
 pub fn print(plan: &SandboxPlan, json: bool) -> ExitCode {
-    match render(plan) {
+    print_rendered(plan, render(plan), json)
+}
+
+/// On macOS: the profile of the spec the run would hand the launcher (its
+/// executable the command's resolved program).
+#[cfg(target_os = "macos")]
+pub fn print_spec(plan: &SandboxPlan, spec: &terra_seatbelt::LaunchSpec, json: bool) -> ExitCode {
+    print_rendered(
+        plan,
+        terra_seatbelt::render(spec).map_err(|e| e.to_string()),
+        json,
+    )
+}
+
+fn print_rendered(
+    plan: &SandboxPlan,
+    rendered: Result<terra_seatbelt::Profile, String>,
+    json: bool,
+) -> ExitCode {
+    match rendered {
         Ok(profile) => {
             if json {
                 let parameters: Map<String, Value> = profile
@@ -36,6 +56,7 @@ pub fn print(plan: &SandboxPlan, json: bool) -> ExitCode {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The profile the launcher would apply: the executable is this terra
 /// binary, which execs the role after confinement. A mediated plan's broker
 /// port is only known once the broker listens; a dry run shows port 0.

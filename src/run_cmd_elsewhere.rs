@@ -1,10 +1,9 @@
-//! `terra run`, `terra doctor`, `terra backends` on a host that is not Linux.
+//! `terra run`, `terra doctor`, `terra backends` on a host that is neither
+//! Linux nor macOS (Windows: its backend is not built yet).
 //!
-//! Every backend that can start a run in this build needs Linux (the linux
-//! and landlock backends); the macos backend has its Seatbelt launcher
-//! (`terra __sandbox_launcher`) but not yet the supervisor that starts it.
-//! So these commands accept any arguments and refuse plainly, naming the
-//! OS, instead of calling Linux-only code.
+//! The linux and landlock backends need Linux, the macos backend macOS. So
+//! these commands accept any arguments and refuse plainly, naming the OS,
+//! instead of calling code of another OS.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -34,8 +33,7 @@ pub struct BackendsArgs {
 fn reason() -> String {
     format!(
         "no backend of this build runs on {os}: the linux and landlock backends need Linux, \
-         and the macos backend's supervisor is not built yet (on Linux, \
-         `terra run --backend macos --dry-run` shows the Seatbelt profile it would apply)",
+         the macos backend macOS",
         os = std::env::consts::OS
     )
 }

@@ -17,6 +17,8 @@ pub mod files;
 pub mod input;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(target_os = "macos")]
+pub mod macos;
 #[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]
