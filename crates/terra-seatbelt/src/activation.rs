@@ -57,12 +57,12 @@ pub fn probes(spec: &LaunchSpec, canary: &str) -> Result<Vec<Probe>> {
             }
         }
         Network::Mediated { port } => {
-            // Only the broker's IPv4 loopback port is open: another port on
-            // IPv4 and the same port on IPv6 must be refused.
+            // Only the broker's loopback port is open (the profile names it
+            // as `localhost:PORT`): another port must be refused on IPv4
+            // and IPv6, and so must listening.
             let other = if port == u16::MAX { port - 1 } else { port + 1 };
-            out.push(Probe::Connect(SocketAddr::new(loopbacks[0], other)));
-            out.push(Probe::Connect(SocketAddr::new(loopbacks[1], port)));
             for ip in loopbacks {
+                out.push(Probe::Connect(SocketAddr::new(ip, other)));
                 out.push(Probe::Listen(SocketAddr::new(ip, 0)));
             }
         }
@@ -149,11 +149,12 @@ mod tests {
     }
 
     #[test]
-    fn seatbelt_activation_mediated_never_probes_the_broker_port_on_ipv4() {
+    fn seatbelt_activation_mediated_never_probes_the_broker_port() {
         let p = probes(&spec(Network::Mediated { port: 4000 }, vec![]), "/c").unwrap();
         assert!(!p.contains(&Probe::Connect("127.0.0.1:4000".parse().unwrap())));
+        assert!(!p.contains(&Probe::Connect("[::1]:4000".parse().unwrap())));
         assert!(p.contains(&Probe::Connect("127.0.0.1:4001".parse().unwrap())));
-        assert!(p.contains(&Probe::Connect("[::1]:4000".parse().unwrap())));
+        assert!(p.contains(&Probe::Connect("[::1]:4001".parse().unwrap())));
         let top = probes(&spec(Network::Mediated { port: u16::MAX }, vec![]), "/c").unwrap();
         assert!(top.contains(&Probe::Connect("127.0.0.1:65534".parse().unwrap())));
     }
