@@ -1,6 +1,7 @@
 //! `terra run --backend macos --dry-run`: the workload's Seatbelt profile and
 //! its parameters, rendered from the plan on any host (crate terra-seatbelt).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use serde_json::{json, Map, Value};
@@ -30,7 +31,7 @@ fn print_rendered(
 ) -> ExitCode {
     match rendered {
         Ok(profile) => {
-            if json {
+            let out = if json {
                 let parameters: Map<String, Value> = profile
                     .parameters
                     .iter()
@@ -38,15 +39,17 @@ fn print_rendered(
                     .collect();
                 let v =
                     json!({"backend": "macos", "profile": profile.text, "parameters": parameters});
-                println!("{v}");
+                format!("{v}\n")
             } else {
-                println!("backend: macos (Seatbelt)");
-                println!("decision digest: {}", plan.decision_digest());
-                println!("profile:");
-                print!("{}", profile.text);
-                println!("parameters:");
-                print!("{}", profile.parameter_lines());
-            }
+                format!(
+                    "backend: macos (Seatbelt)\ndecision digest: {}\nprofile:\n{}parameters:\n{}",
+                    plan.decision_digest(),
+                    profile.text,
+                    profile.parameter_lines()
+                )
+            };
+            // One write; a closed pipe (`| head`) is not an error of terra's.
+            let _ = std::io::stdout().lock().write_all(out.as_bytes());
             ExitCode::SUCCESS
         }
         Err(e) => {
