@@ -109,6 +109,8 @@ run none.json curl -sS -m 5 "http://127.0.0.1:$port/" >/dev/null 2>&1 && r=1 || 
 result "network none: IPv4 loopback connect is denied" $r "curl reached 127.0.0.1:$port"
 run none.json python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0)); s.listen()' >/dev/null 2>&1 && r=1 || r=0
 result "network none: IPv6 loopback listen is denied" $r "listened on ::1"
+run direct.json python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1", 0)); s.listen()' >/dev/null 2>&1 && r=0 || r=1
+result "network direct: IPv6 loopback listen works (twin)" $r "python3 could not listen on ::1"
 run direct.json curl -sS -m 5 "http://127.0.0.1:$port/" >/dev/null 2>&1 && r=0 || r=1
 result "network direct reaches the loopback listener (twin)" $r "curl failed"
 kill "$http_pid" 2>/dev/null || true
