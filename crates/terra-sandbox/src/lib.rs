@@ -1,7 +1,8 @@
 //! Launchers that lower a SandboxPlan onto the host kernel.
 //!
 //! `linux/` holds the native Linux launcher (namespaces, mounts, seccomp,
-//! Landlock). Other hosts are described in docs and compiled for their targets.
+//! Landlock); `macos/` the Seatbelt launcher `terra __sandbox_launcher`
+//! (docs/sandbox-macos.md), built only for macOS.
 
 use std::ffi::OsString;
 use std::process::ExitCode;

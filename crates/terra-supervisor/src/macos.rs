@@ -317,3 +317,39 @@ fn find_program(name: &OsStr, cwd: &Path, path: &OsStr) -> Result<PathBuf> {
             ))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_name_is_found_on_path_and_canonicalised() {
+        let p = find_program(
+            OsStr::new("sh"),
+            Path::new("/"),
+            OsStr::new("/nowhere:/bin"),
+        )
+        .unwrap();
+        assert_eq!(p, fs::canonicalize("/bin/sh").unwrap());
+    }
+
+    #[test]
+    fn a_missing_program_is_refused_naming_the_search() {
+        let e = find_program(
+            OsStr::new("no-such-program"),
+            Path::new("/"),
+            OsStr::new("/bin"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("searched /bin"), "{e}");
+    }
+
+    #[test]
+    fn the_environment_points_home_and_tmpdir_at_the_temp_directory() {
+        let env = workload_env(&["A=1".into()], OsStr::new("/t")).unwrap();
+        for (k, v) in [("HOME", "/t"), ("TMPDIR", "/t"), ("A", "1")] {
+            assert!(env.iter().any(|(n, x)| n == k && x == v), "{k}: {env:?}");
+        }
+        assert!(workload_env(&["=x".into()], OsStr::new("/t")).is_err());
+    }
+}

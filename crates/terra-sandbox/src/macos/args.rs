@@ -55,3 +55,53 @@ pub fn parse(argv: Vec<OsString>) -> Result<Args, String> {
     }
     Err(format!("no -- before the command; {USAGE}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_the_spec_fd_the_canary_and_the_command() {
+        let a = parse(argv(&[
+            "--spec-fd",
+            "5",
+            "--canary",
+            "/c",
+            "--",
+            "sh",
+            "-c",
+            "x",
+        ]))
+        .unwrap();
+        assert_eq!((a.spec_fd, a.canary.as_str()), (5, "/c"));
+        assert_eq!(a.command, argv(&["sh", "-c", "x"]));
+    }
+
+    #[test]
+    fn refuses_missing_repeated_or_low_values() {
+        for bad in [
+            &["--canary", "/c", "--", "sh"][..],
+            &["--spec-fd", "5", "--", "sh"],
+            &[
+                "--spec-fd",
+                "5",
+                "--spec-fd",
+                "6",
+                "--canary",
+                "/c",
+                "--",
+                "sh",
+            ],
+            &["--spec-fd", "2", "--canary", "/c", "--", "sh"],
+            &["--spec-fd", "5", "--canary", "/c", "--"],
+            &["--spec-fd", "5", "--canary", "/c", "sh"],
+            &["--other"],
+        ] {
+            assert!(parse(argv(bad)).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -48,3 +48,53 @@ pub fn read(fd: i32) -> Result<LaunchSpec, String> {
         .map_err(|e| format!("launch spec descriptor {fd}: read: {e}"))?;
     LaunchSpec::decode(&bytes).map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::IntoRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    fn spec_file(mode: u32) -> (tempfile::TempDir, i32) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("spec");
+        let spec = LaunchSpec {
+            role: terra_seatbelt::Role::Workload,
+            network: terra_seatbelt::Network::None,
+            executable: "/usr/bin/true".into(),
+            grants: Vec::new(),
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&p)
+            .unwrap();
+        f.write_all(&spec.encode()).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        let fd = File::open(&p).unwrap().into_raw_fd();
+        (d, fd)
+    }
+
+    #[test]
+    fn reads_an_owner_only_file() {
+        let (_d, fd) = spec_file(0o600);
+        assert_eq!(read(fd).unwrap().executable, "/usr/bin/true");
+    }
+
+    #[test]
+    fn refuses_a_file_others_may_read() {
+        let (_d, fd) = spec_file(0o644);
+        let e = read(fd).unwrap_err();
+        assert!(e.contains("not owner-only"), "{e}");
+    }
+
+    #[test]
+    fn refuses_a_closed_descriptor() {
+        let (_d, fd) = spec_file(0o600);
+        // SAFETY: fd was just opened above and is owned by nothing else.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        assert!(read(fd).is_err());
+    }
+}
