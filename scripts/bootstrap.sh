@@ -4,7 +4,8 @@
 # python3 and util-linux's setpriv for the probes, strace for the seccomp
 # tables' trace (scripts/trace-roles.sh), the real programs the
 # default box must keep running (git, tar/xz/zip, sqlite3, node), and the Rust toolchain with
-# the static musl target. Safe to run again.
+# the static musl target and the Apple and Windows targets `make lint-cross` checks. Safe to
+# run again.
 set -euo pipefail
 
 sudo_cmd=()
@@ -30,5 +31,10 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
-rustup target list --installed | grep -qx x86_64-unknown-linux-musl || rustup target add x86_64-unknown-linux-musl
+# The static build's target, and the ones `make lint-cross` checks against
+# (type-checking only: no SDK or linker for them is needed).
+for t in x86_64-unknown-linux-musl aarch64-apple-darwin x86_64-apple-darwin \
+  x86_64-pc-windows-gnu x86_64-pc-windows-msvc; do
+  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+done
 echo "bootstrap: ready ($(cargo --version))"

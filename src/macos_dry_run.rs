@@ -1,16 +1,37 @@
 //! `terra run --backend macos --dry-run`: the workload's Seatbelt profile and
 //! its parameters, rendered from the plan on any host (crate terra-seatbelt).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use serde_json::{json, Map, Value};
 use terra_policy::SandboxPlan;
 
 /// Prints the profile and, separately, the parameters (or one JSON object).
+#[cfg(target_os = "linux")]
 pub fn print(plan: &SandboxPlan, json: bool) -> ExitCode {
-    match render(plan) {
+    print_rendered(plan, render(plan), json)
+}
+
+/// On macOS: the profile of the spec the run would hand the launcher (its
+/// executable the command's resolved program).
+#[cfg(target_os = "macos")]
+pub fn print_spec(plan: &SandboxPlan, spec: &terra_seatbelt::LaunchSpec, json: bool) -> ExitCode {
+    print_rendered(
+        plan,
+        terra_seatbelt::render(spec).map_err(|e| e.to_string()),
+        json,
+    )
+}
+
+fn print_rendered(
+    plan: &SandboxPlan,
+    rendered: Result<terra_seatbelt::Profile, String>,
+    json: bool,
+) -> ExitCode {
+    match rendered {
         Ok(profile) => {
-            if json {
+            let out = if json {
                 let parameters: Map<String, Value> = profile
                     .parameters
                     .iter()
@@ -18,15 +39,17 @@ pub fn print(plan: &SandboxPlan, json: bool) -> ExitCode {
                     .collect();
                 let v =
                     json!({"backend": "macos", "profile": profile.text, "parameters": parameters});
-                println!("{v}");
+                format!("{v}\n")
             } else {
-                println!("backend: macos (Seatbelt)");
-                println!("decision digest: {}", plan.decision_digest());
-                println!("profile:");
-                print!("{}", profile.text);
-                println!("parameters:");
-                print!("{}", profile.parameter_lines());
-            }
+                format!(
+                    "backend: macos (Seatbelt)\ndecision digest: {}\nprofile:\n{}parameters:\n{}",
+                    plan.decision_digest(),
+                    profile.text,
+                    profile.parameter_lines()
+                )
+            };
+            // One write; a closed pipe (`| head`) is not an error of terra's.
+            let _ = std::io::stdout().lock().write_all(out.as_bytes());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -36,6 +59,7 @@ pub fn print(plan: &SandboxPlan, json: bool) -> ExitCode {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// The profile the launcher would apply: the executable is this terra
 /// binary, which execs the role after confinement. A mediated plan's broker
 /// port is only known once the broker listens; a dry run shows port 0.

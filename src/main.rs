@@ -7,8 +7,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 mod macos_dry_run;
 mod policy_cmd;
+#[cfg(target_os = "linux")]
+mod run_cmd;
+#[cfg(target_os = "macos")]
+#[path = "run_cmd_macos.rs"]
+mod run_cmd;
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+#[path = "run_cmd_elsewhere.rs"]
 mod run_cmd;
 mod runs_cmd;
 mod shell_cmd;

@@ -228,8 +228,7 @@ fn after_run(
 /// Why `terra run --backend macos` (not a dry run) does not start here.
 fn macos_run_refusal() -> &'static str {
     if cfg!(target_os = "macos") {
-        "backend macos: this build has the Seatbelt launcher but not yet the macOS supervisor that starts it; \
-         use --dry-run to review the profile"
+        "backend macos: runs only through the macOS build's command line"
     } else {
         "backend macos is not available on this OS (Seatbelt exists only on macOS); \
          `terra run --backend macos --dry-run` shows the profile it would apply"
@@ -434,7 +433,7 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             "macos",
             false,
             Vec::new(),
-            "not supported on this host and not built for macOS yet (Seatbelt backend planned)".to_string(),
+            "not supported on this host (Seatbelt, macOS only; `terra run --backend macos --dry-run` shows its profile)".to_string(),
         ),
         (
             "windows",

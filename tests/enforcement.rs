@@ -11,6 +11,8 @@
 //! through `setpriv --reuid=65534 --regid=65534 --clear-groups`, from a copy of
 //! the binary in a world-readable directory, with fixtures owned by 65534.
 //! The probes use /bin/sh, coreutils, python3 and iproute2 inside the box.
+// Linux only: the probes run in boxes of the linux and landlock backends.
+#![cfg(target_os = "linux")]
 
 mod common;
 

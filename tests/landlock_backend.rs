@@ -9,6 +9,8 @@
 //! `TERRA-PROBE-BLOCKED` only after every attempt failed and
 //! `TERRA-PROBE-ESCAPED: <what>` for each that worked; a twin prints
 //! `TERRA-PROBE-OK` only when every granted action worked.
+// Linux only: the landlock backend.
+#![cfg(target_os = "linux")]
 
 mod common;
 

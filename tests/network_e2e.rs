@@ -15,6 +15,8 @@
 //! When the suite runs as root every case runs again as uid/gid 65534
 //! (`setpriv`), from a 0755 copy of the binary, with fixtures owned by 65534.
 //! Needs curl, openssl and python3 (scripts/bootstrap.sh installs them).
+// Linux only: runs boxes with the broker.
+#![cfg(target_os = "linux")]
 
 mod common;
 

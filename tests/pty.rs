@@ -11,6 +11,8 @@
 //! Ctrl-Z and `fg`, `tty` naming a device of the box, a raw-mode reader.
 //! Every case runs as the caller and, as root, again as uid/gid 65534
 //! (setpriv). Waits are bounded waits for expected text, never timings.
+// Linux only: runs boxes.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -3,6 +3,8 @@
 //! /proc) must keep ordinary development work running. Each case is a shell
 //! script that prints `REAL-OK` only when every step worked; a second run in
 //! the same workspace sees what the first one wrote.
+// Linux only: runs boxes.
+#![cfg(target_os = "linux")]
 
 mod common;
 

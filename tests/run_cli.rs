@@ -1,6 +1,8 @@
 //! `terra run`, `terra doctor` and `terra backends` end to end: exit codes,
 //! refusals, the environment, receipts, the deadline, signals, stdin and the
 //! run's temp and state directories.
+// Linux only: `terra run` starts runs only on Linux in this build.
+#![cfg(target_os = "linux")]
 
 use std::fs;
 use std::io::{BufRead, BufReader, Write};

@@ -1,6 +1,8 @@
 //! `terra run`'s command line: options before the command are terra's, a
 //! mistyped one is a usage error that starts nothing, and the command begins
 //! after `--` or at the first word that is not an option.
+// Linux only: `terra run` parses its options only on Linux in this build.
+#![cfg(target_os = "linux")]
 
 mod common;
 

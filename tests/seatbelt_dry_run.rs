@@ -1,5 +1,7 @@
 //! `terra run --backend macos --dry-run` on any host: the profile and its
 //! parameters; the refusals around it.
+// Linux only: `terra run` (also its macos dry run) is built only on Linux in this version.
+#![cfg(target_os = "linux")]
 
 use std::process::Command;
 

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use terra_policy::report::Report;
 use terra_policy::PolicyError;
-use terra_supervisor::files::{self, Existing, Follow, OutError, ReadError};
+#[cfg(target_os = "linux")]
+use terra_supervisor::files::{self, Existing, Follow, OutError};
+use terra_supervisor::input::{read_capped, ReadError};
 
 mod format;
 mod plan;
@@ -107,7 +109,7 @@ pub const MAX_INPUT_LEN: usize =
 /// byte is ever read, whatever the file is); `too_big` makes the refusal (its
 /// class depends on what the file is).
 fn read_input(path: &Path, too_big: fn(String) -> PolicyError) -> Result<Vec<u8>, PolicyError> {
-    files::read_capped(path, MAX_INPUT_LEN).map_err(|e| match e {
+    read_capped(path, MAX_INPUT_LEN).map_err(|e| match e {
         ReadError::TooLarge(m) => too_big(format!("{m} (1 MiB)")),
         ReadError::Io(m) => PolicyError::Io(m),
     })
@@ -117,6 +119,7 @@ fn read_input(path: &Path, too_big: fn(String) -> PolicyError) -> Result<Vec<u8>
 /// through a symlink at the final name, never over anything but a regular
 /// file, and over a regular file only with `replace`. A killed writer leaves
 /// no partial file under any name.
+#[cfg(target_os = "linux")]
 fn write_output(output: &Path, bytes: &[u8], replace: bool) -> Result<(), PolicyError> {
     let existing = if replace {
         Existing::ReplaceRegular
@@ -134,4 +137,15 @@ fn write_output(output: &Path, bytes: &[u8], replace: bool) -> Result<(), Policy
             OutError::Io(m) => PolicyError::Io(m),
         }
     })
+}
+
+/// Outside Linux the descriptor-relative writer (`O_TMPFILE`, `O_PATH`,
+/// `RENAME_NOREPLACE`) is not built: an output file is refused rather than
+/// written without those guarantees.
+#[cfg(not(target_os = "linux"))]
+fn write_output(output: &Path, _bytes: &[u8], _replace: bool) -> Result<(), PolicyError> {
+    Err(PolicyError::Io(format!(
+        "cannot write {}: writing output files is built only on Linux in this version of terra",
+        output.display()
+    )))
 }

@@ -646,6 +646,7 @@ fn pump(
     tick: Duration,
 ) -> u64 {
     let _ = from.set_read_timeout(Some(tick));
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     let mut total = 0u64;
     #[cfg(target_os = "linux")]
     {

@@ -30,9 +30,10 @@ pub mod startup;
 pub mod tls;
 
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
-use std::os::fd::OwnedFd;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::ExitCode;
+#[cfg(target_os = "linux")]
+use std::{net::TcpListener, os::fd::OwnedFd};
 pub use terra_policy::EXIT_REFUSED;
 
 pub use address::is_private;

@@ -3,6 +3,8 @@
 //! are refused with `flow-limit`, and silent clients are cut by the handshake
 //! timeout. One test per file section, run in sequence (thread counts are
 //! per process).
+// Linux only: the box service passes sockets over SCM_RIGHTS (fdpass).
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,5 +1,7 @@
 //! The broker in-process against real servers and real clients (curl, openssl)
 //! on 127.0.0.1, through the real box service and fd passing.
+// Linux only: the box service passes sockets over SCM_RIGHTS (fdpass).
+#![cfg(target_os = "linux")]
 
 mod common;
 

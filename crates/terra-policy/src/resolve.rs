@@ -532,7 +532,9 @@ mod tests {
     use crate::model::{MirBuilder, Scope};
     use crate::plan::compile_plan;
     use crate::testing::{tmp, ws_tree};
-    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::fs::symlink;
+    #[cfg(target_os = "linux")]
+    use std::os::unix::fs::PermissionsExt;
 
     fn one(access: Access, root: RootKind, path: &str, scope: Scope, missing: Missing) -> Mir {
         let mut b = MirBuilder::new();
@@ -948,6 +950,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_os = "linux")]
     fn euid() -> u32 {
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
         let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
@@ -956,6 +959,7 @@ mod tests {
 
     /// The EACCES check itself: run directly by a non-root user, or as root on
     /// a thread whose file access is uid 65534's.
+    #[cfg(target_os = "linux")]
     fn check_eacces(d: &str) {
         for missing in [Missing::Error, Missing::Skip] {
             for access in [Access::Read, Access::Deny] {
@@ -967,6 +971,8 @@ mod tests {
         }
     }
 
+    // Linux only: as root it takes 65534's file access with setfsuid.
+    #[cfg(target_os = "linux")]
     #[test]
     fn permission_denied_is_io() {
         let (t, d) = tmp();

@@ -1,13 +1,16 @@
 //! Launchers that lower a SandboxPlan onto the host kernel.
 //!
 //! `linux/` holds the native Linux launcher (namespaces, mounts, seccomp,
-//! Landlock). Other hosts are described in docs and compiled for their targets.
+//! Landlock); `macos/` the Seatbelt launcher `terra __sandbox_launcher`
+//! (docs/sandbox-macos.md), built only for macOS.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(target_os = "macos")]
+pub mod macos;
 
 /// The exit status of a box, launcher or role that refused to start what it
 /// was given (setup failure, activation failure, a parent already gone).
@@ -15,9 +18,17 @@ pub use terra_policy::EXIT_REFUSED;
 
 /// Entry point of the hidden `terra __sandbox_launcher` role.
 ///
+/// On macOS it is the Seatbelt launcher (`macos`, docs/sandbox-macos.md).
 /// On Linux there is no separate launcher process: the box's init and the
 /// broker are cloned into their namespaces and exec terra as `__vm` and
 /// `__network` (see docs/sandbox-linux.md), so this entry point only refuses.
+#[cfg(target_os = "macos")]
+pub fn launcher_role_main(args: Vec<OsString>) -> ExitCode {
+    macos::launcher_main(args)
+}
+
+/// Entry point of the hidden `terra __sandbox_launcher` role (see above).
+#[cfg(not(target_os = "macos"))]
 pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
     eprintln!(
         "terra __sandbox_launcher: the Linux backend has no launcher process (the box is `terra __vm`); nothing to do"

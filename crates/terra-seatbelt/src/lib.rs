@@ -8,12 +8,14 @@
 //! docs/sandbox-macos.md describes the design.
 #![forbid(unsafe_code)]
 
+pub mod activation;
 pub mod error;
 pub mod lower;
 pub mod path;
 pub mod profile;
 pub mod spec;
 
+pub use activation::{probes, Probe};
 pub use error::{Error, Result};
 pub use lower::{declared_capabilities, lower_plan};
 pub use profile::{render, Profile};

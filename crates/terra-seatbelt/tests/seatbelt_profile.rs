@@ -313,3 +313,19 @@ fn seatbelt_launch_spec_rejects_non_canonical_bytes() {
 fn hexs(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The fuzz target's seeds are canonical specs (so fuzzing starts from
+/// inputs the decoder accepts).
+#[test]
+fn seatbelt_fuzz_seeds_are_canonical_launch_specs() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/seeds/seatbelt_launch_spec");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let spec = LaunchSpec::decode(&bytes).unwrap();
+        assert_eq!(spec.encode(), bytes);
+        n += 1;
+    }
+    assert!(n >= 2, "seeds missing in {}", dir.display());
+}

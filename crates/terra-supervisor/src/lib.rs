@@ -18,16 +18,23 @@ mod confine;
 pub mod error;
 #[cfg(target_os = "linux")]
 pub mod files;
+pub mod input;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(target_os = "macos")]
+pub mod macos;
 #[cfg(target_os = "linux")]
 pub mod presets;
 #[cfg(target_os = "linux")]
 pub mod profile;
+#[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]
 mod reaper;
+#[cfg(unix)]
 pub mod receipt;
+// Arguments and environment travel as their bytes: Unix only.
+#[cfg(unix)]
 pub mod request;
 #[cfg(target_os = "linux")]
 mod role_kill;
@@ -48,7 +55,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use error::Error;
+#[cfg(unix)]
 pub use receipt::{Outcome, Receipt};
+#[cfg(unix)]
 pub use request::{PolicyOrigin, RunRequest};
 
 /// Exit status when terra refused or failed before the workload started.

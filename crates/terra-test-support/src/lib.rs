@@ -12,10 +12,12 @@
 #![forbid(unsafe_code)]
 
 pub mod data;
+#[cfg(unix)]
 pub mod dirs;
 pub mod http;
 #[cfg(target_arch = "x86_64")]
 pub mod inject;
 pub mod json;
 pub mod process;
+#[cfg(unix)]
 pub mod users;

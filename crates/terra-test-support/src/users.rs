@@ -58,6 +58,7 @@ pub fn users() -> Vec<User> {
 /// (1,3), for the cases that must refuse devices; true when it did. Not root
 /// (mknod needs CAP_MKNOD), that case cannot be made: under CI that fails,
 /// elsewhere it is said on standard error and false returned.
+#[cfg(target_os = "linux")]
 pub fn make_null_device(path: &Path) -> bool {
     if !is_root() {
         assert!(!in_ci(), "making a device needs root: CI must run as root");
@@ -197,6 +198,7 @@ pub fn rerun_as_nobody(skip: &str, env: &[(&str, &OsStr)]) {
 /// filesystem uid 0 drops root's file-permission capabilities on that
 /// thread, so every path check in `f` is made as 65534's. No re-executed
 /// test binary and no setpriv: the rest of the process keeps its identity.
+#[cfg(target_os = "linux")]
 pub fn with_nobody_file_access<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     require_root("checking file access as uid 65534 (setfsuid)");
     let outcome = std::thread::scope(|s| {
