@@ -18,6 +18,7 @@ mod run_cmd;
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
 #[path = "run_cmd_elsewhere.rs"]
 mod run_cmd;
+#[cfg(target_os = "linux")]
 mod runs_cmd;
 mod shell_cmd;
 
@@ -50,8 +51,10 @@ enum Command {
     /// Run a command confined by a policy (the embedded default when none is given).
     Run(run_cmd::RunArgs),
     /// List recent runs (`terra runs show [ID|last]`: a receipt and its network log).
+    #[cfg(target_os = "linux")]
     Runs(runs_cmd::RunsArgs),
     /// List the toolchain presets (`terra run --preset NAME`) as they resolve on this host.
+    #[cfg(target_os = "linux")]
     Presets(run_cmd::PresetsArgs),
     /// Report whether this host can run terra's Linux backend, and what to change if not.
     Doctor(run_cmd::DoctorArgs),
@@ -200,7 +203,9 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
+        #[cfg(target_os = "linux")]
         Command::Runs(args) => runs_cmd::run(args),
+        #[cfg(target_os = "linux")]
         Command::Presets(args) => run_cmd::presets(args),
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Completions(args) => shell_cmd::completions(args),

@@ -57,7 +57,7 @@ impl HostArgs {
             mediator: self
                 .mediator
                 .clone()
-                .or_else(|| Some(terra_supervisor::run::MEDIATOR.to_string())),
+                .or_else(|| Some(terra_netd::MEDIATOR.to_string())),
         }
     }
 }

@@ -35,6 +35,8 @@ use std::process::ExitCode;
 #[cfg(target_os = "linux")]
 use std::{net::TcpListener, os::fd::OwnedFd};
 pub use terra_policy::EXIT_REFUSED;
+/// The mediator id of terra's built-in broker, as plans bind it.
+pub const MEDIATOR: &str = "terra-netd/1";
 
 pub use address::is_private;
 pub use broker::{Broker, Limits};

@@ -29,7 +29,7 @@ use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VE
 /// this binary on Linux.
 pub const BROKER_BUILT_IN: bool = cfg!(target_os = "linux");
 /// The mediator id this host binds for mediated plans: the built-in broker.
-pub const MEDIATOR: &str = "terra-netd/1";
+pub const MEDIATOR: &str = terra_netd::MEDIATOR;
 
 /// Whether the linux backend can start the broker on this host: it is built
 /// in, and the host can create the namespaces its confined role needs (the

@@ -15,7 +15,7 @@ pub mod data;
 #[cfg(unix)]
 pub mod dirs;
 pub mod http;
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod inject;
 pub mod json;
 pub mod process;
