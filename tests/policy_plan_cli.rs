@@ -349,10 +349,18 @@ fn resolve_refusals_and_host_options() {
     );
     // Without host options: the current directory, the system temp
     // directory and terra's own mediator are bound, as `terra run` binds them.
-    let out = terra(&["policy", "resolve", &p, "--json"]);
+    // (Two sibling directories: wherever the suite runs, neither holds the other.)
+    std::fs::create_dir_all(f.path("here")).unwrap();
+    std::fs::create_dir_all(f.path("systemp")).unwrap();
+    let out = Command::new(TERRA)
+        .args(["policy", "resolve", &p, "--json"])
+        .current_dir(f.path("here"))
+        .env("TMPDIR", f.path("systemp"))
+        .output()
+        .expect("run terra");
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let cwd = std::fs::canonicalize(std::env::current_dir().unwrap()).unwrap();
-    let temp = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+    let cwd = std::fs::canonicalize(f.path("here")).unwrap();
+    let temp = std::fs::canonicalize(f.path("systemp")).unwrap();
     let v = stdout_json(&out);
     let paths: Vec<&str> = v["rules"]
         .as_array()
