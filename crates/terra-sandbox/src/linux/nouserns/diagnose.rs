@@ -141,9 +141,12 @@ pub fn observe() -> Observed {
 /// `--backend auto`: true when nothing that can block user namespaces is
 /// present — user.max_user_namespaces above 0, no sysctl that restricts
 /// them for this user, no seccomp filter on this process (container
-/// runtimes refuse CLONE_NEWUSER with one), no container runtime. Then the
-/// linux backend is chosen without the probe (which costs a run two forks,
-/// namespaces and a procfs mount); anything else takes the probe.
+/// runtimes refuse CLONE_NEWUSER with one), no AppArmor profile on it
+/// (docker-default refuses the box's mounts). Then the linux backend is
+/// chosen without the probe (which costs a run two forks, namespaces and a
+/// procfs mount); anything else takes the probe. A container marker alone
+/// (/.dockerenv) is not a restriction: the runtime's seccomp and AppArmor
+/// are.
 pub fn nothing_restricts_userns() -> bool {
     let o = Observed {
         probe: Ok(()),
@@ -151,7 +154,7 @@ pub fn nothing_restricts_userns() -> bool {
             .and_then(|v| v.parse().ok()),
         unprivileged_userns_clone: read_trim("/proc/sys/kernel/unprivileged_userns_clone"),
         apparmor_restrict: read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
-        container: support::container_hint(),
+        container: None,
         seccomp_mode: read_trim("/proc/self/status").and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("Seccomp:"))
@@ -159,7 +162,15 @@ pub fn nothing_restricts_userns() -> bool {
         }),
         root: nix::unistd::geteuid().is_root(),
     };
-    plainly_unrestricted(&o)
+    plainly_unrestricted(&o) && apparmor_unconfined()
+}
+
+/// This process has no AppArmor profile: the label reads `unconfined`, or
+/// AppArmor is not the active LSM (the attribute cannot be read).
+fn apparmor_unconfined() -> bool {
+    let label = read_trim("/proc/self/attr/apparmor/current")
+        .or_else(|| read_trim("/proc/self/attr/current"));
+    label.is_none_or(|l| l == "unconfined")
 }
 
 fn plainly_unrestricted(o: &Observed) -> bool {
