@@ -14,6 +14,23 @@ use super::mounts::DEV_NODES;
 /// sockets and signals).
 const TARGET: ABI = ABI::V6;
 
+/// The Landlock rights of `access` at ABI `target`, for a directory or
+/// (`is_dir` false) a file, which holds only the file rights.
+pub(super) fn rights_for(access: FsAccess, is_dir: bool, target: ABI) -> BitFlags<AccessFs> {
+    let rights: BitFlags<AccessFs> = match access {
+        FsAccess::ListDir => AccessFs::ReadDir.into(),
+        FsAccess::ReadData => AccessFs::from_read(target) & !AccessFs::Execute,
+        FsAccess::Read => AccessFs::from_read(target),
+        FsAccess::ReadWrite => AccessFs::from_all(target),
+        FsAccess::RemoveDirs => AccessFs::RemoveDir.into(),
+    };
+    if is_dir {
+        rights
+    } else {
+        rights & AccessFs::from_file(target)
+    }
+}
+
 /// What one path may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsAccess {
@@ -162,18 +179,7 @@ fn restrict(
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
-        let rights: BitFlags<AccessFs> = match access {
-            FsAccess::ListDir => AccessFs::ReadDir.into(),
-            FsAccess::ReadData => AccessFs::from_read(TARGET) & !AccessFs::Execute,
-            FsAccess::Read => AccessFs::from_read(TARGET),
-            FsAccess::ReadWrite => AccessFs::from_all(TARGET),
-            FsAccess::RemoveDirs => AccessFs::RemoveDir.into(),
-        };
-        let rights = if meta.is_dir() {
-            rights
-        } else {
-            rights & AccessFs::from_file(TARGET)
-        };
+        let rights = rights_for(*access, meta.is_dir(), TARGET);
         if rights.is_empty() {
             continue;
         }

@@ -9,13 +9,13 @@
 //! [`fs_rules`] checks again).
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope as LlScope, ABI,
+    Access, AccessFs, AccessNet, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope as LlScope, ABI,
 };
 use terra_policy::{Access as RuleAccess, Capability, NetworkMode, ResolvedRule, Scope};
 
 use super::super::error::SandboxError;
-use super::super::landlock::{kernel_abi, FsAccess};
+use super::super::landlock::{kernel_abi, rights_for, FsAccess};
 
 /// The lowest kernel ABI this backend runs on: 6 (Linux 6.12) is the first
 /// that scopes signals and abstract Unix sockets to the Landlock domain.
@@ -184,18 +184,7 @@ pub fn apply(fs: &[(String, FsAccess)], tcp: TcpRule) -> Result<i32, SandboxErro
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
-        let rights: BitFlags<AccessFs> = match access {
-            FsAccess::ListDir => AccessFs::ReadDir.into(),
-            FsAccess::ReadData => AccessFs::from_read(TARGET) & !AccessFs::Execute,
-            FsAccess::Read => AccessFs::from_read(TARGET),
-            FsAccess::ReadWrite => AccessFs::from_all(TARGET),
-            FsAccess::RemoveDirs => AccessFs::RemoveDir.into(),
-        };
-        let rights = if meta.is_dir() {
-            rights
-        } else {
-            rights & AccessFs::from_file(TARGET)
-        };
+        let rights = rights_for(*access, meta.is_dir(), TARGET);
         let fd = PathFd::new(path).map_err(|source| SandboxError::LandlockPath {
             path: path.clone(),
             source,
