@@ -657,6 +657,14 @@ fn dry_run_prints_the_plan_and_runs_nothing() {
         "{text}"
     );
     assert!(text.contains("backend program (linux):"), "{text}");
+    // terra's own roles and their allowlists, from the tables they install.
+    for role in [
+        "supervisor (terra __supervisor), once the workers run:",
+        "the box's init (terra __vm), once the workload runs:",
+        "seccomp any other call of terra __supervisor kills the process",
+    ] {
+        assert!(text.contains(role), "{role} missing from:\n{text}");
+    }
     assert!(
         text.contains("seccomp"),
         "the filter program is shown:\n{text}"

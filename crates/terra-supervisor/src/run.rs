@@ -949,6 +949,29 @@ impl PreparedRun {
                 let _ = writeln!(s, "  {line}");
             }
         }
+        // terra's own roles, from the same tables they install.
+        use terra_seccomp::Table;
+        let mut roles = vec![(
+            "supervisor (terra __supervisor), once the workers run",
+            Table::Supervisor,
+        )];
+        if !landlock {
+            roles.push((
+                "the box's init (terra __vm), once the workload runs",
+                Table::BoxInit,
+            ));
+            if plan.network() == NetworkMode::Mediated {
+                roles.push(("the box's proxy service", Table::BoxService));
+            }
+        }
+        for (who, table) in roles {
+            let _ = writeln!(s, "{who}:");
+            let text =
+                terra_seccomp::describe(table, None).unwrap_or_else(|e| format!("seccomp: {e}\n"));
+            for line in text.lines() {
+                let _ = writeln!(s, "  {line}");
+            }
+        }
         s
     }
 }
