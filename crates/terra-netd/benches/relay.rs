@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use terra_netd::fdpass::broker_socketpair;
-use terra_netd::{box_service, Broker, Limits, Pattern, ReceiptSink, StaticResolver};
+use terra_netd::{box_proxy, Broker, Limits, Pattern, ReceiptSink, StaticResolver};
 use terra_policy::NetworkMode;
 
 const ROLE_ENV: &str = "TERRA_NETD_BENCH_ROLE";
@@ -43,7 +43,7 @@ fn child_broker(port: u16) -> ! {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     println!("PROXY {}", listener.local_addr().unwrap());
     std::io::stdout().flush().unwrap();
-    std::thread::spawn(move || box_service(listener, box_end));
+    std::thread::spawn(move || box_proxy(listener, box_end));
     let _ = broker.serve_channel(&broker_end);
     std::process::exit(0)
 }

@@ -65,17 +65,20 @@ const RELAY_BUF_MAX: usize = 128 * 1024;
 
 /// The broker's state, shared by every connection thread.
 pub struct Broker {
-    mode: NetworkMode,
-    patterns: Vec<Pattern>,
-    resolver: Arc<dyn Resolver>,
-    receipts: ReceiptSink,
-    limits: Limits,
-    flows: AtomicUsize,
+    pub(crate) mode: NetworkMode,
+    pub(crate) patterns: Vec<Pattern>,
+    pub(crate) resolver: Arc<dyn Resolver>,
+    pub(crate) receipts: ReceiptSink,
+    pub(crate) limits: Limits,
+    pub(crate) flows: AtomicUsize,
     refusers: AtomicUsize,
+    /// What the box's DNS stub handed out this run (see `handoff`).
+    #[cfg(target_os = "linux")]
+    pub(crate) pins: std::sync::Mutex<crate::handoff::Pins>,
 }
 
 /// Decrements a counter when a connection thread ends, however it ends.
-struct Slot<'a>(&'a AtomicUsize);
+pub(crate) struct Slot<'a>(pub(crate) &'a AtomicUsize);
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
@@ -228,6 +231,8 @@ impl Broker {
             limits,
             flows: AtomicUsize::new(0),
             refusers: AtomicUsize::new(0),
+            #[cfg(target_os = "linux")]
+            pins: Default::default(),
         })
     }
 
@@ -270,30 +275,48 @@ impl Broker {
         true
     }
 
-    /// Serves sockets passed over the fd 7 channel until the box closes it.
+    /// Serves the fd 7 channel until the box closes it: proxy sockets (a
+    /// one-byte message with the accepted socket) and the box service's
+    /// questions ([`crate::ask`], each with its reply socket).
     #[cfg(target_os = "linux")]
     pub fn serve_channel(self: &Arc<Self>, chan: &OwnedFd) -> io::Result<()> {
+        use std::os::fd::AsFd;
         loop {
-            match crate::fdpass::recv_streams(chan) {
-                Ok(crate::fdpass::Received::Closed) => return Ok(()),
-                Ok(crate::fdpass::Received::Streams(streams, dropped)) => {
-                    if dropped > 0 {
-                        self.record_refusal(
-                            SystemTime::now(),
-                            Instant::now(),
-                            "unknown",
-                            &Refusal::new(
-                                Reason::MalformedRequest,
-                                format!("{dropped} passed descriptor(s) not TCP sockets"),
-                            ),
-                        );
-                    }
-                    for s in streams {
-                        self.accept(s);
-                    }
-                }
+            let (payload, fds) = match crate::ask::recv_with(chan.as_fd()) {
+                Ok(None) => return Ok(()),
+                Ok(Some(m)) => m,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
+            };
+            if payload.first() == Some(&crate::ask::ASK_TAG) {
+                match fds.into_iter().next() {
+                    Some(reply) => self.question(&payload, reply),
+                    None => self.record_refusal(
+                        SystemTime::now(),
+                        Instant::now(),
+                        "unknown",
+                        &Refusal::new(Reason::MalformedRequest, "a question without its reply socket"),
+                    ),
+                }
+                continue;
+            }
+            let mut dropped = 0;
+            for fd in fds {
+                match crate::fdpass::tcp_stream(fd) {
+                    Some(s) => self.accept(s),
+                    None => dropped += 1,
+                }
+            }
+            if dropped > 0 {
+                self.record_refusal(
+                    SystemTime::now(),
+                    Instant::now(),
+                    "unknown",
+                    &Refusal::new(
+                        Reason::MalformedRequest,
+                        format!("{dropped} passed descriptor(s) not TCP sockets"),
+                    ),
+                );
             }
         }
     }

@@ -82,15 +82,19 @@ pub fn recv_streams(chan: &OwnedFd) -> io::Result<Received> {
     let mut streams = Vec::new();
     let mut dropped = 0;
     for fd in owned {
-        let is_stream = matches!(sockopt::socket_type(&fd), Ok(SocketType::STREAM));
-        let stream = TcpStream::from(fd);
-        if is_stream && stream.local_addr().is_ok() {
-            streams.push(stream);
-        } else {
-            dropped += 1;
+        match tcp_stream(fd) {
+            Some(s) => streams.push(s),
+            None => dropped += 1,
         }
     }
     Ok(Received::Streams(streams, dropped))
+}
+
+/// `fd` as a TCP stream when it is a connected internet stream socket.
+pub fn tcp_stream(fd: OwnedFd) -> Option<TcpStream> {
+    let is_stream = matches!(sockopt::socket_type(&fd), Ok(SocketType::STREAM));
+    let stream = TcpStream::from(fd);
+    (is_stream && stream.local_addr().is_ok()).then_some(stream)
 }
 
 /// A fixed descriptor the broker expected to inherit is not open.

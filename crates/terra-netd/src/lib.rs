@@ -15,31 +15,38 @@
 #![deny(unsafe_code)]
 
 pub mod address;
+#[cfg(target_os = "linux")]
+pub mod ask;
 pub mod broker;
+#[cfg(target_os = "linux")]
+pub mod boxside;
 #[cfg(target_os = "linux")]
 pub mod confine;
 pub mod dns;
 #[cfg(target_os = "linux")]
 pub mod fdpass;
+#[cfg(target_os = "linux")]
+pub mod handoff;
 pub mod matcher;
 pub mod proxy;
 pub mod receipt;
 pub mod resolvconf;
 pub mod resolve;
 pub mod startup;
+pub mod stub;
 pub mod tls;
 
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::ExitCode;
-#[cfg(target_os = "linux")]
-use std::{net::TcpListener, os::fd::OwnedFd};
 pub use terra_policy::EXIT_REFUSED;
 /// The mediator id of terra's built-in broker, as plans bind it.
 pub const MEDIATOR: &str = "terra-netd/1";
 
 pub use address::is_private;
 pub use broker::{Broker, Limits};
+#[cfg(target_os = "linux")]
+pub use boxside::{box_proxy, box_service};
 pub use matcher::{judge, HostPattern, Pattern, Reason, Request, Verdict};
 pub use receipt::{Attempt, MemoryReceipt, ReceiptSink};
 #[cfg(target_os = "linux")]
@@ -85,35 +92,6 @@ pub fn proxy_env(addr: SocketAddr) -> Vec<(String, String)> {
     env.push(("NO_PROXY".to_owned(), String::new()));
     env.push(("no_proxy".to_owned(), String::new()));
     env
-}
-
-/// The box-side proxy (a `terra_sandbox::linux::BoxService`): accepts on the
-/// in-box loopback and hands each socket to the broker with SCM_RIGHTS. It
-/// never reads, parses or connects anything. If the broker is gone, each new
-/// connection is closed.
-#[cfg(target_os = "linux")]
-pub fn box_service(listener: TcpListener, broker: OwnedFd) -> ! {
-    let mut broker_gone = false;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = fdpass::send_stream(&broker, &stream) {
-                    if !broker_gone {
-                        tracing::warn!(
-                            "terra: network broker unavailable ({e}); connections are closed"
-                        );
-                        broker_gone = true;
-                    }
-                }
-                drop(stream);
-            }
-            Err(e) => {
-                // EMFILE/ENFILE/ECONNABORTED...: back off briefly, keep serving.
-                tracing::debug!("box proxy accept failed: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-        }
-    }
 }
 
 /// The broker role's body (what `terra __network` runs once

@@ -12,8 +12,13 @@ use serde::Serialize;
 pub struct Attempt {
     /// When the attempt started, RFC 3339 UTC with milliseconds.
     pub time: String,
-    /// "http-connect", "http", "socks5" or "unknown".
+    /// "http-connect", "http", "socks5", "unknown" (the proxy), "tcp",
+    /// "udp" (a workload's own connect()) or "dns" (the box's DNS stub).
     pub protocol: &'static str,
+    /// "relay": the broker carried the bytes (the proxy); "handoff": the
+    /// broker connected and handed the socket to the workload, it never saw
+    /// a byte (so `bytes_up`/`bytes_down` are 0); "dns-stub": a stub question.
+    pub path: &'static str,
     /// The requested name, as the client wrote it (None when unparsed).
     pub name: Option<String>,
     pub port: Option<u16>,
@@ -42,6 +47,7 @@ impl Attempt {
         Attempt {
             time: rfc3339(time),
             protocol,
+            path: "relay",
             name: None,
             port: None,
             sni: None,

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use common::*;
 use terra_netd::fdpass::broker_socketpair;
-use terra_netd::{box_service, encode_startup, Limits, StartupConfig};
+use terra_netd::{box_proxy, encode_startup, Limits, StartupConfig};
 use terra_policy::{MirBuilder, NetworkMode};
 
 const ROLE_ENV: &str = "TERRA_NETD_TEST_ROLE";
@@ -338,7 +338,7 @@ fn broker_process_serves_then_dies_without_fallback() {
 
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy = listener.local_addr().unwrap();
-    std::thread::spawn(move || box_service(listener, box_end));
+    std::thread::spawn(move || box_proxy(listener, box_end));
 
     let url = format!("http://127.0.0.1:{port}/via-role");
     let (code, body) = curl(&["-x", &format!("http://{proxy}"), &url]);

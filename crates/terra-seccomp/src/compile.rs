@@ -15,6 +15,8 @@ const BPF_RET_K: u16 = 0x06;
 /// offsetof(struct seccomp_data, arch).
 const DATA_ARCH: u32 = 4;
 const RET_KILL_PROCESS: u32 = 0x8000_0000;
+const RET_TRAP: u32 = 0x0003_0000;
+const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 /// The x32 ABI's bit in a system call number.
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
@@ -45,11 +47,28 @@ pub fn filter(f: &Filter, arch: TargetArch) -> Result<BpfProgram, String> {
         .ok_or_else(|| "seccompiler returned no program".to_string())?;
     let refusal: SeccompAction =
         serde_json::from_value(f.refusal.clone()).map_err(|e| e.to_string())?;
+    let bpf = if f.kind == super::table::Kind::NotifyList {
+        with_user_notif(bpf)
+    } else {
+        bpf
+    };
     if arch == TargetArch::x86_64 {
         with_x32_refusal(bpf, refusal.into())
     } else {
         Ok(bpf)
     }
+}
+
+/// A notify list is compiled with `trap` standing for its matched calls
+/// (seccompiler has no user-notification action); every such return becomes
+/// SECCOMP_RET_USER_NOTIF.
+fn with_user_notif(mut bpf: BpfProgram) -> BpfProgram {
+    for i in bpf.iter_mut() {
+        if i.code == BPF_RET_K && i.k == RET_TRAP {
+            i.k = RET_USER_NOTIF;
+        }
+    }
+    bpf
 }
 
 /// Inserts, right after seccompiler's architecture check, a test that

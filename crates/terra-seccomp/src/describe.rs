@@ -70,6 +70,18 @@ pub fn lines(table: Table, filters: &[Filter], arch: &str) -> String {
                     ));
                 }
             }
+            Kind::NotifyList => {
+                s.push_str(&format!(
+                    "seccomp {}/{} ({}): default allow\n",
+                    table.name(),
+                    f.name,
+                    f.about
+                ));
+                s.push_str(&format!(
+                    "seccomp user notification (the box service decides) {}\n",
+                    plain.join(" ")
+                ));
+            }
             Kind::AllowList => {
                 let mut allowed = plain.clone();
                 for (call, what) in &when {

@@ -39,16 +39,18 @@ pub enum Table {
     Broker,
     BoxInit,
     BoxService,
+    WorkloadNotify,
 }
 
 impl Table {
-    pub const ALL: [Table; 6] = [
+    pub const ALL: [Table; 7] = [
         Table::Workload,
         Table::LandlockClosures,
         Table::Supervisor,
         Table::Broker,
         Table::BoxInit,
         Table::BoxService,
+        Table::WorkloadNotify,
     ];
 
     /// The table's file name without `.json`.
@@ -60,17 +62,18 @@ impl Table {
             Table::Broker => "broker",
             Table::BoxInit => "box-init",
             Table::BoxService => "box-service",
+            Table::WorkloadNotify => "workload-notify",
         }
     }
 
     /// The process the table confines, as reports name it.
     pub fn process(self) -> &'static str {
         match self {
-            Table::Workload | Table::LandlockClosures => "the workload",
+            Table::Workload | Table::LandlockClosures | Table::WorkloadNotify => "the workload",
             Table::Supervisor => "terra __supervisor",
             Table::Broker => "terra __network",
             Table::BoxInit => "terra __vm (the box's init)",
-            Table::BoxService => "the box's proxy service",
+            Table::BoxService => "the box's network service",
         }
     }
 
@@ -82,6 +85,7 @@ impl Table {
             Table::Broker => include_str!("../tables/broker.json"),
             Table::BoxInit => include_str!("../tables/box-init.json"),
             Table::BoxService => include_str!("../tables/box-service.json"),
+            Table::WorkloadNotify => include_str!("../tables/workload-notify.json"),
         }
     }
 

@@ -25,13 +25,22 @@ pub struct Filter {
     matched: Value,
 }
 
-/// A filter is a deny list (default allow, listed calls refused) or an
-/// allowlist (listed calls allowed, any other call kills the process).
+/// A filter is a deny list (default allow, listed calls refused), an
+/// allowlist (listed calls allowed, any other call kills the process), or a
+/// notify list (default allow, listed calls go to a supervising process
+/// through seccomp user notification; terra's `"user_notif"` action, which
+/// seccompiler lacks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     DenyList,
     AllowList,
+    NotifyList,
 }
+
+/// The action a notify list's matched calls get in seccompiler's JSON, a
+/// placeholder the compiler then replaces by SECCOMP_RET_USER_NOTIF (no other
+/// filter of such a table may use it).
+pub const NOTIFY_PLACEHOLDER: &str = "trap";
 
 #[derive(Debug, Clone)]
 pub struct Rule {
@@ -116,13 +125,21 @@ fn parse_filter(table: &str, name: String, f: Value) -> Result<Filter, Error> {
         .ok_or_else(|| at("no match_action"))?;
     let allow = Value::String("allow".into());
     let kill = Value::String("kill_process".into());
-    let (kind, refusal) = if mismatch == allow && matched != allow {
-        (Kind::DenyList, matched.clone())
+    let notify = Value::String("user_notif".into());
+    let (kind, refusal, matched) = if mismatch == allow && matched == notify {
+        // x32 numbers are refused as everywhere else (EPERM).
+        let eperm = serde_json::json!({"errno": 1});
+        (Kind::NotifyList, eperm, Value::String(NOTIFY_PLACEHOLDER.into()))
+    } else if matched == Value::String(NOTIFY_PLACEHOLDER.into()) {
+        return Err(at("`trap` is reserved (it stands for user_notif while compiling)"));
+    } else if mismatch == allow && matched != allow {
+        (Kind::DenyList, matched.clone(), matched)
     } else if matched == allow && mismatch == kill {
-        (Kind::AllowList, mismatch.clone())
+        (Kind::AllowList, mismatch.clone(), matched)
     } else {
         return Err(at(
-            "neither a deny list (mismatch allow) nor an allowlist (match allow, mismatch kill_process)",
+            "neither a deny list (mismatch allow), an allowlist (match allow, mismatch kill_process) \
+             nor a notify list (mismatch allow, match user_notif)",
         ));
     };
     let Some(Value::Array(rules)) = f.remove("filter") else {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use terra_netd::fdpass::broker_socketpair;
 use terra_netd::{
-    box_service, Broker, Limits, MemoryReceipt, Pattern, ReceiptSink, Resolver, StaticResolver,
+    box_proxy, Broker, Limits, MemoryReceipt, Pattern, ReceiptSink, Resolver, StaticResolver,
 };
 use terra_policy::NetworkMode;
 
@@ -61,7 +61,7 @@ impl Harness {
         let broker_end = Arc::new(broker_end);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let proxy = listener.local_addr().unwrap();
-        std::thread::spawn(move || box_service(listener, box_end));
+        std::thread::spawn(move || box_proxy(listener, box_end));
         let b = broker.clone();
         let chan = broker_end.clone();
         std::thread::spawn(move || {

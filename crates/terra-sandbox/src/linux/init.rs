@@ -26,12 +26,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::{dup2, ForkResult, Pid};
 use seccompiler::BpfProgram;
 
-use super::landlock::{self, LandlockPlan, NetRule};
 use super::lower::MountOp;
 use super::status::{self, Status};
 use super::terminal::{self, TerminalPrep};
 use super::workload::{self, WorkloadPrep};
-use super::{mounts, sys, BoxService};
+use super::{mounts, sys, BoxService, ServiceFds};
 use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, built by `terra __vm` from its configuration.
@@ -94,21 +93,22 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
             refuse(format!("the box's terminal: {e}"));
         }
     }
-    let mut service_listener: Option<OwnedFd> = None;
+    // Mediated: the service's sockets are made here, inside the box, before
+    // any child; init keeps only the workload's end of the notification
+    // hand-over until the workload is forked.
+    let mut handover: Option<OwnedFd> = None;
     if let Some((broker_fd, addr, service)) = &prep.mediated {
-        let listener = match std::net::TcpListener::bind(addr) {
-            Ok(l) => OwnedFd::from(l),
-            Err(e) => refuse(format!(
-                "mediated networking: cannot listen on {addr} inside the box: {e}"
-            )),
+        let parts = match ServiceParts::open(*addr) {
+            Ok(p) => p,
+            Err(e) => refuse(format!("mediated networking inside the box: {e}")),
         };
         // SAFETY: init has one thread (a fresh exec, no thread started).
         match unsafe { sys::fork() } {
-            Ok(ForkResult::Child) => run_service(prep, *service, listener.as_fd(), *broker_fd),
+            Ok(ForkResult::Child) => run_service(prep, *service, parts, *broker_fd),
             Ok(ForkResult::Parent { .. }) => {}
             Err(e) => refuse(e.to_string()),
         }
-        service_listener = Some(listener);
+        handover = Some(parts.workload_end);
     }
     // SAFETY: as above, init has one thread.
     let workload_pid = match unsafe { sys::fork() } {
@@ -128,13 +128,17 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
                 );
                 sys::exit_now(EXIT_REFUSED.into());
             }
-            workload::run(&prep.workload, status.as_fd())
+            workload::run(
+                &prep.workload,
+                status.as_fd(),
+                handover.as_ref().map(|f| f.as_fd()),
+            )
         }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => refuse(e.to_string()),
     };
     drop(status);
-    drop(service_listener);
+    drop(handover);
     let inherited = prep.mediated.as_ref().map(|(fd, _, _)| sys::raw(fd));
     for fd in inherited
         .into_iter()
@@ -169,45 +173,119 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
     }
 }
 
-/// The mediated-networking service: a child of init, capabilities dropped,
-/// no_new_privs and the workload's seccomp filter.
+/// What init opens for the box's network service, inside the box: the
+/// proxy listener, the DNS stub's sockets on port 53 of the same loopback
+/// address, the notification hand-over pair, the box's /proc.
+struct ServiceParts {
+    proxy: OwnedFd,
+    dns_udp: OwnedFd,
+    dns_tcp: OwnedFd,
+    service_end: OwnedFd,
+    workload_end: OwnedFd,
+    proc_dir: OwnedFd,
+}
+
+impl ServiceParts {
+    fn open(addr: SocketAddr) -> Result<ServiceParts, String> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let proxy = std::net::TcpListener::bind(addr)
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let dns = SocketAddr::new(addr.ip(), 53);
+        let dns_udp = std::net::UdpSocket::bind(dns)
+            .map_err(|e| format!("DNS stub: cannot bind UDP {dns}: {e}"))?;
+        let dns_tcp = std::net::TcpListener::bind(dns)
+            .map_err(|e| format!("DNS stub: cannot listen on TCP {dns}: {e}"))?;
+        let (service_end, workload_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| format!("socketpair: {e}"))?;
+        let proc_dir = nix::fcntl::open(
+            "/proc",
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| format!("the box's /proc: {e}"))?;
+        Ok(ServiceParts {
+            proxy: proxy.into(),
+            dns_udp: dns_udp.into(),
+            dns_tcp: dns_tcp.into(),
+            service_end,
+            workload_end,
+            // SAFETY: open returned a new descriptor owned by nobody else.
+            proc_dir: unsafe { OwnedFd::from_raw_fd(proc_dir) },
+        })
+    }
+}
+
+/// capability.h: CAP_SYS_PTRACE.
+const CAP_SYS_PTRACE: u32 = 19;
+
+/// The fixed descriptor numbers of the network service.
+const SERVICE_FDS: [RawFd; 6] = [6, 7, 10, 11, 12, 13];
+
+/// The box's network service: a child of init with CAP_SYS_PTRACE in the
+/// box's user namespace only (to read the workload's connect() arguments and
+/// copy its socket, also from a workload that made itself non-dumpable),
+/// not dumpable itself (the workload cannot read or trace it), no_new_privs
+/// and its seccomp allowlist. It has no Landlock domain: a Landlock domain
+/// may only trace processes inside it, and the workload's domain is not;
+/// its filesystem access is closed by seccomp instead (files open only
+/// relative to the box's /proc).
 fn run_service(
     prep: &BoxPrep,
     service: BoxService,
-    listener: BorrowedFd<'_>,
+    parts: ServiceParts,
     broker: BorrowedFd<'_>,
 ) -> ! {
     sys::reset_signals();
     if !sys::die_with_parent(Pid::from_raw(1)) {
         sys::exit_now(EXIT_REFUSED.into());
     }
-    // Move the broker end to fd 7 (the fixed number) and the listener beside
-    // it; both are first moved above 100 so neither dup2 can clobber the other.
-    let high = |fd: RawFd| fcntl(fd, FcntlArg::F_DUPFD_CLOEXEC(100));
-    match (high(broker.as_raw_fd()), high(listener.as_raw_fd())) {
-        (Ok(b), Ok(l)) if dup2(b, 7).is_ok() && dup2(l, 6).is_ok() => {}
-        _ => sys::exit_now(EXIT_REFUSED.into()),
+    // Every descriptor first moves above 100, so no dup2 to a fixed number
+    // can clobber another that still waits to move.
+    let sources = [
+        parts.proxy.as_raw_fd(),
+        broker.as_raw_fd(),
+        parts.dns_udp.as_raw_fd(),
+        parts.dns_tcp.as_raw_fd(),
+        parts.service_end.as_raw_fd(),
+        parts.proc_dir.as_raw_fd(),
+    ];
+    let mut high = Vec::with_capacity(sources.len());
+    for from in sources {
+        match fcntl(from, FcntlArg::F_DUPFD_CLOEXEC(100)) {
+            Ok(h) => high.push(h),
+            Err(_) => sys::exit_now(EXIT_REFUSED.into()),
+        }
+    }
+    for (h, to) in high.into_iter().zip(SERVICE_FDS) {
+        if dup2(h, to).is_err() {
+            sys::exit_now(EXIT_REFUSED.into());
+        }
     }
     // SAFETY: this child never returns to init's code (it ends in `service`
-    // or `exit_now`); fds 6 and 7 are kept and owned below.
-    unsafe { sys::close_fds_except(&[6, 7]) };
-    // No filesystem access and no TCP connect (Landlock), no capabilities, the seccomp list.
-    let no_fs = LandlockPlan {
-        fs: Vec::new(),
-        net: NetRule::NoConnect,
-    };
-    if sys::drop_all_capabilities().is_err()
-        || landlock::apply(&no_fs).is_err()
+    // or `exit_now`); the fixed descriptors are owned below.
+    unsafe { sys::close_fds_except(&SERVICE_FDS) };
+    if sys::drop_capabilities_keeping(Some(CAP_SYS_PTRACE)).is_err()
+        || nix::sys::prctl::set_dumpable(false).is_err()
         || super::seccomp::install(&prep.service_seccomp).is_err()
     {
         sys::exit_now(EXIT_REFUSED.into());
     }
-    // SAFETY: fds 6 and 7 are open and owned by nobody else in this process.
-    let (l, b) = unsafe {
-        (
-            std::net::TcpListener::from_raw_fd(6),
-            OwnedFd::from_raw_fd(7),
-        )
+    // SAFETY: the fixed descriptors are open (dup2 above) and owned by nobody
+    // else in this process.
+    let fds = unsafe {
+        ServiceFds {
+            proxy: std::net::TcpListener::from_raw_fd(6),
+            broker: OwnedFd::from_raw_fd(7),
+            dns_udp: std::net::UdpSocket::from_raw_fd(10),
+            dns_tcp: std::net::TcpListener::from_raw_fd(11),
+            notify_channel: OwnedFd::from_raw_fd(12),
+            proc_dir: OwnedFd::from_raw_fd(13),
+        }
     };
-    service(l, b)
+    service(fds)
 }

@@ -14,6 +14,7 @@ mod init;
 mod landlock;
 pub mod lower;
 mod mounts;
+pub mod notify;
 pub mod nouserns;
 mod prepare;
 mod role;
@@ -45,12 +46,28 @@ pub fn vm_main(service: BoxService) -> ! {
     vm::main(service)
 }
 
+/// The descriptors of the box's network service (mediated networking),
+/// made by the box's init inside the box before the workload exists.
+pub struct ServiceFds {
+    /// The proxy's listener on the box loopback (`proxy_listen_addr`).
+    pub proxy: std::net::TcpListener,
+    /// The box end of the fd 7 socketpair to the broker.
+    pub broker: OwnedFd,
+    /// The DNS stub's sockets, UDP and TCP, on the box loopback port 53.
+    pub dns_udp: std::net::UdpSocket,
+    pub dns_tcp: std::net::TcpListener,
+    /// The workload sends its connect-notification listener here, once
+    /// (SCM_RIGHTS), right after it installed the filter.
+    pub notify_channel: OwnedFd,
+    /// The box's /proc (O_PATH), opened before the workload ran: the
+    /// workload's fdinfo is read relative to it.
+    pub proc_dir: OwnedFd,
+}
+
 /// A service that runs inside the box (in a child of the box init, after the
-/// box's namespaces, root and filters are in place) before the workload starts:
-/// the box-side proxy of mediated networking. It receives a listener already
-/// bound inside the box's network namespace and the box end of the fd 7
-/// socketpair, and never returns.
-pub type BoxService = fn(listener: std::net::TcpListener, broker: OwnedFd) -> !;
+/// box's namespaces and root are in place) before the workload starts: the
+/// box side of mediated networking. Never returns.
+pub type BoxService = fn(ServiceFds) -> !;
 
 /// Everything the launcher needs to start one box. `P` is the plan: the
 /// resolved, capability-checked [`SandboxPlan`] (the only one `spawn_box`

@@ -29,6 +29,14 @@ pub fn build() -> Result<Vec<BpfProgram>, SandboxError> {
     programs(Table::Workload, None)
 }
 
+/// The workload's connect-notification filter (mediated networking).
+pub fn workload_notify() -> Result<BpfProgram, SandboxError> {
+    programs(Table::WorkloadNotify, None)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| SandboxError::Seccomp("the workload-notify table has no filter".into()))
+}
+
 /// The box init's allowlist, installed once the workload runs.
 pub fn box_init() -> Result<Vec<BpfProgram>, SandboxError> {
     programs(Table::BoxInit, None)

@@ -516,6 +516,12 @@ fn prctl(call: &'static str, option: libc::c_int, arg: libc::c_ulong) -> Result<
 /// Drops every capability: bounding set, ambient set, then the effective,
 /// permitted and inheritable sets; sets securebits so uid 0 gains nothing on exec.
 pub fn drop_all_capabilities() -> Result<()> {
+    drop_capabilities_keeping(None)
+}
+
+/// Drops every capability but `keep` (effective and permitted; bounding and
+/// ambient sets emptied all the same, so nothing is regained).
+pub fn drop_capabilities_keeping(keep: Option<u32>) -> Result<()> {
     // SECBIT_NOROOT | NOROOT_LOCKED | NO_SETUID_FIXUP | NO_SETUID_FIXUP_LOCKED |
     // KEEP_CAPS_LOCKED | NO_CAP_AMBIENT_RAISE | NO_CAP_AMBIENT_RAISE_LOCKED.
     let bits: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
@@ -561,11 +567,16 @@ pub fn drop_all_capabilities() -> Result<()> {
         version: 0x2008_0522,
         pid: 0,
     };
-    let data = [Data {
+    let mut data = [Data {
         effective: 0,
         permitted: 0,
         inheritable: 0,
     }; 2];
+    if let Some(cap) = keep {
+        let word = &mut data[(cap / 32) as usize % 2];
+        word.effective = 1 << (cap % 32);
+        word.permitted = 1 << (cap % 32);
+    }
     // SAFETY: capset v3 reads one header and two data structs, all valid here.
     let rc = unsafe { libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) };
     if rc != 0 {

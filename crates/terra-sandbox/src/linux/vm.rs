@@ -177,6 +177,10 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
             canary_gate: held.gate.as_ref().map(|f| f.as_fd()),
             landlock,
             seccomp: filters,
+            notify_seccomp: match c.proxy {
+                Some(_) => Some(seccomp::workload_notify()?),
+                None => None,
+            },
         },
         mediated: match (c.proxy, &held.broker) {
             (Some(addr), Some(fd)) => Some((fd.as_fd(), addr, service)),

@@ -29,6 +29,9 @@ pub struct WorkloadPrep<'a> {
     pub canary_gate: Option<BorrowedFd<'a>>,
     pub landlock: LandlockPlan,
     pub seccomp: Vec<BpfProgram>,
+    /// Mediated networking: the connect-notification filter, installed
+    /// before the deny lists; its listener goes to the box service.
+    pub notify_seccomp: Option<BpfProgram>,
 }
 
 /// Expands argv[0] over the PATH of the workload's own environment.
@@ -54,9 +57,10 @@ fn refuse(fd: BorrowedFd<'_>, why: String) -> ! {
 }
 
 /// Runs in the workload child; never returns.
-pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
+pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>, handover: Option<BorrowedFd<'_>>) -> ! {
     let mut keep = vec![sys::raw(&status_fd)];
     keep.extend(prep.canary_gate.as_ref().map(sys::raw));
+    keep.extend(handover.as_ref().map(sys::raw));
     // SAFETY: this child never returns (it execs or exits), so no owner of a
     // closed descriptor is used or dropped again.
     unsafe { sys::close_fds_except(&keep) };
@@ -76,6 +80,18 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
     // The Landlock report travels with the next one (activation, or the
     // refusal), so the caller's reader wakes once, not twice, before exec.
     let landlock = Status::Landlock(abi);
+    if let (Some(prog), Some(chan)) = (&prep.notify_seccomp, handover) {
+        if let Err(e) = hand_over_listener(prog, chan) {
+            status::send_all(
+                status_fd,
+                &[
+                    landlock,
+                    Status::Refused(format!("mediated networking: the connect filter: {e}")),
+                ],
+            );
+            sys::exit_now(crate::EXIT_REFUSED.into())
+        }
+    }
     if let Err(e) = super::seccomp::install(&prep.seccomp) {
         status::send_all(status_fd, &[landlock, Status::Refused(e.to_string())]);
         sys::exit_now(crate::EXIT_REFUSED.into())
@@ -99,6 +115,29 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>) -> ! {
         }
     }
     exec(prep, status_fd)
+}
+
+/// Installs the connect-notification filter and sends its listener to the
+/// box service over `chan` (then closes both here: the workload never holds
+/// its own listener).
+fn hand_over_listener(prog: &BpfProgram, chan: BorrowedFd<'_>) -> std::io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let listener = super::notify::install_listener(prog)?;
+    let fds = [listener.as_raw_fd()];
+    let iov = [std::io::IoSlice::new(b"n")];
+    sendmsg::<()>(
+        chan.as_raw_fd(),
+        &iov,
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    drop(listener);
+    // SAFETY: the hand-over end was inherited from init (its owner lives in
+    // init's copy of memory, never dropped here) and is not used again.
+    unsafe { sys::close_inherited(chan.as_raw_fd()) };
+    Ok(())
 }
 
 /// In the final context: the canary must not open; the canary listener must

@@ -110,6 +110,7 @@ pub fn prepare(spec: &BoxSpec) -> Result<Prepared<'_>, SandboxError> {
                 net: NetRule::Unrestricted,
             },
             seccomp: filters,
+            notify_seccomp: None,
         },
         fs,
         tcp,

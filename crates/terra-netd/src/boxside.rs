@@ -1,0 +1,375 @@
+//! The box's network service: everything of mediated networking that runs
+//! inside the box, in one process (a child of the box's init, see
+//! `terra_sandbox::linux::ServiceFds`). It never judges and never reaches
+//! the host network: the broker does both.
+//!
+//! - the proxy (127.0.0.1:3128): each accepted socket goes to the broker
+//!   unread ([`box_proxy`]);
+//! - the DNS stub (127.0.0.1:53, UDP and TCP): each A/AAAA question goes to
+//!   the broker, which answers listed names with the addresses it pinned;
+//! - the workload's connect() calls (seccomp user notification): the
+//!   destination the workload wrote is read once, and the broker either
+//!   connects to it and sends back the socket, which replaces the
+//!   workload's (SECCOMP_IOCTL_NOTIF_ADDFD), or refuses it; box-local
+//!   addresses nothing lists are left to the kernel, inside the box.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::{Arc, Condvar, Mutex};
+
+use rustix::net::{sockopt, AddressFamily, SocketType};
+use terra_sandbox::linux::notify::{self, Notification};
+use terra_sandbox::linux::ServiceFds;
+
+use crate::ask::{self, Answer, Ask, SocketOptions};
+use crate::fdpass;
+use crate::stub::{self, Lookup, StubLookup};
+
+/// Most workload connect() calls handled at once; more wait in the kernel.
+const MAX_PENDING: usize = 1024;
+/// Most DNS stub questions (UDP) and connections (TCP) at once.
+const STUB_INFLIGHT: usize = 64;
+const STUB_TCP_CONNS: usize = 16;
+/// Stack of a thread handling one connect().
+const CONNECT_STACK: usize = 128 * 1024;
+
+/// The box side of mediated networking; never returns.
+pub fn box_service(fds: ServiceFds) -> ! {
+    let ServiceFds {
+        proxy,
+        broker,
+        dns_udp,
+        dns_tcp,
+        notify_channel,
+        proc_dir,
+    } = fds;
+    let broker = Arc::new(broker);
+    let lookup: Arc<dyn StubLookup> = Arc::new(BrokerLookup(Arc::clone(&broker)));
+    let l = Arc::clone(&lookup);
+    spawn("terra-dns-udp", move || {
+        if let Err(e) = stub::serve_udp(dns_udp, l, STUB_INFLIGHT) {
+            tracing::warn!("terra: the box's DNS stub (UDP) stopped: {e}");
+        }
+    });
+    spawn("terra-dns-tcp", move || {
+        if let Err(e) = stub::serve_tcp(dns_tcp, lookup, STUB_TCP_CONNS) {
+            tracing::warn!("terra: the box's DNS stub (TCP) stopped: {e}");
+        }
+    });
+    let b = Arc::clone(&broker);
+    spawn("terra-connect", move || {
+        serve_notifications(notify_channel, b, proc_dir)
+    });
+    box_proxy_loop(proxy, &broker)
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(CONNECT_STACK)
+        .spawn(f)
+    {
+        tracing::warn!("terra: the box service cannot start {name}: {e}");
+    }
+}
+
+/// The box-side proxy alone (tests and benches; the box runs
+/// [`box_service`]): accepts on the in-box loopback and hands each socket
+/// to the broker with SCM_RIGHTS, unread. If the broker is gone, each new
+/// connection is closed.
+pub fn box_proxy(listener: TcpListener, broker: OwnedFd) -> ! {
+    box_proxy_loop(listener, &broker)
+}
+
+fn box_proxy_loop(listener: TcpListener, broker: &OwnedFd) -> ! {
+    let mut broker_gone = false;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = fdpass::send_stream(broker, &stream) {
+                    if !broker_gone {
+                        tracing::warn!(
+                            "terra: network broker unavailable ({e}); connections are closed"
+                        );
+                        broker_gone = true;
+                    }
+                }
+                drop(stream);
+            }
+            Err(e) => {
+                // EMFILE/ENFILE/ECONNABORTED...: back off briefly, keep serving.
+                tracing::debug!("box proxy accept failed: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// The DNS stub's questions, asked of the broker.
+struct BrokerLookup(Arc<OwnedFd>);
+
+impl StubLookup for BrokerLookup {
+    fn lookup(&self, name: &str, qtype: u16) -> Lookup {
+        let q = Ask::Resolve {
+            name: name.to_owned(),
+            qtype,
+        };
+        match ask::ask(self.0.as_fd(), &q) {
+            Ok((Answer::Addresses { addresses }, _)) => Lookup::Addresses(addresses),
+            Ok((Answer::NxDomain, _)) => Lookup::NxDomain,
+            _ => Lookup::ServFail,
+        }
+    }
+}
+
+/// A counting gate: at most `n` holders at once.
+struct Gate {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Gate {
+    fn enter(&self) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+    }
+    fn leave(&self) {
+        *self.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.freed.notify_one();
+    }
+}
+
+/// Waits for the workload's listener on `channel`, then answers its
+/// connect() calls, each on a thread of its own.
+fn serve_notifications(channel: OwnedFd, broker: Arc<OwnedFd>, proc_dir: OwnedFd) {
+    let listener = match ask::recv_with(channel.as_fd()) {
+        Ok(Some((_, fds))) if !fds.is_empty() => fds.into_iter().next().expect("one fd"),
+        // The workload never got as far as its filter (refused or gone).
+        _ => return,
+    };
+    drop(channel);
+    let shared = Arc::new(Shared {
+        listener,
+        broker,
+        proc_dir,
+        gate: Gate {
+            free: Mutex::new(MAX_PENDING),
+            freed: Condvar::new(),
+        },
+    });
+    loop {
+        let n = match notify::receive(shared.listener.as_fd()) {
+            Ok(n) => n,
+            // Every process of the workload is gone.
+            Err(_) => return,
+        };
+        shared.gate.enter();
+        let s = Arc::clone(&shared);
+        let spawned = std::thread::Builder::new()
+            .name("terra-connect".into())
+            .stack_size(CONNECT_STACK)
+            .spawn(move || {
+                on_connect(&s, &n);
+                s.gate.leave();
+            });
+        if spawned.is_err() {
+            shared.gate.leave();
+            let _ = notify::reply_errno(shared.listener.as_fd(), n.id, libc::EAGAIN);
+        }
+    }
+}
+
+struct Shared {
+    listener: OwnedFd,
+    broker: Arc<OwnedFd>,
+    proc_dir: OwnedFd,
+    gate: Gate,
+}
+
+/// The destination of a connect() as the workload wrote it.
+fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
+    let family = u16::from_ne_bytes([*b.first()?, *b.get(1)?]);
+    let port = u16::from_be_bytes([*b.get(2)?, *b.get(3)?]);
+    match i32::from(family) {
+        libc::AF_INET if b.len() >= 16 => {
+            let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
+            Some(SocketAddr::new(IpAddr::V4(ip), port))
+        }
+        libc::AF_INET6 if b.len() >= 24 => {
+            let octets: [u8; 16] = b[8..24].try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(octets)), port))
+        }
+        _ => None,
+    }
+}
+
+fn is_box_local(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    };
+    ip.is_loopback() || ip.is_unspecified()
+}
+
+/// The answer to one connect(). Letting the kernel run the call
+/// ("continue") is safe for everything the service does not hand off: the
+/// box's network namespace has only its loopback, so whatever the arguments
+/// hold by the time the kernel reads them again, the call cannot leave the
+/// box. An inet stream connect to anywhere else is never continued.
+fn on_connect(s: &Shared, n: &Notification) {
+    let l = s.listener.as_fd();
+    let proceed = || {
+        let _ = notify::reply_continue(l, n.id);
+    };
+    let fail = |errno: i32| {
+        let _ = notify::reply_errno(l, n.id, errno);
+    };
+    let fd = n.args[0] as u32 as i32 as RawFd;
+    let len = n.args[2] as u32 as usize;
+    if !(2..=128).contains(&len) {
+        return proceed(); // the kernel's own EINVAL
+    }
+    let Ok(bytes) = notify::read_memory(n.pid, n.args[1], len) else {
+        return proceed(); // the kernel's own EFAULT
+    };
+    // What was read belongs to this call only if the call still waits.
+    if !notify::id_valid(l, n.id) {
+        return;
+    }
+    let Some(to) = parse_sockaddr(&bytes) else {
+        return proceed(); // AF_UNIX, AF_UNSPEC, ...: inside the box
+    };
+    let sock = match notify::take_fd(n.pid, fd) {
+        Ok(f) => f,
+        Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EBADF)),
+    };
+    let domain = match sockopt::socket_domain(&sock) {
+        Ok(d) => d,
+        Err(_) => return fail(libc::ENOTSOCK),
+    };
+    let v6_socket = domain == AddressFamily::INET6;
+    let same_family = (domain == AddressFamily::INET && to.is_ipv4()) || (v6_socket && to.is_ipv6());
+    if !same_family {
+        return proceed(); // not inet, or a family mismatch: the kernel's own error
+    }
+    match sockopt::socket_type(&sock) {
+        Ok(SocketType::STREAM) => {}
+        Ok(SocketType::DGRAM) => {
+            if is_box_local(to.ip()) {
+                return proceed(); // the DNS stub, an in-box UDP service
+            }
+            return match ask::ask(s.broker.as_fd(), &Ask::Udp { to }) {
+                Ok((Answer::Local, _)) => proceed(),
+                Ok((Answer::Refused { errno }, _)) => fail(errno),
+                _ => fail(libc::ENETUNREACH),
+            };
+        }
+        _ => return proceed(), // raw sockets need a capability the workload lacks
+    }
+    if rustix::net::getpeername(&sock).is_ok() {
+        return fail(libc::EISCONN);
+    }
+    let options = options_set(&sock, domain);
+    let nonblocking = rustix::fs::fcntl_getfl(&sock)
+        .map(|f| f.contains(rustix::fs::OFlags::NONBLOCK))
+        .unwrap_or(false);
+    let cloexec = notify::fd_is_cloexec(s.proc_dir.as_fd(), n.pid, fd).unwrap_or(true);
+    drop(sock);
+    let question = Ask::Connect {
+        to,
+        v6_socket,
+        options,
+    };
+    match ask::ask(s.broker.as_fd(), &question) {
+        Ok((Answer::Connected, Some(conn))) => {
+            if nonblocking {
+                let _ = rustix::io::ioctl_fionbio(&conn, true);
+            }
+            if notify::add_fd_at(l, n.id, conn.as_fd(), fd, cloexec).is_ok() {
+                let _ = notify::reply_value(l, n.id, 0);
+            }
+        }
+        Ok((Answer::Local, _)) => proceed(),
+        Ok((Answer::Refused { errno }, _)) => fail(errno),
+        Ok(_) => fail(libc::ECONNREFUSED),
+        // The broker is gone: box-local calls still work, nothing else does.
+        Err(_) if is_box_local(to.ip()) => proceed(),
+        Err(_) => fail(libc::ECONNREFUSED),
+    }
+}
+
+/// The options the workload set on `sock` that differ from a fresh socket
+/// of its family in the box.
+fn options_set(sock: &OwnedFd, domain: AddressFamily) -> SocketOptions {
+    let fresh = rustix::net::socket(domain, SocketType::STREAM, None).ok();
+    let differs = |get: &dyn Fn(BorrowedFd<'_>) -> Option<u64>| -> Option<u64> {
+        let mine = get(sock.as_fd())?;
+        match &fresh {
+            Some(f) if get(f.as_fd()) == Some(mine) => None,
+            _ => Some(mine),
+        }
+    };
+    let flag = |v: Option<u64>| v.map(|x| x != 0);
+    let mut o = SocketOptions {
+        reuse_addr: flag(differs(&|f| sockopt::socket_reuseaddr(f).ok().map(u64::from))),
+        keepalive: flag(differs(&|f| sockopt::socket_keepalive(f).ok().map(u64::from))),
+        nodelay: flag(differs(&|f| sockopt::tcp_nodelay(f).ok().map(u64::from))),
+        // The kernel reports twice what was set; the broker sets half.
+        send_buffer: differs(&|f| sockopt::socket_send_buffer_size(f).ok().map(|v| v as u64))
+            .map(|v| (v / 2) as usize),
+        recv_buffer: differs(&|f| sockopt::socket_recv_buffer_size(f).ok().map(|v| v as u64))
+            .map(|v| (v / 2) as usize),
+        linger: None,
+        v6_only: None,
+    };
+    if let Ok(Some(d)) = sockopt::socket_linger(sock) {
+        o.linger = Some(Some(d.as_secs() as u32));
+    }
+    if domain == AddressFamily::INET6 {
+        o.v6_only = flag(differs(&|f| sockopt::ipv6_v6only(f).ok().map(u64::from)));
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddrs_are_read_as_the_kernel_reads_them() {
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&443u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[192, 0, 2, 1]);
+        assert_eq!(parse_sockaddr(&v4), Some("192.0.2.1:443".parse().unwrap()));
+        assert_eq!(parse_sockaddr(&v4[..15]), None);
+        let mut v6 = vec![0u8; 28];
+        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&22u16.to_be_bytes());
+        v6[23] = 1;
+        assert_eq!(parse_sockaddr(&v6), Some("[::1]:22".parse().unwrap()));
+        let mut unix = vec![0u8; 110];
+        unix[..2].copy_from_slice(&(libc::AF_UNIX as u16).to_ne_bytes());
+        assert_eq!(parse_sockaddr(&unix), None);
+        assert!(is_box_local("[::ffff:127.0.0.2]:1".parse::<SocketAddr>().unwrap().ip()));
+        assert!(is_box_local("0.0.0.0".parse().unwrap()));
+        assert!(!is_box_local("10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn only_options_that_differ_from_a_fresh_socket_are_copied() {
+        let s = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+        assert_eq!(options_set(&s, AddressFamily::INET), SocketOptions::default());
+        sockopt::set_tcp_nodelay(&s, true).unwrap();
+        sockopt::set_socket_keepalive(&s, true).unwrap();
+        sockopt::set_socket_send_buffer_size(&s, 65536).unwrap();
+        let o = options_set(&s, AddressFamily::INET);
+        assert_eq!(o.nodelay, Some(true));
+        assert_eq!(o.keepalive, Some(true));
+        assert_eq!(o.send_buffer, Some(65536));
+        assert_eq!(o.reuse_addr, None);
+    }
+}
