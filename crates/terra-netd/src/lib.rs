@@ -27,6 +27,7 @@ pub mod receipt;
 pub mod resolvconf;
 pub mod resolve;
 pub mod startup;
+pub mod stub;
 pub mod tls;
 
 use std::ffi::OsString;
