@@ -123,22 +123,15 @@ fn step(msg: &[u8]) -> Step {
     if counts[0] != 1 || counts[1] != 0 || counts[2] != 0 || counts[3] > 1 {
         return bare(RCODE_FORMERR);
     }
-    let Some(name_end) = name_end(msg, HEADER_LEN) else {
-        return bare(RCODE_FORMERR);
-    };
-    let (Some(qtype), Some(qclass)) = (be16(msg, name_end), be16(msg, name_end + 2)) else {
+    let Some(Question {
+        name_end,
+        qtype,
+        qclass,
+    }) = question(msg, counts[3] == 1)
+    else {
         return bare(RCODE_FORMERR);
     };
     let question_end = name_end + 4;
-    let end = if counts[3] == 1 {
-        opt_end(msg, question_end)
-    } else {
-        Some(question_end)
-    };
-    // Nothing may follow the question (and the EDNS record, if any).
-    if end != Some(msg.len()) {
-        return bare(RCODE_FORMERR);
-    }
     let pending = Pending {
         id,
         flags,
@@ -154,6 +147,30 @@ fn step(msg: &[u8]) -> Step {
         // Not a name any destination can have: it does not exist for the box.
         None => Step::Reply(pending.reply(RCODE_NXDOMAIN, &[])),
     }
+}
+
+/// Where the question's name ends, and its type and class.
+struct Question {
+    name_end: usize,
+    qtype: u16,
+    qclass: u16,
+}
+
+/// The question after the header, or None when it is malformed or followed
+/// by anything but (`with_opt`) one EDNS OPT record.
+fn question(msg: &[u8], with_opt: bool) -> Option<Question> {
+    let name_end = name_end(msg, HEADER_LEN)?;
+    let (qtype, qclass) = (be16(msg, name_end)?, be16(msg, name_end + 2)?);
+    let end = if with_opt {
+        opt_end(msg, name_end + 4)?
+    } else {
+        name_end + 4
+    };
+    (end == msg.len()).then_some(Question {
+        name_end,
+        qtype,
+        qclass,
+    })
 }
 
 /// The offset just after the uncompressed name at `start`, or None when it
