@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing terra needs on a fresh Debian/Ubuntu
-# machine: build tools, the clients the network tests drive (curl, openssl),
+# machine: build tools, the clients the network tests drive (curl, openssl,
+# dig from dnsutils for the DNS stub),
 # python3 and util-linux's setpriv for the probes, strace for the seccomp
 # tables' trace (scripts/trace-roles.sh), the real programs the
 # default box must keep running (git, tar/xz/zip, sqlite3, node), and the Rust toolchain with
@@ -12,7 +13,7 @@ sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 packages=(build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
-  git tar xz-utils zip unzip sqlite3 nodejs strace)
+  git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
