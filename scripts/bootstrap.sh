@@ -12,7 +12,7 @@ set -euo pipefail
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
-packages=(build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
+packages=(netcat-openbsd build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
   git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils)
 missing=()
 for p in "${packages[@]}"; do

@@ -610,7 +610,7 @@ except Exception as e:
 "#;
 
 #[test]
-fn dns_from_the_box_fails() {
+fn dns_from_the_box_reaches_only_its_stub() {
     // A DNS-shaped responder on the host's loopback: the box cannot reach it.
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = udp.local_addr().unwrap().port();
@@ -641,7 +641,14 @@ fn dns_from_the_box_fails() {
             before,
             "no packet left the box"
         );
-        assert!(r.lines.is_empty(), "DNS never goes through the broker");
+        // Names reach only the box's DNS stub: the broker refused the
+        // unlisted name (A and AAAA) without asking any server.
+        assert!(!r.lines.is_empty(), "{}", r.show());
+        for l in &r.lines {
+            assert_eq!(l["protocol"], "dns", "{}", r.show());
+            assert_eq!(l["name"], "dns-probe.test", "{}", r.show());
+            assert_eq!(l["reason"], "no-destination", "{}", r.show());
+        }
         // The twin: the same script on the host reaches the responder.
         let host = Command::new(PY)
             .arg(fx.ws.join("dns.py"))
@@ -728,7 +735,8 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
         let before = srv.hits();
         let p = srv.port;
         let script = format!(
-            "{CURL} http://localhost:{p}/before; echo; touch first-done; \
+            "{CURL} http://localhost:{p}/before; echo; \
+             {CURL} --noproxy '*' http://127.0.0.1:{p}/before-direct; echo; touch first-done; \
              while [ ! -e broker-killed ]; do sleep 0.05; done; \
              {CURL} http://localhost:{p}/after; echo after-rc=$?; \
              {CURL} -x socks5h://127.0.0.1:3128 http://localhost:{p}/after-socks; echo socks-rc=$?; \
@@ -738,7 +746,7 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
             .command(
                 &[
                     "--policy",
-                    fx.policy(&[("localhost", p, false, true)])
+                    fx.policy(&[("localhost", p, false, true), ("127.0.0.1", p, false, true)])
                         .to_str()
                         .unwrap(),
                 ],
@@ -761,7 +769,11 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
         let out = child.wait_with_output().unwrap();
         let r = fx.collect(out);
         let text = r.stdout();
-        assert!(text.starts_with("from-host /before\n"), "{}", r.show());
+        assert!(
+            text.starts_with("from-host /before\nfrom-host /before-direct\n"),
+            "{}",
+            r.show()
+        );
         for probe in ["after-rc=", "socks-rc=", "direct-rc="] {
             assert!(text.contains(probe), "{}", r.show());
             assert!(
@@ -773,7 +785,7 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
         assert!(!text.contains("from-host /after"), "{}", r.show());
         assert_eq!(
             srv.hits(),
-            before + 1,
+            before + 2,
             "nothing fell back to a direct route"
         );
         assert_eq!(r.code(), Some(0), "the box kept running\n{}", r.show());
@@ -787,8 +799,9 @@ fn broker_killed_mid_run_later_connections_fail_without_fallback() {
         assert_eq!(net["brokerExit"], 137, "{}", r.show());
         assert!(net["brokerEnded"].as_str().unwrap().contains("signal 9"));
         assert_eq!(net["brokerPid"], broker);
-        assert_eq!(r.lines.len(), 1, "{}", r.show());
-        assert_linked(&r, 1, 0);
+        assert_eq!(r.lines.len(), 2, "{}", r.show());
+        assert_eq!(r.lines[1]["path"], "handoff", "{}", r.show());
+        assert_linked(&r, 2, 0);
     }
 }
 
@@ -1484,6 +1497,9 @@ fn git_ls_remote_through_the_proxy_and_refused_on_an_unlisted_port() {
 
 #[path = "../crates/terra-netd/tests/common/dns_server.rs"]
 mod dns_server;
+
+#[path = "network_e2e/handoff.rs"]
+mod handoff;
 
 /// Where the test's DNS server listens (a loopback address nothing else uses).
 const DNS_ADDR: &str = "127.0.0.153:53";

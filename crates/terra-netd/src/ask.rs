@@ -142,7 +142,9 @@ pub fn ask(channel: BorrowedFd<'_>, question: &Ask) -> io::Result<(Answer, Optio
     let fd = fds.into_iter().next();
     let answer: Answer = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
     if answer == Answer::Connected && fd.is_none() {
-        return Err(io::Error::other("the broker said connected without a socket"));
+        return Err(io::Error::other(
+            "the broker said connected without a socket",
+        ));
     }
     Ok((answer, fd))
 }
@@ -158,7 +160,11 @@ pub fn parse_ask(payload: &[u8]) -> Result<Ask, String> {
 }
 
 /// The broker side: answers on a question's reply socket.
-pub fn reply(reply: BorrowedFd<'_>, answer: &Answer, socket: Option<BorrowedFd<'_>>) -> io::Result<()> {
+pub fn reply(
+    reply: BorrowedFd<'_>,
+    answer: &Answer,
+    socket: Option<BorrowedFd<'_>>,
+) -> io::Result<()> {
     let payload = serde_json::to_vec(answer).map_err(io::Error::other)?;
     send_with(reply, &payload, socket)
 }

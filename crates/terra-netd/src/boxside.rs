@@ -235,6 +235,11 @@ fn on_connect(s: &Shared, n: &Notification) {
     let Ok(bytes) = notify::read_memory(n.pid, n.args[1], len) else {
         return proceed(); // the kernel's own EFAULT
     };
+    // The notification names the calling thread; its socket is taken from
+    // its process.
+    let Ok(tgid) = notify::thread_group(s.proc_dir.as_fd(), n.pid) else {
+        return fail(libc::ECONNREFUSED);
+    };
     // What was read belongs to this call only if the call still waits.
     if !notify::id_valid(l, n.id) {
         return;
@@ -242,16 +247,18 @@ fn on_connect(s: &Shared, n: &Notification) {
     let Some(to) = parse_sockaddr(&bytes) else {
         return proceed(); // AF_UNIX, AF_UNSPEC, ...: inside the box
     };
-    let sock = match notify::take_fd(n.pid, fd) {
+    let sock = match notify::take_fd(tgid, fd) {
         Ok(f) => f,
-        Err(e) => return fail(e.raw_os_error().unwrap_or(libc::EBADF)),
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => return fail(libc::EBADF),
+        Err(_) => return fail(libc::ECONNREFUSED),
     };
     let domain = match sockopt::socket_domain(&sock) {
         Ok(d) => d,
         Err(_) => return fail(libc::ENOTSOCK),
     };
     let v6_socket = domain == AddressFamily::INET6;
-    let same_family = (domain == AddressFamily::INET && to.is_ipv4()) || (v6_socket && to.is_ipv6());
+    let same_family =
+        (domain == AddressFamily::INET && to.is_ipv4()) || (v6_socket && to.is_ipv6());
     if !same_family {
         return proceed(); // not inet, or a family mismatch: the kernel's own error
     }
@@ -314,8 +321,12 @@ fn options_set(sock: &OwnedFd, domain: AddressFamily) -> SocketOptions {
     };
     let flag = |v: Option<u64>| v.map(|x| x != 0);
     let mut o = SocketOptions {
-        reuse_addr: flag(differs(&|f| sockopt::socket_reuseaddr(f).ok().map(u64::from))),
-        keepalive: flag(differs(&|f| sockopt::socket_keepalive(f).ok().map(u64::from))),
+        reuse_addr: flag(differs(&|f| {
+            sockopt::socket_reuseaddr(f).ok().map(u64::from)
+        })),
+        keepalive: flag(differs(&|f| {
+            sockopt::socket_keepalive(f).ok().map(u64::from)
+        })),
         nodelay: flag(differs(&|f| sockopt::tcp_nodelay(f).ok().map(u64::from))),
         // The kernel reports twice what was set; the broker sets half.
         send_buffer: differs(&|f| sockopt::socket_send_buffer_size(f).ok().map(|v| v as u64))
@@ -354,7 +365,9 @@ mod tests {
         let mut unix = vec![0u8; 110];
         unix[..2].copy_from_slice(&(libc::AF_UNIX as u16).to_ne_bytes());
         assert_eq!(parse_sockaddr(&unix), None);
-        assert!(is_box_local("[::ffff:127.0.0.2]:1".parse::<SocketAddr>().unwrap().ip()));
+        assert!(is_box_local(
+            "[::ffff:127.0.0.2]:1".parse::<SocketAddr>().unwrap().ip()
+        ));
         assert!(is_box_local("0.0.0.0".parse().unwrap()));
         assert!(!is_box_local("10.0.0.1".parse().unwrap()));
     }
@@ -362,7 +375,10 @@ mod tests {
     #[test]
     fn only_options_that_differ_from_a_fresh_socket_are_copied() {
         let s = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
-        assert_eq!(options_set(&s, AddressFamily::INET), SocketOptions::default());
+        assert_eq!(
+            options_set(&s, AddressFamily::INET),
+            SocketOptions::default()
+        );
         sockopt::set_tcp_nodelay(&s, true).unwrap();
         sockopt::set_socket_keepalive(&s, true).unwrap();
         sockopt::set_socket_send_buffer_size(&s, 65536).unwrap();

@@ -295,7 +295,10 @@ impl Broker {
                         SystemTime::now(),
                         Instant::now(),
                         "unknown",
-                        &Refusal::new(Reason::MalformedRequest, "a question without its reply socket"),
+                        &Refusal::new(
+                            Reason::MalformedRequest,
+                            "a question without its reply socket",
+                        ),
                     ),
                 }
                 continue;

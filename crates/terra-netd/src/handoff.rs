@@ -71,7 +71,11 @@ enum Decision {
     Admit { name: String, resolved: Vec<IpAddr> },
     /// A box-local address nothing lists: the box's own loopback.
     Local,
-    Refuse { reason: Reason, name: Option<String>, detail: String },
+    Refuse {
+        reason: Reason,
+        name: Option<String>,
+        detail: String,
+    },
 }
 
 impl Broker {
@@ -98,7 +102,11 @@ impl Broker {
                     let _ = ask::reply(reply.as_fd(), &Answer::Local, None);
                     return;
                 }
-                Decision::Refuse { reason, name, detail } => {
+                Decision::Refuse {
+                    reason,
+                    name,
+                    detail,
+                } => {
                     self.refuse_connect(time, start, "tcp", *to, name, reason, detail, &reply);
                     return;
                 }
@@ -111,7 +119,16 @@ impl Broker {
                 let _ = ask::reply(reply.as_fd(), &Answer::Local, None);
             } else {
                 let detail = format!("UDP to {to}: only the box's DNS stub is reachable over UDP");
-                self.refuse_connect(time, start, "udp", to, None, Reason::NoDestination, detail, &reply);
+                self.refuse_connect(
+                    time,
+                    start,
+                    "udp",
+                    to,
+                    None,
+                    Reason::NoDestination,
+                    detail,
+                    &reply,
+                );
             }
             return;
         }
@@ -120,7 +137,16 @@ impl Broker {
             let answer = match &question {
                 Ask::Connect { to, .. } => {
                     let detail = format!("more than {} flows at once", self.limits.max_flows);
-                    self.refuse_connect(time, start, "tcp", *to, None, Reason::FlowLimit, detail, &reply);
+                    self.refuse_connect(
+                        time,
+                        start,
+                        "tcp",
+                        *to,
+                        None,
+                        Reason::FlowLimit,
+                        detail,
+                        &reply,
+                    );
                     return;
                 }
                 _ => Answer::ServFail,
@@ -234,7 +260,12 @@ impl Broker {
                 }
             }
         }
-        if local {
+        // The box's own loopback, unless a destination names this address
+        // and port (then its refusal, e.g. private-address, is the answer).
+        let matched = best
+            .as_ref()
+            .is_some_and(|(r, _)| *r != Reason::NoDestination);
+        if local && !matched {
             return Decision::Local;
         }
         match best {
@@ -282,7 +313,11 @@ impl Broker {
                 let _ = ask::reply(reply.as_fd(), &Answer::Local, None);
                 return;
             }
-            Decision::Refuse { reason, name, detail } => {
+            Decision::Refuse {
+                reason,
+                name,
+                detail,
+            } => {
                 self.refuse_connect(time, start, "tcp", to, name, reason, detail, reply);
                 return;
             }
@@ -330,10 +365,16 @@ impl Broker {
             name: Some(name.to_owned()),
             ..Attempt::started(time, "dns")
         };
-        let pinned = self.pins.lock().ok().and_then(|p| p.names.get(name).cloned());
+        let pinned = self
+            .pins
+            .lock()
+            .ok()
+            .and_then(|p| p.names.get(name).cloned());
         let answer = if !listed {
             attempt.reason = Some(Reason::NoDestination.as_str());
-            attempt.detail = Some(format!("{what} {name}: not a listed name (NXDOMAIN in the box)"));
+            attempt.detail = Some(format!(
+                "{what} {name}: not a listed name (NXDOMAIN in the box)"
+            ));
             Answer::NxDomain
         } else if let Some(addresses) = pinned {
             // Already answered this run: the same addresses, no second line.
@@ -419,7 +460,10 @@ fn connect_socket(
                 if left.is_zero() {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
                 }
-                let mut fds = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::OUT)];
+                let mut fds = [rustix::event::PollFd::new(
+                    &sock,
+                    rustix::event::PollFlags::OUT,
+                )];
                 let ts = rustix::event::Timespec {
                     tv_sec: left.as_secs() as i64,
                     tv_nsec: left.subsec_nanos() as i64,
@@ -469,14 +513,20 @@ mod tests {
     fn an_address_is_admitted_only_for_a_pinned_listed_name_or_literal() {
         let r = StaticResolver::new([("api.example.com", vec!["93.184.216.34".parse().unwrap()])]);
         let (b, _) = broker(
-            vec![pat("api.example.com", 443, false), pat("192.0.2.7", 22, true)],
+            vec![
+                pat("api.example.com", 443, false),
+                pat("192.0.2.7", 22, true),
+            ],
             r,
         );
         let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
         // Not pinned yet: the stub never handed it out.
         assert!(matches!(
             b.decide(sa("93.184.216.34:443")),
-            Decision::Refuse { reason: Reason::NoDestination, .. }
+            Decision::Refuse {
+                reason: Reason::NoDestination,
+                ..
+            }
         ));
         let t = SystemTime::now();
         let got = b.resolve_for_stub(t, Instant::now(), "api.example.com", 1);
@@ -486,14 +536,26 @@ mod tests {
                 addresses: vec!["93.184.216.34".parse().unwrap()]
             }
         );
-        assert!(matches!(b.decide(sa("93.184.216.34:443")), Decision::Admit { .. }));
+        assert!(matches!(
+            b.decide(sa("93.184.216.34:443")),
+            Decision::Admit { .. }
+        ));
         // Mapped form of the same address, other port, literal.
-        assert!(matches!(b.decide(sa("[::ffff:93.184.216.34]:443")), Decision::Admit { .. }));
+        assert!(matches!(
+            b.decide(sa("[::ffff:93.184.216.34]:443")),
+            Decision::Admit { .. }
+        ));
         assert!(matches!(
             b.decide(sa("93.184.216.34:80")),
-            Decision::Refuse { reason: Reason::NoDestination, .. }
+            Decision::Refuse {
+                reason: Reason::NoDestination,
+                ..
+            }
         ));
-        assert!(matches!(b.decide(sa("192.0.2.7:22")), Decision::Admit { .. }));
+        assert!(matches!(
+            b.decide(sa("192.0.2.7:22")),
+            Decision::Admit { .. }
+        ));
         // Box loopback stays local unless listed.
         assert_eq!(b.decide(sa("127.0.0.1:8080")), Decision::Local);
         assert_eq!(b.decide(sa("[::1]:8080")), Decision::Local);
@@ -511,7 +573,10 @@ mod tests {
             ("local.test", vec!["127.0.0.1".parse().unwrap()]),
         ]);
         let (b, _) = broker(
-            vec![pat("db.internal", 5432, false), pat("local.test", 5432, true)],
+            vec![
+                pat("db.internal", 5432, false),
+                pat("local.test", 5432, true),
+            ],
             r,
         );
         let t = SystemTime::now();
@@ -519,13 +584,28 @@ mod tests {
         b.resolve_for_stub(t, Instant::now(), "local.test", 1);
         assert!(matches!(
             b.decide("10.1.2.3:5432".parse().unwrap()),
-            Decision::Refuse { reason: Reason::PrivateAddress, .. }
+            Decision::Refuse {
+                reason: Reason::PrivateAddress,
+                ..
+            }
         ));
         assert!(matches!(
             b.decide("127.0.0.1:5432".parse().unwrap()),
             Decision::Admit { .. }
         ));
         assert_eq!(b.decide("127.0.0.1:5433".parse().unwrap()), Decision::Local);
+        // A loopback name listed without the private flag: refused, not local.
+        let r = StaticResolver::new([("lo.test", vec!["127.0.0.1".parse().unwrap()])]);
+        let (b, _) = broker(vec![pat("lo.test", 80, false)], r);
+        b.resolve_for_stub(t, Instant::now(), "lo.test", 1);
+        assert!(matches!(
+            b.decide("127.0.0.1:80".parse().unwrap()),
+            Decision::Refuse {
+                reason: Reason::PrivateAddress,
+                ..
+            }
+        ));
+        assert_eq!(b.decide("127.0.0.1:81".parse().unwrap()), Decision::Local);
     }
 
     #[test]

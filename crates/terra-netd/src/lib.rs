@@ -17,9 +17,9 @@
 pub mod address;
 #[cfg(target_os = "linux")]
 pub mod ask;
-pub mod broker;
 #[cfg(target_os = "linux")]
 pub mod boxside;
+pub mod broker;
 #[cfg(target_os = "linux")]
 pub mod confine;
 pub mod dns;
@@ -44,9 +44,9 @@ pub use terra_policy::EXIT_REFUSED;
 pub const MEDIATOR: &str = "terra-netd/1";
 
 pub use address::is_private;
-pub use broker::{Broker, Limits};
 #[cfg(target_os = "linux")]
 pub use boxside::{box_proxy, box_service};
+pub use broker::{Broker, Limits};
 pub use matcher::{judge, HostPattern, Pattern, Reason, Request, Verdict};
 pub use receipt::{Attempt, MemoryReceipt, ReceiptSink};
 #[cfg(target_os = "linux")]

@@ -129,9 +129,15 @@ fn parse_filter(table: &str, name: String, f: Value) -> Result<Filter, Error> {
     let (kind, refusal, matched) = if mismatch == allow && matched == notify {
         // x32 numbers are refused as everywhere else (EPERM).
         let eperm = serde_json::json!({"errno": 1});
-        (Kind::NotifyList, eperm, Value::String(NOTIFY_PLACEHOLDER.into()))
+        (
+            Kind::NotifyList,
+            eperm,
+            Value::String(NOTIFY_PLACEHOLDER.into()),
+        )
     } else if matched == Value::String(NOTIFY_PLACEHOLDER.into()) {
-        return Err(at("`trap` is reserved (it stands for user_notif while compiling)"));
+        return Err(at(
+            "`trap` is reserved (it stands for user_notif while compiling)",
+        ));
     } else if mismatch == allow && matched != allow {
         (Kind::DenyList, matched.clone(), matched)
     } else if matched == allow && mismatch == kill {

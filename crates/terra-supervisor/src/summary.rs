@@ -25,6 +25,8 @@ pub struct Refusal {
     /// `name:port` as the workload asked (or the address when it gave no name).
     pub destination: String,
     pub reason: String,
+    /// UDP other than the box's DNS stub: no destination admits it.
+    pub udp: bool,
 }
 
 /// `1 connection`, `2 connections` (terra-policy's plural forms).
@@ -69,10 +71,20 @@ pub fn first_refusals(file: impl Read, max: usize) -> Vec<Refusal> {
             (None, _, Some(a)) => a.to_string(),
             (None, _, None) => "(unparsed request)".to_string(),
         };
-        out.push(Refusal {
-            destination,
+        let udp = v["protocol"] == "udp";
+        let refusal = Refusal {
+            destination: if udp {
+                format!("UDP {destination}")
+            } else {
+                destination
+            },
             reason: v["reason"].as_str().unwrap_or("unknown").to_string(),
-        });
+            udp,
+        };
+        // The DNS stub refuses A and AAAA of one name: say it once.
+        if !out.contains(&refusal) {
+            out.push(refusal);
+        }
     }
     out
 }
@@ -80,6 +92,9 @@ pub fn first_refusals(file: impl Read, max: usize) -> Vec<Refusal> {
 /// What admits a destination refused for `reason`, or None when no flag
 /// does (a malformed request, a limit).
 fn remedy(reason: &str, r: &Refusal, with_policy: bool) -> Option<String> {
+    if r.udp {
+        return None;
+    }
     let d = &r.destination;
     let has_port = d
         .rsplit_once(':')
@@ -150,7 +165,8 @@ pub fn render(refused: u64, examples: &[Refusal], log: &str, with_policy: bool) 
         } else {
             "to admit them, run with"
         };
-        s.push_str(&format!("terra:   {how}: {}\n", remedies.join(" ")));
+        let sep = if with_policy { "; " } else { " " };
+        s.push_str(&format!("terra:   {how}: {}\n", remedies.join(sep)));
     }
     s.push_str(&format!(
         "terra:   full log: {log} (or `terra runs show last`)\n"
@@ -177,6 +193,8 @@ mod tests {
         text.push_str(&"x".repeat(MAX_LINE as usize * 2));
         text.push('\n');
         text.push_str("{\"verdict\":\"refused\",\"name\":\"a.test\",\"port\":80,\"reason\":\"no-destination\"}\n");
+        // The same refusal again (the DNS stub's A and AAAA): said once.
+        text.push_str("{\"verdict\":\"refused\",\"name\":\"a.test\",\"port\":80,\"reason\":\"no-destination\"}\n");
         text.push_str("{\"verdict\":\"refused\",\"address\":\"10.0.0.1:443\",\"reason\":\"private-address\"}\n");
         text.push_str("{\"verdict\":\"refused\",\"reason\":\"malformed\"}\n");
         text.push_str("{\"verdict\":\"refused\",\"name\":\"d.test\",\"port\":1,\"reason\":\"no-destination\"}\n");
@@ -196,15 +214,25 @@ mod tests {
     }
 
     #[test]
+    fn udp_refusals_are_named_and_get_no_remedy() {
+        let line = "{\"verdict\":\"refused\",\"protocol\":\"udp\",\"address\":\"192.0.2.1:53\",\"port\":53,\"reason\":\"no-destination\"}\n";
+        let got = first_refusals(line.as_bytes(), 3);
+        assert_eq!(got[0].destination, "UDP 192.0.2.1:53");
+        assert_eq!(remedy("no-destination", &got[0], false), None);
+    }
+
+    #[test]
     fn the_summary_names_counts_examples_remedies_and_the_log() {
         let ex = [
             Refusal {
                 destination: "a.test:80".into(),
                 reason: "no-destination".into(),
+                udp: false,
             },
             Refusal {
                 destination: "mirror.corp:443".into(),
                 reason: "private-address".into(),
+                udp: false,
             },
         ];
         let s = render(5, &ex, "/s/net.jsonl", false);

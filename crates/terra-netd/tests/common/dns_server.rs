@@ -255,6 +255,8 @@ pub fn test_zone() -> HashMap<String, Entry> {
         (z("v6"), Entry::Addrs(vec![v6])),
         (z("both"), Entry::Addrs(vec![v6, v4])),
         (z("pkg"), Entry::Addrs(vec![v4])),
+        // TEST-NET-1: never connected to (its tests refuse before connecting).
+        (z("doc"), Entry::Addrs(vec!["192.0.2.10".parse().unwrap()])),
         (z("txt"), Entry::Addrs(vec![])),
         (z("slow"), Entry::Silent),
         (z("broken"), Entry::ServFail),

@@ -61,10 +61,21 @@ const HIGH: RawFd = 64;
 /// unprivileged caller's uid is not 0 in the role's user namespace, so the
 /// exec would otherwise drop them all. CAP_SYS_ADMIN: mounts, pivot_root,
 /// sethostname; CAP_NET_ADMIN: the box's loopback; CAP_SETPCAP: the
-/// workload's bounding-set drop and securebits.
+/// workload's bounding-set drop and securebits; CAP_NET_BIND_SERVICE: the
+/// box's DNS stub on port 53; CAP_SYS_PTRACE: kept by the box's network
+/// service alone (the workload's connect() arguments and socket). Each role
+/// drops what it does not use before it serves, the workload all of them.
 /// (Numbers from linux/capability.h.)
-const AMBIENT: [u32; 3] = [CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP];
+const AMBIENT: [u32; 5] = [
+    CAP_SYS_ADMIN,
+    CAP_NET_ADMIN,
+    CAP_SETPCAP,
+    CAP_NET_BIND_SERVICE,
+    CAP_SYS_PTRACE,
+];
 const CAP_SETPCAP: u32 = 8;
+const CAP_NET_BIND_SERVICE: u32 = 10;
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_NET_ADMIN: u32 = 12;
 const CAP_SYS_ADMIN: u32 = 21;
 

@@ -204,7 +204,9 @@ impl ServiceParts {
         .map_err(|e| format!("socketpair: {e}"))?;
         let proc_dir = nix::fcntl::open(
             "/proc",
-            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::empty(),
         )
         .map_err(|e| format!("the box's /proc: {e}"))?;

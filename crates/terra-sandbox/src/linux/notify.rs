@@ -234,27 +234,43 @@ pub fn take_fd(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
 }
 
-/// Whether descriptor `fd` of `pid` is close-on-exec, from
-/// `/proc/PID/fdinfo/FD` read relative to `proc_dir` (the box's /proc, opened
-/// before the workload ran): its `flags:` line, in octal, holds O_CLOEXEC.
-pub fn fd_is_cloexec(proc_dir: BorrowedFd<'_>, pid: u32, fd: RawFd) -> io::Result<bool> {
+/// The process (thread group) of thread `tid`, from `/proc/TID/status`
+/// read relative to `proc_dir`: a notification names the calling thread,
+/// and pidfd_open takes a process.
+pub fn thread_group(proc_dir: BorrowedFd<'_>, tid: u32) -> io::Result<u32> {
+    let text = read_proc(proc_dir, &format!("{tid}/status"), 4096)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::other(format!("no Tgid line in /proc/{tid}/status")))
+}
+
+/// Up to `max` bytes of a /proc file, in one read with a fixed buffer (no
+/// fstat for a size hint).
+fn read_proc(proc_dir: BorrowedFd<'_>, path: &str, max: usize) -> io::Result<String> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::Mode;
-    let path = format!("{pid}/fdinfo/{fd}");
     let file = openat(
         Some(proc_dir.as_raw_fd()),
-        path.as_str(),
+        path,
         OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
         Mode::empty(),
     )
     .map_err(io::Error::from)?;
     // SAFETY: openat returned a new descriptor owned by nobody else.
     let file = unsafe { OwnedFd::from_raw_fd(file) };
-    // One read with a fixed buffer (fdinfo of a socket is a few lines; no
-    // fstat for a size hint).
-    let mut buf = [0u8; 512];
+    let mut buf = vec![0u8; max];
     let n = nix::unistd::read(file.as_raw_fd(), &mut buf).map_err(io::Error::from)?;
-    let text = String::from_utf8_lossy(&buf[..n]);
+    buf.truncate(n);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Whether descriptor `fd` of `pid` is close-on-exec, from
+/// `/proc/PID/fdinfo/FD` read relative to `proc_dir` (the box's /proc, opened
+/// before the workload ran): its `flags:` line, in octal, holds O_CLOEXEC.
+pub fn fd_is_cloexec(proc_dir: BorrowedFd<'_>, pid: u32, fd: RawFd) -> io::Result<bool> {
+    let path = format!("{pid}/fdinfo/{fd}");
+    let text = read_proc(proc_dir, &path, 512)?;
     let flags = text
         .lines()
         .find_map(|l| l.strip_prefix("flags:"))

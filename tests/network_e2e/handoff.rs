@@ -1,0 +1,479 @@
+//! Transparent egress (issue 13): the workload's own connect(), without any
+//! proxy setting, judged by the broker and answered with a socket the broker
+//! connected (`path: "handoff"` in the network receipt). Real clients: curl
+//! `--noproxy '*'`, a python3 raw socket, nc, git over git://, an SSH-like
+//! banner server; names only a DNS server the test starts knows; refusals
+//! with their receipt lines; the race of a thread rewriting the sockaddr;
+//! 1,000 concurrent connects; the box's own loopback.
+
+use super::*;
+
+/// A TCP server on the host's 127.0.0.1 that greets like an SSH server and
+/// echoes one line (what an SSH client, a database driver or a Go dialer
+/// needs from connect(): a real TCP stream).
+const BANNER_PY: &str = r#"
+import socket, threading
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(128)
+print("PORT", s.getsockname()[1], flush=True)
+def serve(c):
+    with c:
+        c.sendall(b"SSH-2.0-terra-test\r\n")
+        f = c.makefile("rb")
+        line = f.readline()
+        c.sendall(b"echo " + line)
+while True:
+    c, _ = s.accept()
+    print("CONN", flush=True)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+struct Banner {
+    port: u16,
+    hits: LineCounter,
+    child: Child,
+}
+
+impl Banner {
+    fn start() -> Banner {
+        let mut child = Command::new(PY)
+            .arg("-c")
+            .arg(BANNER_PY)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (port, out) = first_line_port(child.stdout.take().unwrap());
+        let hits = LineCounter::start(out, |l| l == "CONN");
+        Banner { port, hits, child }
+    }
+}
+
+impl Drop for Banner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `git daemon` serving one bare repository over git:// on 127.0.0.1.
+struct GitDaemon {
+    port: u16,
+    head: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl GitDaemon {
+    fn start() -> GitDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str], cwd: &Path| {
+            let out = Command::new("git")
+                .args(["-c", "user.email=e2e@terra.test", "-c", "user.name=e2e"])
+                .args(args)
+                .current_dir(cwd)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let srv = dir.path().join("srv");
+        let work = dir.path().join("work");
+        fs::create_dir_all(&srv).unwrap();
+        fs::create_dir_all(&work).unwrap();
+        git(&["init", "-q", "--bare", "repo.git"], &srv);
+        git(&["init", "-q"], &work);
+        git(&["commit", "-q", "--allow-empty", "-m", "e2e"], &work);
+        let head = git(&["rev-parse", "HEAD"], &work);
+        let bare = srv.join("repo.git");
+        git(
+            &["push", "-q", bare.to_str().unwrap(), "HEAD:refs/heads/main"],
+            &work,
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+            ])
+            .arg(format!("--port={port}"))
+            .arg(format!("--base-path={}", srv.display()))
+            .arg(&srv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "git daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        GitDaemon {
+            port,
+            head,
+            child,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The workload's side of the first case: a raw socket with a non-blocking
+/// connect and poll, TCP_NODELAY set before connect, getpeername after; the
+/// box's own loopback (server and client in the box); UDP elsewhere.
+const RAW_PY: &str = r#"
+import errno, fcntl, os, select, socket, sys, threading
+port = int(sys.argv[1])
+s = socket.socket()
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+s.setblocking(False)
+r = s.connect_ex(("127.0.0.1", port))
+assert r in (0, errno.EINPROGRESS), r
+select.select([], [s], [], 10)
+assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+nb = bool(fcntl.fcntl(s.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK)
+ce = bool(fcntl.fcntl(s.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+nd = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+print("raw", s.getpeername()[1] == port, "nonblocking", nb, "cloexec", ce, "nodelay", nd)
+s.setblocking(True)
+s.sendall(b"GET /raw HTTP/1.0\r\n\r\n")
+print("raw-reply", s.recv(100).split(b"\r\n")[0].decode())
+inherit = socket.socket()
+os.set_inheritable(inherit.fileno(), True)
+inherit.connect(("127.0.0.1", port))
+print("inheritable", os.get_inheritable(inherit.fileno()))
+# The box's own loopback: a server and a client inside the box.
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+threading.Thread(target=lambda: srv.accept()[0].sendall(b"in-box"), daemon=True).start()
+c = socket.create_connection(srv.getsockname())
+print("loopback", c.recv(10).decode())
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print("udp", errno.errorcode.get(u.connect_ex(("192.0.2.1", 53))))
+t = socket.socket()
+print("unlisted", errno.errorcode.get(t.connect_ex(("192.0.2.1", 80))))
+"#;
+
+#[test]
+fn handoff_real_clients_reach_listed_literals_without_proxy_settings() {
+    let srv = Http::start();
+    let banner = Banner::start();
+    let git = GitDaemon::start();
+    for user in users() {
+        let fx = BoxWorld::new("handoff", user);
+        fs::write(fx.ws.join("raw.py"), RAW_PY).unwrap();
+        let (p, b, g) = (srv.port, banner.port, git.port);
+        let (hits, bhits) = (srv.hits(), banner.hits.settled(0));
+        let script = format!(
+            "unset http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; \
+             {CURL} --noproxy '*' http://127.0.0.1:{p}/curl; echo; \
+             {PY} raw.py {p}; \
+             printf 'hello\\n' | nc -q 2 127.0.0.1 {b}; \
+             git ls-remote git://127.0.0.1:{g}/repo.git; \
+             {CURL} --noproxy '*' http://127.0.0.1:{}/unlisted-port; echo unlisted-port-rc=$?",
+            p + 1
+        );
+        let r = fx.run(
+            &[
+                ("127.0.0.1", p, false, true),
+                ("127.0.0.1", b, false, true),
+                ("127.0.0.1", g, false, true),
+            ],
+            &script,
+        );
+        let out = r.stdout();
+        assert!(out.starts_with("from-host /curl\n"), "{}", r.show());
+        assert!(
+            out.contains("raw True nonblocking True cloexec True nodelay 1"),
+            "{}",
+            r.show()
+        );
+        assert!(out.contains("raw-reply HTTP/1.1 200 OK"), "{}", r.show());
+        assert!(out.contains("inheritable True"), "{}", r.show());
+        assert!(out.contains("loopback in-box"), "{}", r.show());
+        assert!(out.contains("udp ENETUNREACH"), "{}", r.show());
+        assert!(out.contains("unlisted ECONNREFUSED"), "{}", r.show());
+        assert!(
+            out.contains("SSH-2.0-terra-test\r\necho hello\n"),
+            "{}",
+            r.show()
+        );
+        assert!(
+            out.contains(&format!("{}\trefs/heads/main", git.head)),
+            "{}",
+            r.show()
+        );
+        // The box's loopback on a port nothing lists: the box's own, empty.
+        assert!(out.contains("unlisted-port-rc=7"), "{}", r.show());
+        assert_eq!(srv.hits(), hits + 3, "curl, raw, inheritable\n{}", r.show());
+        assert_eq!(banner.hits.settled(bhits + 1), bhits + 1, "{}", r.show());
+        let handed: Vec<&Value> = r
+            .lines
+            .iter()
+            .filter(|l| l["path"] == "handoff" && l["verdict"] == "allowed")
+            .collect();
+        assert_eq!(handed.len(), 5, "{}", r.show());
+        for l in &handed {
+            assert_eq!(l["protocol"], "tcp", "{}", r.show());
+            assert_eq!(l["name"], "127.0.0.1", "{}", r.show());
+            assert_eq!(l["bytes_up"], 0, "the broker never sees the bytes");
+        }
+        let refused: Vec<(&str, &str)> = r
+            .lines
+            .iter()
+            .filter(|l| l["verdict"] == "refused")
+            .map(|l| {
+                (
+                    l["protocol"].as_str().unwrap_or(""),
+                    l["address"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            refused,
+            [("udp", "192.0.2.1:53"), ("tcp", "192.0.2.1:80")],
+            "{}",
+            r.show()
+        );
+        for l in r.lines.iter().filter(|l| l["verdict"] == "refused") {
+            assert_eq!(l["reason"], "no-destination", "{}", r.show());
+            assert_eq!(l["path"], "handoff", "{}", r.show());
+        }
+        assert_linked(&r, 5, 2);
+        assert!(
+            r.stderr().contains("UDP 192.0.2.1:53 (no-destination)"),
+            "{}",
+            r.show()
+        );
+        assert!(
+            !r.stderr().contains("--allow-net 192.0.2.1:53"),
+            "{}",
+            r.show()
+        );
+    }
+}
+
+/// Threads of one workload: one flips a sockaddr buffer between a listed
+/// destination and an unlisted host port, the others connect() with it. A
+/// connect judged for one address never reaches another: the host's
+/// unlisted server never sees a connection.
+const RACE_PY: &str = r#"
+import ctypes, socket, struct, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+ok, bad = int(sys.argv[1]), int(sys.argv[2])
+def sa(port):
+    return struct.pack("=HH4s8x", socket.AF_INET, socket.htons(port), socket.inet_aton("127.0.0.1"))
+a, b = sa(ok), sa(bad)
+buf = ctypes.create_string_buffer(a, 16)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, b, 16)
+        ctypes.memmove(buf, a, 16)
+threading.Thread(target=flip, daemon=True).start()
+results = {"ok": 0, "refused": 0, "other": 0}
+lock = threading.Lock()
+def worker(n):
+    for _ in range(n):
+        s = socket.socket()
+        r = libc.connect(s.fileno(), buf, 16)
+        e = ctypes.get_errno()
+        with lock:
+            if r == 0:
+                results["ok" if s.getpeername()[1] == ok else "other"] += 1
+            elif e == 111:
+                results["refused"] += 1
+            else:
+                results["other"] += 1
+        s.close()
+ts = [threading.Thread(target=worker, args=(100,)) for _ in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+stop = True
+print("race", results["ok"], results["refused"], results["other"])
+"#;
+
+#[test]
+fn handoff_a_thread_rewriting_the_sockaddr_never_reaches_an_unjudged_address() {
+    let listed = Http::start();
+    let unlisted = Http::start();
+    for user in users() {
+        let fx = BoxWorld::new("handoff-race", user);
+        fs::write(fx.ws.join("race.py"), RACE_PY).unwrap();
+        let before = unlisted.hits();
+        let r = fx.run(
+            &[("127.0.0.1", listed.port, false, true)],
+            &format!("{PY} race.py {} {}", listed.port, unlisted.port),
+        );
+        let line = r
+            .stdout()
+            .lines()
+            .find(|l| l.starts_with("race "))
+            .unwrap_or_else(|| panic!("{}", r.show()))
+            .to_string();
+        let n: Vec<u64> = line[5..].split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(
+            n[0] + n[1],
+            400,
+            "every connect ended as ok or refused\n{}",
+            r.show()
+        );
+        assert_eq!(n[2], 0, "{}", r.show());
+        assert!(
+            n[0] > 0,
+            "some connects were judged for the listed port\n{}",
+            r.show()
+        );
+        // Give the unlisted server time to log anything that did arrive.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            unlisted.hits(),
+            before,
+            "the unlisted host port was never reached"
+        );
+    }
+}
+
+const MANY_PY: &str = r#"
+import socket, sys
+from concurrent.futures import ThreadPoolExecutor
+port, n = int(sys.argv[1]), int(sys.argv[2])
+def one(i):
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    s.sendall(b"GET /many HTTP/1.0\r\n\r\n")
+    ok = s.recv(12) == b"HTTP/1.1 200"
+    s.close()
+    return ok
+with ThreadPoolExecutor(max_workers=100) as ex:
+    print("many", sum(ex.map(one, range(n))))
+"#;
+
+#[test]
+fn handoff_1000_concurrent_connects() {
+    let srv = Http::start();
+    for user in users() {
+        let fx = BoxWorld::new("handoff-many", user);
+        fs::write(fx.ws.join("many.py"), MANY_PY).unwrap();
+        let before = srv.hits();
+        let r = fx.run(
+            &[("127.0.0.1", srv.port, false, true)],
+            &format!("{PY} many.py {} 1000", srv.port),
+        );
+        assert!(r.stdout().contains("many 1000"), "{}", r.show());
+        assert_eq!(srv.hits(), before + 1000);
+        assert_linked(&r, 1000, 0);
+    }
+}
+
+/// Names only the test's DNS server knows (not in /etc/hosts): the box asks
+/// its own DNS stub, the broker resolves listed names and pins the answer,
+/// and the workload's connect() to a pinned address is handed off.
+#[test]
+#[ignore = "needs root: port 53, mount namespace"]
+fn handoff_names_only_a_dns_server_knows() {
+    require_root("handoff_names_only_a_dns_server_knows (port 53, mount namespace)");
+    let _dns = test_dns();
+    let srv = Http::start();
+    let srv6 = Http::start_on("[::1]:0", |path| format!("from-host {path}"));
+    let (p, p6) = (srv.port, srv6.port);
+    // A port no other listed name uses: the other names resolve to the same
+    // loopback addresses, and a connect is judged by address and port.
+    let pb = p + 2;
+    let z = |n: &str| format!("{n}.terra-test.example");
+    let (v4, v6, both, gone) = (z("v4"), z("v6"), z("both"), z("gone"));
+    let (doc, unlisted) = (z("doc"), z("v4-unlisted"));
+    let script = format!(
+        "{CURL} --noproxy '*' http://{v4}:{p}/v4; echo; \
+         {CURL} --noproxy '*' -6 http://{v6}:{p6}/v6; echo; \
+         {PY} -c 'import socket; s=socket.create_connection((\"{v4}\", {p})); print(\"py\", s.getpeername()[0])'; \
+         dig +short @127.0.0.1 {v4} A; dig @127.0.0.1 {v4} MX | grep -o 'status: [A-Z]*'; \
+         getent hosts {gone}; echo gone-rc=$?; \
+         {CURL} --noproxy '*' http://{both}:{pb}/both; echo both-rc=$?; \
+         {CURL} --noproxy '*' http://{doc}:81/port; echo port-rc=$?; \
+         getent hosts {unlisted}; echo unlisted-rc=$?"
+    );
+    for user in users() {
+        let fx = BoxWorld::new("handoff-dns", user);
+        let resolv = resolver_config(
+            &fx,
+            "resolv.conf",
+            "nameserver 127.0.0.153\noptions timeout:1 attempts:1\n",
+        );
+        let policy = fx.policy(&[
+            (&v4, p, false, true),
+            (&v6, p6, false, true),
+            (&both, pb, false, false),
+            (&gone, p, false, true),
+            (&doc, 80, false, true),
+        ]);
+        let cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
+        let out = with_resolv_conf(&cmd, &resolv).output().unwrap();
+        let r = fx.collect(out);
+        let text = r.stdout();
+        assert!(
+            text.starts_with("from-host /v4\nfrom-host /v6\n"),
+            "{}",
+            r.show()
+        );
+        assert!(text.contains("py 127.0.0.1\n"), "{}", r.show());
+        assert!(
+            text.contains("\n127.0.0.1\nstatus: REFUSED\n"),
+            "{}",
+            r.show()
+        );
+        assert!(
+            text.contains("gone-rc=2"),
+            "NXDOMAIN in the box\n{}",
+            r.show()
+        );
+        assert!(
+            text.contains("both-rc=7"),
+            "private address refused\n{}",
+            r.show()
+        );
+        assert!(text.contains("port-rc=7"), "{}", r.show());
+        assert!(text.contains("unlisted-rc=2"), "{}", r.show());
+        let handed = |name: &str, reason: Option<&str>| {
+            r.lines.iter().any(|l| {
+                l["path"] == "handoff" && l["name"] == name && l["reason"].as_str() == reason
+            })
+        };
+        assert!(handed(&v4, None), "{}", r.show());
+        assert!(handed(&v6, None), "{}", r.show());
+        assert!(handed(&both, Some("private-address")), "{}", r.show());
+        assert!(
+            handed(&doc, Some("no-destination")),
+            "unlisted port\n{}",
+            r.show()
+        );
+        let pinned = r
+            .lines
+            .iter()
+            .find(|l| l["protocol"] == "dns" && l["name"] == v4.as_str())
+            .unwrap_or_else(|| panic!("{}", r.show()));
+        assert_eq!(pinned["verdict"], "allowed");
+        assert_eq!(pinned["resolved"][0], "127.0.0.1");
+        assert!(r.lines.iter().any(|l| l["protocol"] == "dns"
+            && l["name"] == gone.as_str()
+            && l["reason"] == "resolve-failed"));
+        assert!(r.lines.iter().any(|l| l["protocol"] == "dns"
+            && l["name"] == unlisted.as_str()
+            && l["reason"] == "no-destination"));
+    }
+}
