@@ -1328,41 +1328,54 @@ fn a_test_host_in_its_own_network_namespace() {
     for user in users() {
         let fx = BoxWorld::new("netns", user);
         // Listed as an IPv4 literal with private addresses allowed: admitted
-        // through HTTP CONNECT and SOCKS5 (the literal is the name).
+        // through HTTP CONNECT and SOCKS5 (the literal is the name), and the
+        // workload's own connect() is handed a socket the broker connected.
         let r = fx.run(
             &[(addr.as_str(), port, false, true)],
             &format!(
                 "{CURL} -p http://{addr}:{port}/a; echo; \
                  {CURL} -x socks5h://127.0.0.1:3128 http://{addr}:{port}/b; echo; \
-                 {CURL} --noproxy '*' --connect-timeout 5 http://{addr}:{port}/direct; echo direct-rc=$?"
+                 {CURL} --noproxy '*' --connect-timeout 5 http://{addr}:{port}/direct; echo direct-rc=$?; \
+                 {CURL} --noproxy '*' --connect-timeout 5 http://{addr}:{}/other-port; echo other-rc=$?",
+                port + 1
             ),
         );
-        expect += 2;
+        expect += 3;
         let out = r.stdout();
-        assert!(out.starts_with("from-netns\nfrom-netns\n"), "{}", r.show());
-        assert!(out.contains("direct-rc="), "{}", r.show());
         assert!(
-            !out.contains("direct-rc=0"),
-            "the box has no route\n{}",
+            out.starts_with("from-netns\nfrom-netns\nfrom-netnsdirect-rc=0\n"),
+            "{}",
             r.show()
         );
-        assert_eq!(r.lines.len(), 2, "{}", r.show());
-        for l in &r.lines {
+        assert!(out.contains("other-rc=7"), "{}", r.show());
+        assert_eq!(r.lines.len(), 4, "{}", r.show());
+        let paths: Vec<&str> = r.lines.iter().map(|l| l["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["relay", "relay", "handoff", "handoff"], "{}", r.show());
+        for l in &r.lines[..3] {
             assert_eq!(l["verdict"], "allowed", "{}", r.show());
             assert_eq!(l["address"], format!("{addr}:{port}"));
         }
-        assert_linked(&r, 2, 0);
-        // The same literal without allowPrivateAddresses (10/8 is private).
+        assert_eq!(r.lines[3]["reason"], "no-destination", "{}", r.show());
+        assert_linked(&r, 3, 1);
+        // The same literal without allowPrivateAddresses (10/8 is private):
+        // refused through the proxy and on the workload's own connect().
         let r = fx.run(
             &[(addr.as_str(), port, false, false)],
-            &format!("{CURL} -i http://{addr}:{port}/c"),
+            &format!(
+                "{CURL} -i http://{addr}:{port}/c; \
+                 {CURL} --noproxy '*' --connect-timeout 5 http://{addr}:{port}/d; echo direct-rc=$?"
+            ),
         );
         assert!(
             r.stdout().contains("X-Terra-Refusal: private-address"),
             "{}",
             r.show()
         );
-        assert_refused_line(&r, only_line(&r), "private-address", &addr);
+        assert!(r.stdout().contains("direct-rc=7"), "{}", r.show());
+        assert_eq!(r.lines.len(), 2, "{}", r.show());
+        assert_refused_line(&r, &r.lines[0], "private-address", &addr);
+        assert_eq!(r.lines[1]["reason"], "private-address", "{}", r.show());
+        assert_eq!(r.lines[1]["path"], "handoff", "{}", r.show());
         assert_eq!(
             host.hits_settled(expect),
             expect,
