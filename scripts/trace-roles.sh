@@ -48,7 +48,8 @@ cat >"$work/policy.json" <<JSON
    {"access": "write", "path": {"root": "workspace", "relative": ""}, "scope": "tree"},
    {"access": "write", "path": {"root": "temp", "relative": ""}, "scope": "tree"}]},
  "network": {"mode": "mediated", "allow": [
-   {"protocol": "tcp", "host": "localhost", "port": $port, "allowPrivateAddresses": true}]},
+   {"protocol": "tcp", "host": "localhost", "port": $port, "allowPrivateAddresses": true},
+   {"protocol": "tcp", "host": "127.0.0.1", "port": $port, "allowPrivateAddresses": true}]},
  "process": {"treeConfinement": "required"},
  "root": {"mode": "read-only"}}
 JSON
@@ -71,6 +72,15 @@ run() {
 }
 unpriv=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 fetch="curl -sS --max-time 20 http://localhost:$port/ && curl -sS --max-time 20 -x socks5h://127.0.0.1:3128 http://localhost:$port/"
+# The workload's own connect() (handed off, refused, UDP) and the box's DNS
+# stub over UDP and TCP.
+fetch="$fetch && curl -sS --max-time 20 --noproxy '*' http://127.0.0.1:$port/ && { getent hosts unlisted.example || true; } && python3 -c '
+import socket, struct
+t = socket.socket(); t.setblocking(False); t.connect_ex((\"127.0.0.1\", $port))
+socket.socket(2, 2).connect_ex((\"192.0.2.1\", 53)); socket.socket().connect_ex((\"192.0.2.1\", 80))
+q = struct.pack(\"!HHHHHH\", 7, 256, 1, 0, 0, 0) + b\"\\x07example\\x00\\x00\\x01\\x00\\x01\"
+d = socket.create_connection((\"127.0.0.1\", 53)); d.sendall(struct.pack(\"!H\", len(q)) + q); d.recv(512)
+'"
 for who in root nobody; do
   pre=(); [ "$who" = nobody ] && pre=("${unpriv[@]}")
   run "mediated-$who" 0 "${pre[@]}" -- run --policy "$work/policy.json" -- /bin/sh -c "$fetch"
