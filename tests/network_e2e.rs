@@ -1349,8 +1349,17 @@ fn a_test_host_in_its_own_network_namespace() {
         );
         assert!(out.contains("other-rc=7"), "{}", r.show());
         assert_eq!(r.lines.len(), 4, "{}", r.show());
-        let paths: Vec<&str> = r.lines.iter().map(|l| l["path"].as_str().unwrap()).collect();
-        assert_eq!(paths, ["relay", "relay", "handoff", "handoff"], "{}", r.show());
+        let paths: Vec<&str> = r
+            .lines
+            .iter()
+            .map(|l| l["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            paths,
+            ["relay", "relay", "handoff", "handoff"],
+            "{}",
+            r.show()
+        );
         for l in &r.lines[..3] {
             assert_eq!(l["verdict"], "allowed", "{}", r.show());
             assert_eq!(l["address"], format!("{addr}:{port}"));

@@ -477,3 +477,64 @@ fn handoff_names_only_a_dns_server_knows() {
             && l["reason"] == "no-destination"));
     }
 }
+
+/// A destination that requires TLS SNI, reached by the workload's own
+/// connect() (no proxy): the checked path. The workload gets one end of a
+/// TCP pair in the box; the broker reads the ClientHello before it connects
+/// anywhere, then relays (`path: "relay"`, protocol "tcp"). A wrong or
+/// missing server name never reaches the server.
+#[test]
+#[ignore = "needs root: port 53, mount namespace"]
+fn handoff_sni_destinations_take_the_checked_path() {
+    require_root("handoff_sni_destinations_take_the_checked_path (port 53, mount namespace)");
+    let _dns = test_dns();
+    let tls = Tls::start();
+    let name = "v4.terra-test.example";
+    let port = tls.port;
+    let s_client = |sn: &str| {
+        format!(
+            "openssl s_client -connect {name}:{port} {sn} -ign_eof </dev/null 2>&1 | grep -c tls-hello-from-host; "
+        )
+    };
+    let script = format!(
+        "unset http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; {}{}{}\
+         {PY} -c 'import socket; s=socket.create_connection((\"{name}\", {port})); s.sendall(b\"plain\\n\"); print(\"peer\", s.getpeername()[0]); s.recv(1)'",
+        s_client(&format!("-servername {name}")),
+        s_client("-servername other.test"),
+        s_client("-noservername"),
+    );
+    let mut expect = 0;
+    for user in users() {
+        let fx = BoxWorld::new("handoff-sni", user);
+        let resolv = resolver_config(
+            &fx,
+            "resolv.conf",
+            "nameserver 127.0.0.153\noptions timeout:1 attempts:1\n",
+        );
+        let policy = fx.policy(&[(name, port, true, true)]);
+        let cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
+        let out = with_resolv_conf(&cmd, &resolv).output().unwrap();
+        let r = fx.collect(out);
+        expect += 1;
+        assert!(
+            r.stdout().starts_with("1\n0\n0\npeer 127.0.0.1\n"),
+            "{}",
+            r.show()
+        );
+        let tcp: Vec<&Value> = r.lines.iter().filter(|l| l["protocol"] == "tcp").collect();
+        assert_eq!(tcp.len(), 4, "{}", r.show());
+        assert_eq!(tcp[0]["verdict"], "allowed", "{}", r.show());
+        assert_eq!(tcp[0]["path"], "relay", "{}", r.show());
+        assert_eq!(tcp[0]["sni"], name, "{}", r.show());
+        assert!(tcp[0]["bytes_down"].as_u64().unwrap() > 0, "{}", r.show());
+        assert_eq!(tcp[1]["reason"], "sni-mismatch", "{}", r.show());
+        assert_eq!(tcp[2]["reason"], "sni-absent", "{}", r.show());
+        // Plain TCP, no TLS at all: no server name either.
+        assert_eq!(tcp[3]["reason"], "sni-absent", "{}", r.show());
+        assert_eq!(
+            tls.hits.settled(expect),
+            expect,
+            "only the matching name connected"
+        );
+    }
+}

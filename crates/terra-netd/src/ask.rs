@@ -57,6 +57,9 @@ pub enum Ask {
     Resolve { name: String, qtype: u16 },
     /// A workload's connect() of a UDP socket to `to`.
     Udp { to: SocketAddr },
+    /// The checked path for `to` after [`Answer::Relay`]: the broker's end
+    /// of a TCP pair inside the box travels with the question.
+    Relay { to: SocketAddr },
 }
 
 /// The broker's answer.
@@ -70,6 +73,12 @@ pub enum Answer {
     Local,
     /// Refused: the call fails with this errno (the receipt says why).
     Refused { errno: i32 },
+    /// The destination requires TLS SNI: the box hands the workload one end
+    /// of a TCP pair and the broker the other ([`Ask::Relay`]), so the
+    /// broker reads the ClientHello before it connects anywhere.
+    Relay,
+    /// The broker took the relayed socket.
+    Relaying,
     /// The stub's answer: the name's pinned addresses (both families).
     Addresses { addresses: Vec<IpAddr> },
     /// Not a listed name, or it does not exist.
@@ -78,15 +87,11 @@ pub enum Answer {
     ServFail,
 }
 
-fn send_with(sock: BorrowedFd<'_>, payload: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+fn send_with(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds;
-    if let Some(fd) = fd {
-        fds = [fd];
-        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err(io::Error::other("SCM_RIGHTS message does not fit"));
-        }
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::other("SCM_RIGHTS message does not fit"));
     }
     sendmsg(
         sock,
@@ -132,10 +137,21 @@ pub fn recv_with(sock: BorrowedFd<'_>) -> io::Result<Option<(Vec<u8>, Vec<OwnedF
 /// The box side: asks `question` over the fd 7 channel and waits for the
 /// answer (and the socket of [`Answer::Connected`]).
 pub fn ask(channel: BorrowedFd<'_>, question: &Ask) -> io::Result<(Answer, Option<OwnedFd>)> {
+    ask_with(channel, question, None)
+}
+
+/// [`ask`], with `extra` travelling beside the reply socket ([`Ask::Relay`]).
+pub fn ask_with(
+    channel: BorrowedFd<'_>,
+    question: &Ask,
+    extra: Option<BorrowedFd<'_>>,
+) -> io::Result<(Answer, Option<OwnedFd>)> {
     let (mine, theirs) = crate::fdpass::broker_socketpair()?;
     let mut payload = vec![ASK_TAG];
     serde_json::to_writer(&mut payload, question).map_err(io::Error::other)?;
-    send_with(channel, &payload, Some(theirs.as_fd()))?;
+    let mut fds = vec![theirs.as_fd()];
+    fds.extend(extra);
+    send_with(channel, &payload, &fds)?;
     drop(theirs);
     let (bytes, fds) = recv_with(mine.as_fd())?
         .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the broker did not answer"))?;
@@ -166,7 +182,8 @@ pub fn reply(
     socket: Option<BorrowedFd<'_>>,
 ) -> io::Result<()> {
     let payload = serde_json::to_vec(answer).map_err(io::Error::other)?;
-    send_with(reply, &payload, socket)
+    let fds: Vec<BorrowedFd<'_>> = socket.into_iter().collect();
+    send_with(reply, &payload, &fds)
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 //!   workload's (SECCOMP_IOCTL_NOTIF_ADDFD), or refuses it; box-local
 //!   addresses nothing lists are left to the kernel, inside the box.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -42,6 +43,7 @@ pub fn box_service(fds: ServiceFds) -> ! {
         dns_tcp,
         notify_channel,
         proc_dir,
+        relay,
     } = fds;
     let broker = Arc::new(broker);
     let lookup: Arc<dyn StubLookup> = Arc::new(BrokerLookup(Arc::clone(&broker)));
@@ -58,7 +60,7 @@ pub fn box_service(fds: ServiceFds) -> ! {
     });
     let b = Arc::clone(&broker);
     spawn("terra-connect", move || {
-        serve_notifications(notify_channel, b, proc_dir)
+        serve_notifications(notify_channel, b, proc_dir, relay)
     });
     box_proxy_loop(proxy, &broker)
 }
@@ -144,7 +146,12 @@ impl Gate {
 
 /// Waits for the workload's listener on `channel`, then answers its
 /// connect() calls, each on a thread of its own.
-fn serve_notifications(channel: OwnedFd, broker: Arc<OwnedFd>, proc_dir: OwnedFd) {
+fn serve_notifications(
+    channel: OwnedFd,
+    broker: Arc<OwnedFd>,
+    proc_dir: OwnedFd,
+    relay: TcpListener,
+) {
     let listener = match ask::recv_with(channel.as_fd()) {
         Ok(Some((_, fds))) if !fds.is_empty() => fds.into_iter().next().expect("one fd"),
         // The workload never got as far as its filter (refused or gone).
@@ -155,6 +162,7 @@ fn serve_notifications(channel: OwnedFd, broker: Arc<OwnedFd>, proc_dir: OwnedFd
         listener,
         broker,
         proc_dir,
+        relay: Mutex::new(relay),
         gate: Gate {
             free: Mutex::new(MAX_PENDING),
             freed: Condvar::new(),
@@ -186,7 +194,27 @@ struct Shared {
     listener: OwnedFd,
     broker: Arc<OwnedFd>,
     proc_dir: OwnedFd,
+    /// The relay listener, locked for one connect-and-accept at a time so
+    /// each pair is matched to its own connection.
+    relay: Mutex<TcpListener>,
     gate: Gate,
+}
+
+impl Shared {
+    /// A connected TCP pair on the box loopback: (the workload's end, the
+    /// broker's end).
+    fn pair(&self) -> io::Result<(TcpStream, TcpStream)> {
+        let listener = self.relay.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = TcpStream::connect(listener.local_addr()?)?;
+        loop {
+            let (theirs, from) = listener.accept()?;
+            // Only this service connects to the listener, one at a time;
+            // anything else is dropped.
+            if from == mine.local_addr()? {
+                return Ok((mine, theirs));
+            }
+        }
+    }
 }
 
 /// The destination of a connect() as the workload wrote it.
@@ -296,6 +324,26 @@ fn on_connect(s: &Shared, n: &Notification) {
                 let _ = rustix::io::ioctl_fionbio(&conn, true);
             }
             if notify::add_fd_at(l, n.id, conn.as_fd(), fd, cloexec).is_ok() {
+                let _ = notify::reply_value(l, n.id, 0);
+            }
+        }
+        Ok((Answer::Relay, _)) => {
+            let Ok((workload_end, broker_end)) = s.pair() else {
+                return fail(libc::ECONNREFUSED);
+            };
+            let relayed = ask::ask_with(
+                s.broker.as_fd(),
+                &Ask::Relay { to },
+                Some(broker_end.as_fd()),
+            );
+            drop(broker_end);
+            if !matches!(relayed, Ok((Answer::Relaying, _))) {
+                return fail(libc::ECONNREFUSED);
+            }
+            if nonblocking {
+                let _ = workload_end.set_nonblocking(true);
+            }
+            if notify::add_fd_at(l, n.id, workload_end.as_fd(), fd, cloexec).is_ok() {
                 let _ = notify::reply_value(l, n.id, 0);
             }
         }

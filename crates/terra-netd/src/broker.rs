@@ -289,8 +289,9 @@ impl Broker {
                 Err(e) => return Err(e),
             };
             if payload.first() == Some(&crate::ask::ASK_TAG) {
-                match fds.into_iter().next() {
-                    Some(reply) => self.question(&payload, reply),
+                let mut fds = fds.into_iter();
+                match fds.next() {
+                    Some(reply) => self.question(&payload, reply, fds.next()),
                     None => self.record_refusal(
                         SystemTime::now(),
                         Instant::now(),
@@ -391,6 +392,77 @@ impl Broker {
             duration_ms: start.elapsed().as_millis() as u64,
             ..Attempt::started(time, protocol)
         });
+    }
+
+    /// The checked path of a workload connect() to a destination that
+    /// requires TLS SNI (see `handoff`): `client` is the broker's end of a
+    /// TCP pair inside the box whose other end replaced the workload's
+    /// socket. The ClientHello is read before anything is connected, the
+    /// name judged again with it, then the broker connects to `to` (the
+    /// address the workload chose, pinned for `name`) and relays. Writes one
+    /// receipt line (`path: "relay"`, protocol "tcp").
+    #[cfg(target_os = "linux")]
+    pub(crate) fn relay_for_box(
+        &self,
+        client: TcpStream,
+        to: SocketAddr,
+        name: String,
+        resolved: Vec<IpAddr>,
+        time: SystemTime,
+        start: Instant,
+    ) {
+        let mut attempt = Attempt {
+            name: Some(name.clone()),
+            port: Some(to.port()),
+            resolved: resolved.clone(),
+            ..Attempt::started(time, "tcp")
+        };
+        let _ = client.set_nodelay(true);
+        let mut conn = Conn {
+            client,
+            deadline: start + Duration::from_millis(self.limits.handshake_timeout_ms),
+            buf: Vec::new(),
+            protocol: None,
+            // The workload's connect() already returned: a refusal can only close.
+            established: true,
+        };
+        let upstream = (|| {
+            let sni = read_sni(&mut conn, &mut attempt)?;
+            let request = Request {
+                name: &name,
+                port: to.port(),
+                sni: Some(&sni),
+                resolves_private: resolved.iter().any(|a| is_private(*a)),
+            };
+            if let Verdict::Refused(reason) = judge(self.mode, &self.patterns, &request) {
+                return Err(Refusal::new(
+                    reason,
+                    format!("{name}:{} with SNI {sni:?}", to.port()),
+                ));
+            }
+            let timeout = Duration::from_millis(self.limits.connect_timeout_ms);
+            let up = TcpStream::connect_timeout(&to, timeout)
+                .map_err(|e| Refusal::new(Reason::ConnectFailed, format!("{to}: {e}")))?;
+            let _ = up.set_nodelay(true);
+            attempt.address = Some(to);
+            Ok(up)
+        })();
+        match upstream {
+            Ok(up) => {
+                attempt.verdict = "allowed";
+                let replay = std::mem::take(&mut conn.buf);
+                let (bytes_up, bytes_down) = self.relay(conn, up, Kind::Connect, replay);
+                attempt.bytes_up = bytes_up;
+                attempt.bytes_down = bytes_down;
+            }
+            Err(r) => {
+                attempt.reason = Some(r.reason.as_str());
+                attempt.detail = Some(r.detail.clone());
+                refuse(&mut conn, &r);
+            }
+        }
+        attempt.duration_ms = start.elapsed().as_millis() as u64;
+        self.receipts.record(&attempt);
     }
 
     /// One connection, start to end; always writes exactly one receipt line.

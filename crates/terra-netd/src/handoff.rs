@@ -71,6 +71,9 @@ enum Decision {
     Admit { name: String, resolved: Vec<IpAddr> },
     /// A box-local address nothing lists: the box's own loopback.
     Local,
+    /// A destination that requires TLS SNI matches: the checked path
+    /// (`Broker::relay_for_box`).
+    Sni { name: String, resolved: Vec<IpAddr> },
     Refuse {
         reason: Reason,
         name: Option<String>,
@@ -82,7 +85,12 @@ impl Broker {
     /// One question from the box service, answered on `reply`. Quick
     /// answers (box-local addresses, refusals) are given at once; a connect
     /// or a lookup gets a thread of its own, counted as a flow.
-    pub(crate) fn question(self: &Arc<Self>, payload: &[u8], reply: OwnedFd) {
+    pub(crate) fn question(
+        self: &Arc<Self>,
+        payload: &[u8],
+        reply: OwnedFd,
+        extra: Option<OwnedFd>,
+    ) {
         let start = Instant::now();
         let time = SystemTime::now();
         let question = match ask::parse_ask(payload) {
@@ -110,7 +118,33 @@ impl Broker {
                     self.refuse_connect(time, start, "tcp", *to, name, reason, detail, &reply);
                     return;
                 }
+                Decision::Sni { .. } => {
+                    let _ = ask::reply(reply.as_fd(), &Answer::Relay, None);
+                    return;
+                }
                 Decision::Admit { .. } => {}
+            }
+        }
+        let mut relay_to = None;
+        if let Ask::Relay { to } = &question {
+            let client = extra.and_then(crate::fdpass::tcp_stream);
+            match (self.decide(*to), client) {
+                (Decision::Sni { name, resolved }, Some(client)) => {
+                    relay_to = Some((client, *to, name, resolved));
+                }
+                (_, client) => {
+                    let detail = match client {
+                        None => "a relay question without its socket".to_string(),
+                        Some(_) => format!("{to}: not a destination that requires TLS SNI"),
+                    };
+                    self.record(Attempt {
+                        reason: Some(Reason::MalformedRequest.as_str()),
+                        detail: Some(detail),
+                        address: Some(*to),
+                        ..Attempt::started(time, "tcp")
+                    });
+                    return;
+                }
             }
         }
         if let Ask::Udp { to } = &question {
@@ -169,6 +203,13 @@ impl Broker {
                     Ask::Resolve { name, qtype } => {
                         let answer = me.resolve_for_stub(time, start, &name, qtype);
                         let _ = ask::reply(reply.as_fd(), &answer, None);
+                    }
+                    Ask::Relay { .. } => {
+                        if let Some((client, to, name, resolved)) = relay_to {
+                            let _ = ask::reply(reply.as_fd(), &Answer::Relaying, None);
+                            drop(reply);
+                            me.relay_for_box(client, to, name, resolved, time, start);
+                        }
                     }
                     Ask::Udp { .. } => {}
                 }
@@ -277,14 +318,15 @@ impl Broker {
                     "{to}: not an address the box's DNS stub handed out, nor a listed address"
                 ),
             },
-            Some((Reason::SniAbsent, name)) => Decision::Refuse {
-                reason: Reason::SniAbsent,
-                detail: format!(
-                    "{name}:{port} requires TLS SNI, which a direct connect cannot show; \
-                     use the proxy (HTTPS_PROXY) for it"
-                ),
-                name: Some(name),
-            },
+            Some((Reason::SniAbsent, name)) => {
+                let resolved = self
+                    .pins
+                    .lock()
+                    .ok()
+                    .and_then(|p| p.names.get(&name).cloned())
+                    .unwrap_or_else(|| vec![ip]);
+                Decision::Sni { name, resolved }
+            }
             Some((reason, name)) => Decision::Refuse {
                 reason,
                 detail: format!("{name}:{port} (address {ip})"),
@@ -311,6 +353,10 @@ impl Broker {
             Decision::Admit { name, resolved } => (name, resolved),
             Decision::Local => {
                 let _ = ask::reply(reply.as_fd(), &Answer::Local, None);
+                return;
+            }
+            Decision::Sni { .. } => {
+                let _ = ask::reply(reply.as_fd(), &Answer::Relay, None);
                 return;
             }
             Decision::Refuse {

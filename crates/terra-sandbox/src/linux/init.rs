@@ -183,6 +183,7 @@ struct ServiceParts {
     service_end: OwnedFd,
     workload_end: OwnedFd,
     proc_dir: OwnedFd,
+    relay: OwnedFd,
 }
 
 impl ServiceParts {
@@ -195,6 +196,8 @@ impl ServiceParts {
             .map_err(|e| format!("DNS stub: cannot bind UDP {dns}: {e}"))?;
         let dns_tcp = std::net::TcpListener::bind(dns)
             .map_err(|e| format!("DNS stub: cannot listen on TCP {dns}: {e}"))?;
+        let relay = std::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0))
+            .map_err(|e| format!("cannot listen on {} for relayed sockets: {e}", addr.ip()))?;
         let (service_end, workload_end) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -218,6 +221,7 @@ impl ServiceParts {
             workload_end,
             // SAFETY: open returned a new descriptor owned by nobody else.
             proc_dir: unsafe { OwnedFd::from_raw_fd(proc_dir) },
+            relay: relay.into(),
         })
     }
 }
@@ -226,7 +230,7 @@ impl ServiceParts {
 const CAP_SYS_PTRACE: u32 = 19;
 
 /// The fixed descriptor numbers of the network service.
-const SERVICE_FDS: [RawFd; 6] = [6, 7, 10, 11, 12, 13];
+const SERVICE_FDS: [RawFd; 7] = [6, 7, 10, 11, 12, 13, 14];
 
 /// The box's network service: a child of init with CAP_SYS_PTRACE in the
 /// box's user namespace only (to read the workload's connect() arguments and
@@ -255,6 +259,7 @@ fn run_service(
         parts.dns_tcp.as_raw_fd(),
         parts.service_end.as_raw_fd(),
         parts.proc_dir.as_raw_fd(),
+        parts.relay.as_raw_fd(),
     ];
     let mut high = Vec::with_capacity(sources.len());
     for from in sources {
@@ -287,6 +292,7 @@ fn run_service(
             dns_tcp: std::net::TcpListener::from_raw_fd(11),
             notify_channel: OwnedFd::from_raw_fd(12),
             proc_dir: OwnedFd::from_raw_fd(13),
+            relay: std::net::TcpListener::from_raw_fd(14),
         }
     };
     service(fds)

@@ -62,6 +62,9 @@ pub struct ServiceFds {
     /// The box's /proc (O_PATH), opened before the workload ran: the
     /// workload's fdinfo is read relative to it.
     pub proc_dir: OwnedFd,
+    /// A listener on the box loopback (an ephemeral port): the service
+    /// makes TCP pairs with it for the checked (TLS SNI) path.
+    pub relay: std::net::TcpListener,
 }
 
 /// A service that runs inside the box (in a child of the box init, after the
