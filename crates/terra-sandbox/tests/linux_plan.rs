@@ -184,7 +184,7 @@ fn mediated_box_reaches_only_its_proxy() {
 
 /// A box's service runs in `terra __vm`, whose binary hands it in: the one
 /// of this caller's config is never called.
-fn unused_service(_: std::net::TcpListener, _: OwnedFd) -> ! {
+fn unused_service(_: terra_sandbox::linux::ServiceFds) -> ! {
     unreachable!("the box's service is the role executable's")
 }
 

@@ -32,7 +32,7 @@ pub fn arch_name(arch: TargetArch) -> &'static str {
 /// allowlists last (installing a filter takes prctl and seccomp calls that
 /// an allowlist already in place would not admit).
 pub fn ordered(mut filters: Vec<Filter>) -> Vec<Filter> {
-    filters.sort_by_key(|f| f.kind == super::table::Kind::AllowList);
+    filters.sort_by_key(|f| f.kind == super::table::Kind::Allow);
     filters
 }
 
@@ -47,7 +47,7 @@ pub fn filter(f: &Filter, arch: TargetArch) -> Result<BpfProgram, String> {
         .ok_or_else(|| "seccompiler returned no program".to_string())?;
     let refusal: SeccompAction =
         serde_json::from_value(f.refusal.clone()).map_err(|e| e.to_string())?;
-    let bpf = if f.kind == super::table::Kind::NotifyList {
+    let bpf = if f.kind == super::table::Kind::Notify {
         with_user_notif(bpf)
     } else {
         bpf

@@ -53,7 +53,7 @@ pub fn lines(table: Table, filters: &[Filter], arch: &str) -> String {
         let (plain, when) = calls(f, arch);
         let refusal = action(&f.refusal);
         match f.kind {
-            Kind::DenyList => {
+            Kind::Deny => {
                 s.push_str(&format!(
                     "seccomp {}/{} ({}): default allow\n",
                     table.name(),
@@ -70,7 +70,7 @@ pub fn lines(table: Table, filters: &[Filter], arch: &str) -> String {
                     ));
                 }
             }
-            Kind::NotifyList => {
+            Kind::Notify => {
                 s.push_str(&format!(
                     "seccomp {}/{} ({}): default allow\n",
                     table.name(),
@@ -82,7 +82,7 @@ pub fn lines(table: Table, filters: &[Filter], arch: &str) -> String {
                     plain.join(" ")
                 ));
             }
-            Kind::AllowList => {
+            Kind::Allow => {
                 let mut allowed = plain.clone();
                 for (call, what) in &when {
                     allowed.push(format!("{call} ({})", what.join("; ")));

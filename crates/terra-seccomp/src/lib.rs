@@ -235,7 +235,7 @@ pub fn allowed(table: Table, arch: &str) -> Result<BTreeSet<String>, Error> {
     Ok(table
         .filters()?
         .into_iter()
-        .filter(|f| f.kind == Kind::AllowList)
+        .filter(|f| f.kind == Kind::Allow)
         .flat_map(|f| f.rules)
         .filter(|r| r.exists_on(arch))
         .map(|r| r.syscall)

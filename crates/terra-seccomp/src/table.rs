@@ -32,9 +32,9 @@ pub struct Filter {
 /// seccompiler lacks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    DenyList,
-    AllowList,
-    NotifyList,
+    Deny,
+    Allow,
+    Notify,
 }
 
 /// The action a notify list's matched calls get in seccompiler's JSON, a
@@ -130,7 +130,7 @@ fn parse_filter(table: &str, name: String, f: Value) -> Result<Filter, Error> {
         // x32 numbers are refused as everywhere else (EPERM).
         let eperm = serde_json::json!({"errno": 1});
         (
-            Kind::NotifyList,
+            Kind::Notify,
             eperm,
             Value::String(NOTIFY_PLACEHOLDER.into()),
         )
@@ -139,9 +139,9 @@ fn parse_filter(table: &str, name: String, f: Value) -> Result<Filter, Error> {
             "`trap` is reserved (it stands for user_notif while compiling)",
         ));
     } else if mismatch == allow && matched != allow {
-        (Kind::DenyList, matched.clone(), matched)
+        (Kind::Deny, matched.clone(), matched)
     } else if matched == allow && mismatch == kill {
-        (Kind::AllowList, mismatch.clone(), matched)
+        (Kind::Allow, mismatch.clone(), matched)
     } else {
         return Err(at(
             "neither a deny list (mismatch allow), an allowlist (match allow, mismatch kill_process) \

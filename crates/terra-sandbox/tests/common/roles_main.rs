@@ -25,9 +25,41 @@ fn main() -> ExitCode {
 }
 
 /// The mediated box's service in the tests: says it is up on the broker
-/// socket, and greets every connection to the proxy address.
-fn proxy_service(listener: std::net::TcpListener, broker: OwnedFd) -> ! {
-    let _ = std::fs::File::from(broker).write_all(b"service-up\n");
+/// socket, lets every workload connect() run in the box (terra's service
+/// judges them; this one only answers), and greets every connection to the
+/// proxy address.
+fn proxy_service(fds: terra_sandbox::linux::ServiceFds) -> ! {
+    let _ = std::fs::File::from(fds.broker).write_all(b"service-up\n");
+    let channel = fds.notify_channel;
+    std::thread::spawn(move || {
+        use std::os::fd::{AsFd, AsRawFd};
+        use terra_sandbox::linux::notify;
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let Ok(msg) = nix::sys::socket::recvmsg::<()>(
+            channel.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
+        ) else {
+            return;
+        };
+        let Some(fd) = msg.cmsgs().ok().and_then(|mut c| {
+            c.find_map(|c| match c {
+                nix::sys::socket::ControlMessageOwned::ScmRights(v) => v.first().copied(),
+                _ => None,
+            })
+        }) else {
+            return;
+        };
+        // SAFETY: received with SCM_RIGHTS just now; owned by nobody else.
+        let listener = unsafe { OwnedFd::from_raw_fd(fd) };
+        while let Ok(n) = notify::receive(listener.as_fd()) {
+            let _ = notify::reply_continue(listener.as_fd(), n.id);
+        }
+    });
+    let listener = fds.proxy;
     loop {
         if let Ok((s, _)) = listener.accept() {
             // write(2), as a File: the service runs under the box service's
