@@ -961,7 +961,14 @@ impl PreparedRun {
                 Table::BoxInit,
             ));
             if plan.network() == NetworkMode::Mediated {
-                roles.push(("the box's proxy service", Table::BoxService));
+                roles.push((
+                    "the workload's connect() (mediated: judged by the broker, handed off)",
+                    Table::WorkloadNotify,
+                ));
+                roles.push((
+                    "the box's network service (proxy, DNS stub, connect notifications)",
+                    Table::BoxService,
+                ));
             }
         }
         for (who, table) in roles {
