@@ -16,7 +16,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use rustix::net::{sockopt, AddressFamily, SocketType};
 use terra_sandbox::linux::notify::{self, Notification};
@@ -24,6 +24,7 @@ use terra_sandbox::linux::ServiceFds;
 
 use crate::ask::{self, Answer, Ask, SocketOptions};
 use crate::fdpass;
+use crate::pool::Pool;
 use crate::stub::{self, Lookup, StubLookup};
 
 /// Most workload connect() calls handled at once; more wait in the kernel.
@@ -124,26 +125,6 @@ impl StubLookup for BrokerLookup {
     }
 }
 
-/// A counting gate: at most `n` holders at once.
-struct Gate {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl Gate {
-    fn enter(&self) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
-        }
-        *free -= 1;
-    }
-    fn leave(&self) {
-        *self.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
-        self.freed.notify_one();
-    }
-}
-
 /// Waits for the workload's listener on `channel`, then answers its
 /// connect() calls, each on a thread of its own.
 fn serve_notifications(
@@ -163,28 +144,17 @@ fn serve_notifications(
         broker,
         proc_dir,
         relay: Mutex::new(relay),
-        gate: Gate {
-            free: Mutex::new(MAX_PENDING),
-            freed: Condvar::new(),
-        },
+        defaults: Mutex::new(Vec::new()),
     });
+    let pool = Pool::new("terra-connect", CONNECT_STACK, MAX_PENDING);
     loop {
         let n = match notify::receive(shared.listener.as_fd()) {
             Ok(n) => n,
             // Every process of the workload is gone.
             Err(_) => return,
         };
-        shared.gate.enter();
         let s = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new()
-            .name("terra-connect".into())
-            .stack_size(CONNECT_STACK)
-            .spawn(move || {
-                on_connect(&s, &n);
-                s.gate.leave();
-            });
-        if spawned.is_err() {
-            shared.gate.leave();
+        if pool.run(move || on_connect(&s, &n)).is_err() {
             let _ = notify::reply_errno(shared.listener.as_fd(), n.id, libc::EAGAIN);
         }
     }
@@ -197,7 +167,10 @@ struct Shared {
     /// The relay listener, locked for one connect-and-accept at a time so
     /// each pair is matched to its own connection.
     relay: Mutex<TcpListener>,
-    gate: Gate,
+    /// The option values of a fresh stream socket, per family (the box's
+    /// network namespace keeps its defaults: the workload cannot change its
+    /// sysctls).
+    defaults: Mutex<Vec<(AddressFamily, Defaults)>>,
 }
 
 impl Shared {
@@ -307,7 +280,7 @@ fn on_connect(s: &Shared, n: &Notification) {
     if rustix::net::getpeername(&sock).is_ok() {
         return fail(libc::EISCONN);
     }
-    let options = options_set(&sock, domain);
+    let options = options_set(&sock, domain, s.defaults(domain));
     let nonblocking = rustix::fs::fcntl_getfl(&sock)
         .map(|f| f.contains(rustix::fs::OFlags::NONBLOCK))
         .unwrap_or(false);
@@ -356,41 +329,70 @@ fn on_connect(s: &Shared, n: &Notification) {
     }
 }
 
-/// The options the workload set on `sock` that differ from a fresh socket
-/// of its family in the box.
-fn options_set(sock: &OwnedFd, domain: AddressFamily) -> SocketOptions {
-    let fresh = rustix::net::socket(domain, SocketType::STREAM, None).ok();
-    let differs = |get: &dyn Fn(BorrowedFd<'_>) -> Option<u64>| -> Option<u64> {
-        let mine = get(sock.as_fd())?;
-        match &fresh {
-            Some(f) if get(f.as_fd()) == Some(mine) => None,
-            _ => Some(mine),
+/// The option values [`options_set`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Defaults {
+    reuse_addr: Option<bool>,
+    keepalive: Option<bool>,
+    nodelay: Option<bool>,
+    send_buffer: Option<usize>,
+    recv_buffer: Option<usize>,
+    v6_only: Option<bool>,
+}
+
+fn read_options(sock: BorrowedFd<'_>, domain: AddressFamily) -> Defaults {
+    Defaults {
+        reuse_addr: sockopt::socket_reuseaddr(sock).ok(),
+        keepalive: sockopt::socket_keepalive(sock).ok(),
+        nodelay: sockopt::tcp_nodelay(sock).ok(),
+        send_buffer: sockopt::socket_send_buffer_size(sock).ok(),
+        recv_buffer: sockopt::socket_recv_buffer_size(sock).ok(),
+        v6_only: if domain == AddressFamily::INET6 {
+            sockopt::ipv6_v6only(sock).ok()
+        } else {
+            None
+        },
+    }
+}
+
+impl Shared {
+    /// A fresh stream socket's option values in the box, read once per family.
+    fn defaults(&self, domain: AddressFamily) -> Defaults {
+        let mut cache = self.defaults.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, d)) = cache.iter().find(|(f, _)| *f == domain) {
+            return *d;
         }
-    };
-    let flag = |v: Option<u64>| v.map(|x| x != 0);
-    let mut o = SocketOptions {
-        reuse_addr: flag(differs(&|f| {
-            sockopt::socket_reuseaddr(f).ok().map(u64::from)
-        })),
-        keepalive: flag(differs(&|f| {
-            sockopt::socket_keepalive(f).ok().map(u64::from)
-        })),
-        nodelay: flag(differs(&|f| sockopt::tcp_nodelay(f).ok().map(u64::from))),
+        let d = rustix::net::socket(domain, SocketType::STREAM, None)
+            .map(|f| read_options(f.as_fd(), domain))
+            .unwrap_or_default();
+        cache.push((domain, d));
+        d
+    }
+}
+
+/// The options the workload set on `sock` that differ from `fresh`.
+fn options_set(sock: &OwnedFd, domain: AddressFamily, fresh: Defaults) -> SocketOptions {
+    let mine = read_options(sock.as_fd(), domain);
+    fn differ<T: PartialEq + Copy>(mine: Option<T>, fresh: Option<T>) -> Option<T> {
+        if mine == fresh {
+            None
+        } else {
+            mine
+        }
+    }
+    SocketOptions {
+        reuse_addr: differ(mine.reuse_addr, fresh.reuse_addr),
+        keepalive: differ(mine.keepalive, fresh.keepalive),
+        nodelay: differ(mine.nodelay, fresh.nodelay),
         // The kernel reports twice what was set; the broker sets half.
-        send_buffer: differs(&|f| sockopt::socket_send_buffer_size(f).ok().map(|v| v as u64))
-            .map(|v| (v / 2) as usize),
-        recv_buffer: differs(&|f| sockopt::socket_recv_buffer_size(f).ok().map(|v| v as u64))
-            .map(|v| (v / 2) as usize),
-        linger: None,
-        v6_only: None,
-    };
-    if let Ok(Some(d)) = sockopt::socket_linger(sock) {
-        o.linger = Some(Some(d.as_secs() as u32));
+        send_buffer: differ(mine.send_buffer, fresh.send_buffer).map(|v| v / 2),
+        recv_buffer: differ(mine.recv_buffer, fresh.recv_buffer).map(|v| v / 2),
+        linger: match sockopt::socket_linger(sock) {
+            Ok(Some(d)) => Some(Some(d.as_secs() as u32)),
+            _ => None,
+        },
+        v6_only: differ(mine.v6_only, fresh.v6_only),
     }
-    if domain == AddressFamily::INET6 {
-        o.v6_only = flag(differs(&|f| sockopt::ipv6_v6only(f).ok().map(u64::from)));
-    }
-    o
 }
 
 #[cfg(test)]
@@ -423,14 +425,15 @@ mod tests {
     #[test]
     fn only_options_that_differ_from_a_fresh_socket_are_copied() {
         let s = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).unwrap();
+        let fresh = read_options(s.as_fd(), AddressFamily::INET);
         assert_eq!(
-            options_set(&s, AddressFamily::INET),
+            options_set(&s, AddressFamily::INET, fresh),
             SocketOptions::default()
         );
         sockopt::set_tcp_nodelay(&s, true).unwrap();
         sockopt::set_socket_keepalive(&s, true).unwrap();
         sockopt::set_socket_send_buffer_size(&s, 65536).unwrap();
-        let o = options_set(&s, AddressFamily::INET);
+        let o = options_set(&s, AddressFamily::INET, fresh);
         assert_eq!(o.nodelay, Some(true));
         assert_eq!(o.keepalive, Some(true));
         assert_eq!(o.send_buffer, Some(65536));

@@ -75,6 +75,9 @@ pub struct Broker {
     /// What the box's DNS stub handed out this run (see `handoff`).
     #[cfg(target_os = "linux")]
     pub(crate) pins: std::sync::Mutex<crate::handoff::Pins>,
+    /// Threads for the box service's questions (see `handoff`).
+    #[cfg(target_os = "linux")]
+    pub(crate) asks: Arc<crate::pool::Pool>,
 }
 
 /// Decrements a counter when a connection thread ends, however it ends.
@@ -233,6 +236,12 @@ impl Broker {
             refusers: AtomicUsize::new(0),
             #[cfg(target_os = "linux")]
             pins: Default::default(),
+            #[cfg(target_os = "linux")]
+            asks: crate::pool::Pool::new(
+                "terra-netd-ask",
+                crate::handoff::ASK_STACK,
+                limits.max_flows + 1,
+            ),
         })
     }
 

@@ -29,7 +29,7 @@ use crate::matcher::{judge, Reason, Request, Verdict};
 use crate::receipt::Attempt;
 
 /// Stack of a question thread (judging, one connect or one lookup).
-const ASK_STACK: usize = 128 * 1024;
+pub(crate) const ASK_STACK: usize = 128 * 1024;
 
 /// The names the stub answered this run and their addresses, both ways.
 #[derive(Default)]
@@ -189,34 +189,32 @@ impl Broker {
             return;
         }
         let me = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("terra-netd-ask".into())
-            .stack_size(ASK_STACK)
-            .spawn(move || {
-                let _slot = crate::broker::Slot(&me.flows);
-                match question {
-                    Ask::Connect {
-                        to,
-                        v6_socket,
-                        options,
-                    } => me.connect_for_box(time, start, to, v6_socket, &options, &reply),
-                    Ask::Resolve { name, qtype } => {
-                        let answer = me.resolve_for_stub(time, start, &name, qtype);
-                        let _ = ask::reply(reply.as_fd(), &answer, None);
-                    }
-                    Ask::Relay { .. } => {
-                        if let Some((client, to, name, resolved)) = relay_to {
-                            let _ = ask::reply(reply.as_fd(), &Answer::Relaying, None);
-                            drop(reply);
-                            me.relay_for_box(client, to, name, resolved, time, start);
-                        }
-                    }
-                    Ask::Udp { .. } => {}
+        let pool = Arc::clone(&self.asks);
+        let spawned = pool.run(move || {
+            let _slot = crate::broker::Slot(&me.flows);
+            match question {
+                Ask::Connect {
+                    to,
+                    v6_socket,
+                    options,
+                } => me.connect_for_box(time, start, to, v6_socket, &options, &reply),
+                Ask::Resolve { name, qtype } => {
+                    let answer = me.resolve_for_stub(time, start, &name, qtype);
+                    let _ = ask::reply(reply.as_fd(), &answer, None);
                 }
-            });
-        if let Err(e) = spawned {
+                Ask::Relay { .. } => {
+                    if let Some((client, to, name, resolved)) = relay_to {
+                        let _ = ask::reply(reply.as_fd(), &Answer::Relaying, None);
+                        drop(reply);
+                        me.relay_for_box(client, to, name, resolved, time, start);
+                    }
+                }
+                Ask::Udp { .. } => {}
+            }
+        });
+        if spawned.is_err() {
             self.flows.fetch_sub(1, Ordering::SeqCst);
-            tracing::warn!("terra-netd: cannot start a question thread: {e}");
+            tracing::warn!("terra-netd: cannot start a question thread");
         }
     }
 

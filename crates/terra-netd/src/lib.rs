@@ -28,6 +28,8 @@ pub mod fdpass;
 #[cfg(target_os = "linux")]
 pub mod handoff;
 pub mod matcher;
+#[cfg(target_os = "linux")]
+mod pool;
 pub mod proxy;
 pub mod receipt;
 pub mod resolvconf;
