@@ -399,9 +399,13 @@ impl Run {
             (Ok(a), Ok(e)) => (a, e),
             (Err(e), _) | (_, Err(e)) => return self.refuse(Some(&dir), &e),
         };
-        // Mediated networking: the broker starts (and confirms it serves)
-        // before the box; if it cannot, the run is refused, never degraded.
-        let mut broker = None;
+        // Mediated networking: the broker starts first and the box beside
+        // it; the broker must confirm that it serves before the workload may
+        // run (the canary gate below); if it cannot, the run is refused,
+        // never degraded.
+        let mut broker: Option<Broker> = None;
+        let mut pending: Option<PendingBroker> = None;
+        let mut t_broker = Instant::now();
         let mediated = if plan.network() == NetworkMode::Mediated {
             let mir = match self.req.mir_bytes() {
                 Ok(m) => m,
@@ -411,16 +415,10 @@ impl Run {
             if let Err(e) = dir.create_state_dir() {
                 return self.refuse(Some(&dir), &e);
             }
-            let t_broker = Instant::now();
+            t_broker = Instant::now();
             match Broker::start(&self.exe, &dir, &mir) {
                 Ok((b, box_end)) => {
-                    debug!(
-                        phase = "broker-start",
-                        ms = t_broker.elapsed().as_secs_f64() * 1e3,
-                        pid = b.pid
-                    );
-                    self.network = Some(b.summary_before_end());
-                    broker = Some(b);
+                    pending = Some(b);
                     Some((
                         box_end,
                         terra_netd::proxy_listen_addr(),
@@ -461,8 +459,8 @@ impl Run {
         } {
             Ok(o) => o,
             Err(e) => {
-                if let Some(b) = broker.take() {
-                    self.network = Some(b.stop(None));
+                if let Some(p) = pending.take() {
+                    p.abandon();
                 }
                 return self.refuse(Some(&dir), &e);
             }
@@ -473,6 +471,9 @@ impl Run {
         // to the host's init: found, killed and reaped at the end (reaper.rs).
         if landlock {
             if let Err(e) = crate::reaper::become_subreaper() {
+                if let Some(p) = pending.take() {
+                    p.abandon();
+                }
                 return self.refuse(Some(&dir), &e);
             }
         }
@@ -484,8 +485,8 @@ impl Run {
         let mut handle = match spawned {
             Ok(h) => h,
             Err(e) => {
-                if let Some(b) = broker.take() {
-                    self.network = Some(b.stop(None));
+                if let Some(p) = pending.take() {
+                    p.abandon();
                 }
                 return self.refuse(Some(&dir), &format!("the box did not start: {e}"));
             }
@@ -497,6 +498,31 @@ impl Run {
             ms = t_spawn.elapsed().as_secs_f64() * 1e3,
             pid = box_pid.as_raw()
         );
+        // The broker's word, while the box builds its root.
+        if let Some(p) = pending.take() {
+            match p.confirm(&dir) {
+                Ok(b) => {
+                    debug!(
+                        phase = "broker-start",
+                        ms = t_broker.elapsed().as_secs_f64() * 1e3,
+                        pid = b.pid
+                    );
+                    self.network = Some(b.summary_before_end());
+                    broker = Some(b);
+                }
+                Err(e) => {
+                    drop(gate_w);
+                    let _ = kill(box_pid, Signal::SIGKILL);
+                    let _ = handle.wait();
+                    return self.refuse(
+                        Some(&dir),
+                        &format!(
+                            "the network broker did not start: {e}; the run is refused (no fallback to another network mode)"
+                        ),
+                    );
+                }
+            }
+        }
         let made = dir
             .create_state_dir()
             .and_then(|_| dir.write_canary(&self.req.without_env_values()));
@@ -922,7 +948,11 @@ impl Broker {
     /// broker re-validates the MIR and answers [`terra_netd::READY`] once it
     /// serves), fd 9 the network receipt (owner-only, append). Anything but
     /// a confirmed start is an error: the caller refuses the run.
-    fn start(exe: &launcher::RoleExe, dir: &RunDir, mir: &[u8]) -> Result<(Broker, OwnedFd)> {
+    fn start(
+        exe: &launcher::RoleExe,
+        dir: &RunDir,
+        mir: &[u8],
+    ) -> Result<(PendingBroker, OwnedFd)> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         use std::io::Write;
         let (box_end, broker_end) = terra_netd::fdpass::broker_socketpair()
@@ -975,6 +1005,52 @@ impl Broker {
         if let Err(e) = chan.write_all(&message) {
             return Err(fail(role, format!("cannot write its startup message: {e}")));
         }
+        Ok((
+            PendingBroker {
+                pid,
+                role,
+                chan,
+                receipt,
+                reader,
+            },
+            box_end,
+        ))
+    }
+}
+
+/// A broker started but not yet confirmed (it reads its startup message,
+/// confines itself and says `ready` while the box builds its root).
+struct PendingBroker {
+    pid: i32,
+    role: RoleHandle,
+    chan: fs::File,
+    receipt: PathBuf,
+    reader: fs::File,
+}
+
+impl PendingBroker {
+    /// Ends a broker whose run was refused before it was confirmed.
+    fn abandon(self) {
+        let _ = kill(Pid::from_raw(self.pid), Signal::SIGKILL);
+        let _ = self.role.wait();
+    }
+
+    /// Waits (at most BROKER_START_TIMEOUT) for the broker's `ready`.
+    fn confirm(self, dir: &RunDir) -> Result<Broker> {
+        let PendingBroker {
+            pid,
+            role,
+            mut chan,
+            receipt,
+            reader,
+        } = self;
+        let fail = |role: RoleHandle, why: String| -> Error {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            Error::Broker(match role.wait() {
+                Ok(code) => format!("{why} (broker exit status {code})"),
+                Err(e) => format!("{why} ({e})"),
+            })
+        };
         let deadline = Instant::now() + BROKER_START_TIMEOUT;
         let mut got = Vec::new();
         while got.len() < terra_netd::READY.len() {
@@ -1013,18 +1089,17 @@ impl Broker {
             warn!("{e}");
         }
         debug!(pid, receipt = %receipt.display(), "network broker serves");
-        Ok((
-            Broker {
-                pid,
-                handle: Some(role),
-                receipt,
-                reader: Some(reader),
-                end: None,
-            },
-            box_end,
-        ))
+        Ok(Broker {
+            pid,
+            handle: Some(role),
+            receipt,
+            reader: Some(reader),
+            end: None,
+        })
     }
+}
 
+impl Broker {
     /// Records the broker's end. Status 0 means the box's end of fd 7 was
     /// closed, i.e. the box (its service) is gone: that is never an end
     /// during the run, whichever waiter reported first.
