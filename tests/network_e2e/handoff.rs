@@ -165,6 +165,10 @@ threading.Thread(target=lambda: srv.accept()[0].sendall(b"in-box"), daemon=True)
 c = socket.create_connection(srv.getsockname())
 print("loopback", c.recv(10).decode())
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", ("192.0.2.1", 9))
+except OSError as e:
+    print("sendto", errno.errorcode.get(e.errno))
 print("udp", errno.errorcode.get(u.connect_ex(("192.0.2.1", 53))))
 t = socket.socket()
 print("unlisted", errno.errorcode.get(t.connect_ex(("192.0.2.1", 80))))
@@ -208,6 +212,7 @@ fn handoff_real_clients_reach_listed_literals_without_proxy_settings() {
         assert!(out.contains("inheritable True"), "{}", r.show());
         assert!(out.contains("loopback in-box"), "{}", r.show());
         assert!(out.contains("udp ENETUNREACH"), "{}", r.show());
+        assert!(out.contains("sendto ENETUNREACH"), "{}", r.show());
         assert!(out.contains("unlisted ECONNREFUSED"), "{}", r.show());
         assert!(
             out.contains("SSH-2.0-terra-test\r\necho hello\n"),
@@ -247,7 +252,11 @@ fn handoff_real_clients_reach_listed_literals_without_proxy_settings() {
             .collect();
         assert_eq!(
             refused,
-            [("udp", "192.0.2.1:53"), ("tcp", "192.0.2.1:80")],
+            [
+                ("udp", "192.0.2.1:9"),
+                ("udp", "192.0.2.1:53"),
+                ("tcp", "192.0.2.1:80")
+            ],
             "{}",
             r.show()
         );
@@ -255,7 +264,7 @@ fn handoff_real_clients_reach_listed_literals_without_proxy_settings() {
             assert_eq!(l["reason"], "no-destination", "{}", r.show());
             assert_eq!(l["path"], "handoff", "{}", r.show());
         }
-        assert_linked(&r, 5, 2);
+        assert_linked(&r, 5, 3);
         assert!(
             r.stderr().contains("UDP 192.0.2.1:53 (no-destination)"),
             "{}",

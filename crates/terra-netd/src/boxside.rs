@@ -154,7 +154,14 @@ fn serve_notifications(
             Err(_) => return,
         };
         let s = Arc::clone(&shared);
-        if pool.run(move || on_connect(&s, &n)).is_err() {
+        let job = move || {
+            if i64::from(n.nr) == libc::SYS_sendto {
+                on_sendto(&s, &n)
+            } else {
+                on_connect(&s, &n)
+            }
+        };
+        if pool.run(job).is_err() {
             let _ = notify::reply_errno(shared.listener.as_fd(), n.id, libc::EAGAIN);
         }
     }
@@ -327,6 +334,51 @@ fn on_connect(s: &Shared, n: &Notification) {
         Err(_) if is_box_local(to.ip()) => proceed(),
         Err(_) => fail(libc::ECONNREFUSED),
     }
+}
+
+/// A sendto() with a destination address (the filter passes no other):
+/// a UDP datagram to the box's loopback goes ahead; to anywhere else it is
+/// refused with a receipt line (the box has no route; the broker writes the
+/// line and says ENETUNREACH). On other sockets the kernel decides (a TCP
+/// socket ignores the address, or connects with MSG_FASTOPEN inside the
+/// box's network namespace, which reaches only the box's loopback).
+fn on_sendto(s: &Shared, n: &Notification) {
+    let l = s.listener.as_fd();
+    let proceed = || {
+        let _ = notify::reply_continue(l, n.id);
+    };
+    let fd = n.args[0] as u32 as i32 as RawFd;
+    let len = n.args[5] as u32 as usize;
+    if !(2..=128).contains(&len) {
+        return proceed();
+    }
+    let Ok(bytes) = notify::read_memory(n.pid, n.args[4], len) else {
+        return proceed();
+    };
+    let Some(to) = parse_sockaddr(&bytes) else {
+        return proceed();
+    };
+    if is_box_local(to.ip()) {
+        return proceed(); // the DNS stub, in-box services
+    }
+    let Ok(tgid) = notify::thread_group(s.proc_dir.as_fd(), n.pid) else {
+        return proceed();
+    };
+    if !notify::id_valid(l, n.id) {
+        return;
+    }
+    let Ok(sock) = notify::take_fd(tgid, fd) else {
+        return proceed();
+    };
+    if !matches!(sockopt::socket_type(&sock), Ok(SocketType::DGRAM)) {
+        return proceed();
+    }
+    let errno = match ask::ask(s.broker.as_fd(), &Ask::Udp { to }) {
+        Ok((Answer::Local, _)) => return proceed(),
+        Ok((Answer::Refused { errno }, _)) => errno,
+        _ => libc::ENETUNREACH,
+    };
+    let _ = notify::reply_errno(l, n.id, errno);
 }
 
 /// The option values [`options_set`] compares.

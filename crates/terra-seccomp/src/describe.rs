@@ -81,6 +81,12 @@ pub fn lines(table: Table, filters: &[Filter], arch: &str) -> String {
                     "seccomp user notification (the box service decides) {}\n",
                     plain.join(" ")
                 ));
+                for (call, what) in &when {
+                    s.push_str(&format!(
+                        "seccomp user notification (the box service decides) {call} when {}\n",
+                        what.join("; ")
+                    ));
+                }
             }
             Kind::Allow => {
                 let mut allowed = plain.clone();
