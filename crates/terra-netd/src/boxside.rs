@@ -303,9 +303,7 @@ fn on_connect(s: &Shared, n: &Notification) {
             if nonblocking {
                 let _ = rustix::io::ioctl_fionbio(&conn, true);
             }
-            if notify::add_fd_at(l, n.id, conn.as_fd(), fd, cloexec).is_ok() {
-                let _ = notify::reply_value(l, n.id, 0);
-            }
+            hand_over(l, n.id, conn.as_fd(), fd, cloexec);
         }
         Ok((Answer::Relay, _)) => {
             let Ok((workload_end, broker_end)) = s.pair() else {
@@ -323,9 +321,7 @@ fn on_connect(s: &Shared, n: &Notification) {
             if nonblocking {
                 let _ = workload_end.set_nonblocking(true);
             }
-            if notify::add_fd_at(l, n.id, workload_end.as_fd(), fd, cloexec).is_ok() {
-                let _ = notify::reply_value(l, n.id, 0);
-            }
+            hand_over(l, n.id, workload_end.as_fd(), fd, cloexec);
         }
         Ok((Answer::Local, _)) => proceed(),
         Ok((Answer::Refused { errno }, _)) => fail(errno),
@@ -333,6 +329,23 @@ fn on_connect(s: &Shared, n: &Notification) {
         // The broker is gone: box-local calls still work, nothing else does.
         Err(_) if is_box_local(to.ip()) => proceed(),
         Err(_) => fail(libc::ECONNREFUSED),
+    }
+}
+
+/// Puts `sock` at the workload's descriptor `fd` and lets its connect()
+/// return 0. When the kernel cannot add it (a kernel before 5.9 has no
+/// SECCOMP_IOCTL_NOTIF_ADDFD), the call fails instead of waiting forever;
+/// when the call is gone (ENOENT: the thread was killed), nothing is left to
+/// answer.
+fn hand_over(l: BorrowedFd<'_>, id: u64, sock: BorrowedFd<'_>, fd: RawFd, cloexec: bool) {
+    match notify::add_fd_at(l, id, sock, fd, cloexec) {
+        Ok(()) => {
+            let _ = notify::reply_value(l, id, 0);
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(_) => {
+            let _ = notify::reply_errno(l, id, libc::ECONNREFUSED);
+        }
     }
 }
 
