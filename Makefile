@@ -75,6 +75,7 @@ bench: build
 	$(CARGO) bench --locked -p terra-policy
 	TERRA_BIN=dist/terra scripts/bench-run.sh
 	TERRA_BIN=dist/terra scripts/bench-net.sh
+	TERRA_BIN=dist/terra scripts/bench-handoff.sh
 
 # Bounded-time fuzzing of the parsers (FUZZ_SECONDS per target).
 fuzz:
