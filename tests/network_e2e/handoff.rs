@@ -400,7 +400,9 @@ fn handoff_names_only_a_dns_server_knows() {
     let _dns = test_dns();
     let srv = Http::start();
     let srv6 = Http::start_on("[::1]:0", |path| format!("from-host {path}"));
-    let (p, p6) = (srv.port, srv6.port);
+    let banner = Banner::start();
+    let git = GitDaemon::start();
+    let (p, p6, b, g) = (srv.port, srv6.port, banner.port, git.port);
     // A port no other listed name uses: the other names resolve to the same
     // loopback addresses, and a connect is judged by address and port.
     let pb = p + 2;
@@ -415,7 +417,9 @@ fn handoff_names_only_a_dns_server_knows() {
          getent hosts {gone}; echo gone-rc=$?; \
          {CURL} --noproxy '*' http://{both}:{pb}/both; echo both-rc=$?; \
          {CURL} --noproxy '*' http://{doc}:81/port; echo port-rc=$?; \
-         getent hosts {unlisted}; echo unlisted-rc=$?"
+         getent hosts {unlisted}; echo unlisted-rc=$?; \
+         printf 'hi\\n' | nc -q 2 {v4} {b}; \
+         git ls-remote git://{v4}:{g}/repo.git"
     );
     for user in users() {
         let fx = BoxWorld::new("handoff-dns", user);
@@ -430,6 +434,8 @@ fn handoff_names_only_a_dns_server_knows() {
             (&both, pb, false, false),
             (&gone, p, false, true),
             (&doc, 80, false, true),
+            (&v4, b, false, true),
+            (&v4, g, false, true),
         ]);
         let cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
         let out = with_resolv_conf(&cmd, &resolv).output().unwrap();
@@ -458,6 +464,16 @@ fn handoff_names_only_a_dns_server_knows() {
         );
         assert!(text.contains("port-rc=7"), "{}", r.show());
         assert!(text.contains("unlisted-rc=2"), "{}", r.show());
+        assert!(
+            text.contains("SSH-2.0-terra-test\r\necho hi\n"),
+            "{}",
+            r.show()
+        );
+        assert!(
+            text.contains(&format!("{}\trefs/heads/main", git.head)),
+            "{}",
+            r.show()
+        );
         let handed = |name: &str, reason: Option<&str>| {
             r.lines.iter().any(|l| {
                 l["path"] == "handoff" && l["name"] == name && l["reason"].as_str() == reason
@@ -546,4 +562,73 @@ fn handoff_sni_destinations_take_the_checked_path() {
             "only the matching name connected"
         );
     }
+}
+
+/// A database on the host's loopback (redis-server on a port of its own),
+/// reached by its real client from the box without any proxy: the listed
+/// address and port go through the broker; the same port unlisted stays on
+/// the box's own, empty loopback.
+#[test]
+fn handoff_a_database_on_the_host_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut redis = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/bootstrap.sh installs it)");
+    let until = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "redis-server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let host_get = |key: &str| {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "get", key])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for user in users() {
+        let fx = BoxWorld::new("handoff-redis", user);
+        let key = format!("from-box-{user:?}");
+        let cli = format!("redis-cli -h 127.0.0.1 -p {port}");
+        let r = fx.run(
+            &[("127.0.0.1", port, false, true)],
+            &format!("{cli} set {key} yes; {cli} get {key}"),
+        );
+        assert_eq!(r.stdout(), "OK\nyes\n", "{}", r.show());
+        assert_eq!(host_get(&key), "yes", "the host's database has it");
+        assert!(r
+            .lines
+            .iter()
+            .all(|l| l["path"] == "handoff" && l["verdict"] == "allowed"));
+        // Unlisted: the box's own loopback, where nothing listens.
+        let r = fx.run(
+            &[("127.0.0.1", port + 1, false, true)],
+            &format!("{cli} set unlisted-{key} yes; echo rc=$?"),
+        );
+        assert!(!r.stdout().contains("OK"), "{}", r.show());
+        assert_eq!(
+            host_get(&format!("unlisted-{key}")),
+            "",
+            "never reached the host"
+        );
+        assert!(
+            r.lines.is_empty(),
+            "box-local: no broker decision\n{}",
+            r.show()
+        );
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
 }
