@@ -11,7 +11,10 @@
 //!   destination the workload wrote is read once, and the broker either
 //!   connects to it and sends back the socket, which replaces the
 //!   workload's (SECCOMP_IOCTL_NOTIF_ADDFD), or refuses it; box-local
-//!   addresses nothing lists are left to the kernel, inside the box.
+//!   addresses nothing lists, and AF_UNIX sockets on the box's writable
+//!   mounts ([`crate::unixconn`]), are connected by the service itself on
+//!   the workload's own socket, inside the box. The kernel never runs the
+//!   workload's call.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
