@@ -794,3 +794,52 @@ fn handoff_a_thread_rewriting_a_unix_sockaddr_never_reaches_a_read_only_socket()
         assert_eq!(host.box_connections(), 0, "{}", r.show());
     }
 }
+
+/// The workload's side: the host service's directory is the run's standard
+/// input (moved to fd 3), held open in the box's init and the workload.
+const UNIX_FD_PY: &str = r#"
+import errno, socket, sys
+for label, path in (("own-fd", "/proc/self/fd/3/host.sock"),
+                    ("init-fd", "/proc/1/fd/0/host.sock"),
+                    ("granted", sys.argv[1])):
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect(path)
+        c.sendall(label.encode())
+        print(label, c.recv(100).decode(), flush=True)
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+"#;
+
+/// A host directory that entered the box as a descriptor (the caller's
+/// standard input) is on a mount of the host's namespace, not the box's:
+/// its sockets are refused through the workload's own descriptor and
+/// through the box init's (which the service could open and the workload
+/// could not), even when the same directory is also granted writable,
+/// while the grant's own path reaches the host service.
+#[test]
+fn handoff_a_host_directory_held_open_in_the_box_does_not_reach_its_sockets() {
+    for user in users() {
+        let fx = BoxWorld::new("unix-fd", user);
+        fs::write(fx.ws.join("fd.py"), UNIX_FD_PY).unwrap();
+        let mut host = HostUnix::start(&fx);
+        let dir = fx.root.join("svc");
+        let script = format!("exec 3<&0 0</dev/null; {PY} fd.py {}", host.sock.display());
+        for (access, granted) in [("read", "EACCES"), ("write", "host-service")] {
+            let policy = unix_policy(&fx, access, &dir);
+            let mut cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
+            cmd.stdin(fs::File::open(&dir).unwrap());
+            let r = fx.collect(cmd.output().unwrap());
+            let out = r.stdout();
+            assert!(out.contains("own-fd EACCES\n"), "{access}\n{}", r.show());
+            assert!(out.contains("init-fd EACCES\n"), "{access}\n{}", r.show());
+            assert!(
+                out.contains(&format!("granted {granted}\n")),
+                "{access}\n{}",
+                r.show()
+            );
+            let reached = usize::from(access == "write");
+            assert_eq!(host.box_connections(), reached, "{access}\n{}", r.show());
+        }
+    }
+}

@@ -96,7 +96,7 @@ pub fn connect_unix(
                 Ok(t) => t,
                 Err(errno) => return UnixOutcome::Refuse(errno),
             };
-            if let Err(errno) = judge(&target) {
+            if let Err(errno) = judge(&target).and_then(|()| on_box_mount(proc_dir, tid, &target)) {
                 return UnixOutcome::Refuse(errno);
             }
             connect_to_opened(sock, &target)
@@ -181,6 +181,69 @@ fn judge(target: &OwnedFd) -> Result<(), i32> {
     Ok(())
 }
 
+/// The mount `target` is on is one of the box's: listed in the workload's
+/// mountinfo (its mount namespace, under its root). A descriptor that
+/// entered the box from outside (a host directory as the caller's standard
+/// input, still open in the box's init or the workload) names a mount of
+/// the host's namespace, which no rule of the box made: EACCES.
+fn on_box_mount(proc_dir: BorrowedFd<'_>, tid: u32, target: &OwnedFd) -> Result<(), i32> {
+    let fdinfo = read_proc(
+        proc_dir,
+        &format!("self/fdinfo/{}", target.as_raw_fd()),
+        FDINFO_MAX,
+    )?;
+    let mnt_id = field(&fdinfo, "mnt_id:").ok_or(libc::ECONNREFUSED)?;
+    let mountinfo = read_proc(proc_dir, &format!("{tid}/mountinfo"), MOUNTINFO_MAX)?;
+    if mount_listed(&mountinfo, mnt_id) {
+        Ok(())
+    } else {
+        Err(libc::EACCES)
+    }
+}
+
+/// Most bytes read of one fdinfo file, and of a mountinfo file (a box has
+/// tens of mounts, each line under a few hundred bytes; more is refused).
+const FDINFO_MAX: usize = 4096;
+const MOUNTINFO_MAX: usize = 1 << 20;
+
+/// The value after `key` on its line of a /proc text file.
+fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::trim)
+}
+
+/// Whether mount `id` (decimal, as fdinfo writes it) has a line in
+/// `mountinfo` (its first field).
+fn mount_listed(mountinfo: &str, id: &str) -> bool {
+    !id.is_empty() && mountinfo.lines().any(|l| l.split(' ').next() == Some(id))
+}
+
+/// A whole /proc file of at most `max` bytes (ECONNREFUSED when longer).
+fn read_proc(proc_dir: BorrowedFd<'_>, path: &str, max: usize) -> Result<String, i32> {
+    let fd = rustix::fs::openat(
+        proc_dir,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|e| e.raw_os_error())?;
+    let mut buf = vec![0u8; max + 1];
+    let mut len = 0;
+    loop {
+        let n = rustix::io::read(&fd, &mut buf[len..]).map_err(|e| e.raw_os_error())?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if len > max {
+            return Err(libc::ECONNREFUSED);
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| libc::ECONNREFUSED)
+}
+
 /// Connects `sock` to the very inode `target` holds: the kernel follows
 /// `/proc/self/fd/N` to the opened file, whatever the path names by now. The
 /// service is not dumpable, but its own /proc/self/fd stays open to it (the
@@ -248,6 +311,19 @@ mod tests {
         assert_eq!(v(b"/proc/thread-self/fd/4"), "7/root/proc/5/task/7/fd/4");
         assert_eq!(v(b"/proc/selfish/x"), "7/root/proc/selfish/x");
         assert_eq!(v(b"/"), "7/root/");
+    }
+
+    #[test]
+    fn a_mount_is_the_boxs_when_its_mountinfo_lists_it() {
+        let info = "22 1 0:21 / / ro,nosuid - tmpfs tmpfs ro\n\
+                    230 22 8:1 /srv /srv rw - ext4 /dev/sda1 rw\n";
+        assert!(mount_listed(info, "22"));
+        assert!(mount_listed(info, "230"));
+        assert!(!mount_listed(info, "23"));
+        assert!(!mount_listed(info, "2"));
+        assert!(!mount_listed(info, ""));
+        assert_eq!(field("pos:\t0\nmnt_id:\t230\n", "mnt_id:"), Some("230"));
+        assert_eq!(field("pos:\t0\n", "mnt_id:"), None);
     }
 
     fn proc_dir() -> OwnedFd {
