@@ -843,3 +843,94 @@ fn handoff_a_host_directory_held_open_in_the_box_does_not_reach_its_sockets() {
         }
     }
 }
+
+/// Threads of one workload: a connect() on descriptor 100 while one thread
+/// flips the sockaddr between a box-local inet address (a server in the
+/// box) and the read-only host socket, and another dup2()s an AF_UNIX
+/// socket and the inet socket onto descriptor 100 in turn. If the kernel
+/// ran any call again after the service's look ("continue"), it could find
+/// the unix socket and the path; the AF_UNIX sockets never end connected
+/// and the host service accepts nothing.
+const UNIX_SWAP_PY: &str = r#"
+import ctypes, os, socket, struct, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+host = sys.argv[1].encode()
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(512)
+port = srv.getsockname()[1]
+def serve():
+    while True:
+        srv.accept()[0].close()
+threading.Thread(target=serve, daemon=True).start()
+inet = struct.pack("=HH4s8x", socket.AF_INET, socket.htons(port),
+                   socket.inet_aton("127.0.0.1")).ljust(110, b"\0")
+unix = struct.pack("=H", socket.AF_UNIX) + host.ljust(108, b"\0")
+buf = ctypes.create_string_buffer(inet, 110)
+F = 100
+cur = {"i": -1, "u": -1}
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, unix, 110)
+        ctypes.memmove(buf, inet, 110)
+def swap():
+    while not stop:
+        i, u = cur["i"], cur["u"]
+        if i < 0:
+            continue
+        try:
+            os.dup2(u, F)
+            os.dup2(i, F)
+        except OSError:
+            pass
+for f in (flip, swap):
+    threading.Thread(target=f, daemon=True).start()
+done = unix_connected = inet_connected = 0
+for _ in range(400):
+    i, u = socket.socket(), socket.socket(socket.AF_UNIX)
+    os.dup2(i.fileno(), F)
+    cur["i"], cur["u"] = i.fileno(), u.fileno()
+    r = libc.connect(F, buf, 110)
+    cur["i"] = -1
+    done += 1
+    for s, name in ((u, "unix"), (i, "inet")):
+        try:
+            s.getpeername()
+            if name == "unix":
+                unix_connected += 1
+            else:
+                inet_connected += 1
+        except OSError:
+            pass
+    i.close()
+    u.close()
+stop = True
+print("swap", done, unix_connected, inet_connected)
+"#;
+
+#[test]
+fn handoff_a_thread_swapping_descriptors_never_reaches_a_read_only_socket() {
+    for user in users() {
+        let fx = BoxWorld::new("unix-swap", user);
+        fs::write(fx.ws.join("swap.py"), UNIX_SWAP_PY).unwrap();
+        let mut host = HostUnix::start(&fx);
+        let dir = fx.root.join("svc");
+        let policy = unix_policy(&fx, "read", &dir);
+        let mut cmd = fx.command(
+            &["--policy", policy.to_str().unwrap()],
+            &format!("{PY} swap.py {}", host.sock.display()),
+        );
+        let r = fx.collect(cmd.output().unwrap());
+        let line = r
+            .stdout()
+            .lines()
+            .find(|l| l.starts_with("swap "))
+            .unwrap_or_else(|| panic!("{}", r.show()))
+            .to_string();
+        let n: Vec<u64> = line[5..].split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(n[0], 400, "{}", r.show());
+        assert_eq!(n[1], 0, "an AF_UNIX socket got connected\n{}", r.show());
+        assert_eq!(host.box_connections(), 0, "{}", r.show());
+    }
+}
