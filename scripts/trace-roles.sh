@@ -2,7 +2,8 @@
 # The system calls each terra role makes once its seccomp allowlist is
 # installed, for reviewing the tables in crates/terra-seccomp/tables/.
 # Runs terra under `strace -f -ff` through the paths a run can take — a
-# mediated run with curl through the box proxy (HTTP and SOCKS), network
+# mediated run with curl through the box proxy (HTTP and SOCKS) and
+# AF_UNIX and box-local connects the box service runs, network
 # none, a pty run (when `script` exists), a --receipt file, a deadline, a
 # failing workload, the landlock backend with a daemon, and the same as
 # uid 65534 — then prints, per role, the sorted set of calls made after the
@@ -71,6 +72,22 @@ run() {
   fi
 }
 unpriv=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+# The box service's own connects: an AF_UNIX socket in the workspace (opened
+# through the box's /proc, checked, connected through /proc/self/fd), a
+# refused one on the read-only root, a box-local UDP connect.
+cat >"$work/ws/unix.py" <<'PY'
+import os, socket
+p = os.getcwd() + "/trace-%d.sock" % os.getpid()
+srv = socket.socket(socket.AF_UNIX); srv.bind(p); srv.listen(1)
+c = socket.socket(socket.AF_UNIX); c.connect(p); print("unix connected")
+os.unlink(p)
+try:
+    socket.socket(socket.AF_UNIX).connect("/usr")
+except OSError as e:
+    print("unix refused", e.errno)
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).connect(("127.0.0.1", 9))
+PY
+chmod 644 "$work/ws/unix.py"
 fetch="curl -sS --max-time 20 http://localhost:$port/ && curl -sS --max-time 20 -x socks5h://127.0.0.1:3128 http://localhost:$port/"
 # The workload's own connect() (handed off, refused, UDP) and the box's DNS
 # stub over UDP and TCP.
@@ -81,10 +98,12 @@ socket.socket(2, 2).connect_ex((\"192.0.2.1\", 53)); socket.socket().connect_ex(
 q = struct.pack(\"!HHHHHH\", 7, 256, 1, 0, 0, 0) + b\"\\x07example\\x00\\x00\\x01\\x00\\x01\"
 d = socket.create_connection((\"127.0.0.1\", 53)); d.sendall(struct.pack(\"!H\", len(q)) + q); d.recv(512)
 '"
+fetch="$fetch && python3 unix.py"
 for who in root nobody; do
   pre=(); [ "$who" = nobody ] && pre=("${unpriv[@]}")
   run "mediated-$who" 0 "${pre[@]}" -- run --policy "$work/policy.json" -- /bin/sh -c "$fetch"
   grep -q hello "$work/out/mediated-$who" || { echo "trace-roles: curl through the proxy failed ($who)" >&2; exit 2; }
+  grep -q "unix connected" "$work/out/mediated-$who" || { echo "trace-roles: the AF_UNIX connect failed ($who)" >&2; exit 2; }
   run "none-$who" 0 "${pre[@]}" -- run --receipt "$work/out/receipt-$who.json" -- /bin/sh -c 'echo none; sleep 0.2'
   run "fail-$who" 3 "${pre[@]}" -- run -- /bin/sh -c 'exit 3'
   run "timeout-$who" 137 "${pre[@]}" -- run --timeout 1s -- /bin/sh -c 'trap "" TERM; sleep 30'

@@ -4,7 +4,9 @@
 //! `--noproxy '*'`, a python3 raw socket, nc, git over git://, an SSH-like
 //! banner server; names only a DNS server the test starts knows; refusals
 //! with their receipt lines; the race of a thread rewriting the sockaddr;
-//! 1,000 concurrent connects; the box's own loopback.
+//! 1,000 concurrent connects; the box's own loopback; AF_UNIX sockets on
+//! read-only mounts refused, on the box's writable ones connected, under a
+//! rewriting thread too.
 
 use super::*;
 
@@ -631,4 +633,459 @@ fn handoff_a_database_on_the_host_loopback() {
     }
     let _ = redis.kill();
     let _ = redis.wait();
+}
+
+// ------------------------------------------------------------------ AF_UNIX (issue 13)
+
+/// A host service on an AF_UNIX stream socket (what docker.sock, D-Bus or
+/// an agent is). It accepts in order and counts; a connection that sends
+/// `marker` (the test's own) is answered on stdout with `MARK <n>`, the
+/// connections accepted before it.
+const UNIX_SERVER_PY: &str = r#"
+import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+os.chmod(sys.argv[1], 0o777)
+s.listen(128)
+print("PORT 0", flush=True)
+def serve(c, before):
+    with c:
+        data = c.recv(100)
+        if data == b"marker":
+            print("MARK", before, flush=True)
+        else:
+            c.sendall(b"host-service")
+n = 0
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c, n), daemon=True).start()
+    n += 1
+"#;
+
+/// The host service of one case at `svc/host.sock` under the world's root,
+/// started as the test's own user: a socket anyone may write, so only
+/// terra's rule keeps the box from it.
+struct HostUnix {
+    sock: PathBuf,
+    lines: Arc<std::sync::Mutex<Vec<String>>>,
+    markers: usize,
+    child: Child,
+}
+
+impl HostUnix {
+    fn start(fx: &BoxWorld) -> HostUnix {
+        let dir = fx.root.join("svc");
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let sock = dir.join("host.sock");
+        let mut child = Command::new(PY)
+            .arg("-c")
+            .arg(UNIX_SERVER_PY)
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (_, out) = first_line_port(child.stdout.take().unwrap());
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let l = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        HostUnix {
+            sock,
+            lines,
+            markers: 0,
+            child,
+        }
+    }
+
+    /// The connections the server accepted from the box so far: the test
+    /// connects itself and reads how many came before it (the server
+    /// accepts in order, so every earlier connect is counted).
+    fn box_connections(&mut self) -> usize {
+        let mut c = std::os::unix::net::UnixStream::connect(&self.sock).unwrap();
+        std::io::Write::write_all(&mut c, b"marker").unwrap();
+        self.markers += 1;
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let marks: Vec<usize> = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|l| l.strip_prefix("MARK ")?.parse().ok())
+                .collect();
+            if marks.len() == self.markers {
+                let before = marks.into_iter().max().unwrap_or(0);
+                return before - (self.markers - 1);
+            }
+            assert!(Instant::now() < until, "the host service did not answer");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for HostUnix {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The world's policy (network mediated: the notification filter exists
+/// only then) with `access` granted on `dir`.
+fn unix_policy(fx: &BoxWorld, access: &str, dir: &Path) -> PathBuf {
+    let p = fx.policy(&[("127.0.0.1", 9, false, true)]);
+    let mut v: Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    let rule = serde_json::json!({"access": access,
+        "path": {"absolute": dir.to_str().unwrap()}, "scope": "tree"});
+    v["filesystem"]["rules"].as_array_mut().unwrap().push(rule);
+    fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    p
+}
+
+/// The workload's side: the host service in the granted directory
+/// (directly, by a symlink in the workspace, through /proc/self/fd of an
+/// O_PATH descriptor), then servers inside the box.
+const UNIX_PY: &str = r#"
+import errno, os, socket, sys, threading
+host, mode = sys.argv[1], sys.argv[2]
+def name(e):
+    return errno.errorcode.get(e.errno, str(e.errno))
+def talk(label, path, kind=socket.SOCK_STREAM):
+    c = socket.socket(socket.AF_UNIX, kind)
+    try:
+        c.connect(path)
+        c.sendall(label.encode())
+        print(label, c.recv(100).decode(), flush=True)
+    except OSError as e:
+        print(label, name(e), flush=True)
+if os.path.lexists("link.sock"):
+    os.unlink("link.sock")
+os.symlink(host, "link.sock")
+opath = os.open(host, os.O_PATH)
+talk("host", host)
+talk("host-link", "link.sock")
+talk("host-opath", "/proc/self/fd/%d" % opath)
+if mode == "host-only":
+    sys.exit(0)
+def serve(path, family_name=None):
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    srv.listen(8)
+    def loop():
+        while True:
+            c, _ = srv.accept()
+            try:
+                c.sendall(b"echo " + c.recv(100))
+            except OSError:
+                pass
+            c.close()
+    threading.Thread(target=loop, daemon=True).start()
+for label, path in (("ws", os.getcwd() + "/ws.sock"), ("rel", "rel.sock"),
+                    ("tmp", "/tmp/t.sock"), ("shm", "/dev/shm/s.sock"),
+                    ("abstract", "\0terra-e2e-abstract")):
+    serve(path)
+    talk(label, path)
+ws_fd = os.open("ws.sock", os.O_PATH)
+talk("ws-opath", "/proc/self/fd/%d" % ws_fd)
+# Non-blocking, and the socket keeps its flags.
+c = socket.socket(socket.AF_UNIX)
+c.setblocking(False)
+c.connect("ws.sock")
+print("nonblocking", c.getblocking() is False, c.getpeername() == os.getcwd() + "/ws.sock", flush=True)
+# A datagram socket bound before its connect keeps its own address.
+d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+d.bind("d-server.sock")
+c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+c.bind("d-client.sock")
+c.connect("d-server.sock")
+c.send(b"dgram")
+data, peer = d.recvfrom(100)
+print("dgram", data.decode(), peer, flush=True)
+talk("plain-file", "unix.py")
+talk("missing", "nothing-here.sock")
+"#;
+
+/// The box's connect() to an AF_UNIX socket on a read-only mount (a read
+/// grant holding a host service's socket) fails with EACCES, also through a
+/// symlink or /proc/self/fd, and the host service never sees a connection;
+/// sockets on the box's writable mounts (workspace, /tmp, /dev/shm) and
+/// abstract names work. The twin: the same host service in a write grant is
+/// reached, so the refusal is the rule's, not the socket's permissions.
+#[test]
+fn handoff_unix_sockets_on_read_only_mounts_are_refused() {
+    for user in users() {
+        let fx = BoxWorld::new("unix-ro", user);
+        fs::write(fx.ws.join("unix.py"), UNIX_PY).unwrap();
+        let mut host = HostUnix::start(&fx);
+        let dir = fx.root.join("svc");
+        let script = format!("{PY} unix.py {} all", host.sock.display());
+        let policy = unix_policy(&fx, "read", &dir);
+        let mut cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
+        let r = fx.collect(cmd.output().unwrap());
+        let out = r.stdout();
+        for l in ["host EACCES", "host-link EACCES", "host-opath EACCES"] {
+            assert!(out.contains(&format!("{l}\n")), "{l}\n{}", r.show());
+        }
+        for l in ["ws", "rel", "tmp", "shm", "abstract", "ws-opath"] {
+            assert!(
+                out.contains(&format!("{l} echo {l}\n")),
+                "{l}\n{}",
+                r.show()
+            );
+        }
+        assert!(out.contains("nonblocking True True\n"), "{}", r.show());
+        assert!(out.contains("dgram dgram d-client.sock\n"), "{}", r.show());
+        assert!(out.contains("plain-file ECONNREFUSED\n"), "{}", r.show());
+        assert!(out.contains("missing ENOENT\n"), "{}", r.show());
+        assert_eq!(r.code(), Some(0), "{}", r.show());
+        assert_eq!(host.box_connections(), 0, "{}", r.show());
+        // The broker is not involved: no network receipt line.
+        assert!(r.lines.is_empty(), "{}", r.show());
+
+        // The twin: a write grant of the same directory.
+        let policy = unix_policy(&fx, "write", &dir);
+        let mut cmd = fx.command(
+            &["--policy", policy.to_str().unwrap()],
+            &format!("{PY} unix.py {} host-only", host.sock.display()),
+        );
+        let r = fx.collect(cmd.output().unwrap());
+        let out = r.stdout();
+        for l in ["host", "host-link", "host-opath"] {
+            assert!(
+                out.contains(&format!("{l} host-service\n")),
+                "{l}\n{}",
+                r.show()
+            );
+        }
+        assert_eq!(host.box_connections(), 3, "{}", r.show());
+    }
+}
+
+/// Threads of one workload: one flips a sockaddr_un between a socket in the
+/// workspace, the host service's socket in a read grant, and that path
+/// made an abstract name (which nothing serves); the others connect() with
+/// it. Whatever the buffer holds when the kernel could read it again, no
+/// connect reaches the host service.
+const UNIX_RACE_PY: &str = r#"
+import ctypes, errno, os, socket, struct, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+host = sys.argv[1].encode()
+mine = (os.getcwd() + "/mine.sock").encode()
+srv = socket.socket(socket.AF_UNIX)
+srv.bind(mine)
+srv.listen(128)
+def loop():
+    while True:
+        srv.accept()[0].close()
+threading.Thread(target=loop, daemon=True).start()
+def sa(path):
+    return struct.pack("=H", socket.AF_UNIX) + path.ljust(108, b"\0")
+good, bad, abstract = sa(mine), sa(host), sa(b"\0" + host[1:])
+buf = ctypes.create_string_buffer(good, 110)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, bad, 110)
+        ctypes.memmove(buf, good, 110)
+        ctypes.memmove(buf, abstract, 110)
+        ctypes.memmove(buf, good, 110)
+threading.Thread(target=flip, daemon=True).start()
+results = {"ok": 0, "eacces": 0, "refused": 0, "other": 0}
+lock = threading.Lock()
+def worker(n):
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX)
+        r = libc.connect(s.fileno(), buf, 110)
+        e = ctypes.get_errno()
+        with lock:
+            if r == 0:
+                results["ok" if s.getpeername().encode() == mine else "other"] += 1
+            elif e == errno.EACCES:
+                results["eacces"] += 1
+            elif e == errno.ECONNREFUSED:
+                results["refused"] += 1
+            else:
+                results["other"] += 1
+        s.close()
+ts = [threading.Thread(target=worker, args=(100,)) for _ in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+stop = True
+print("race", results["ok"], results["eacces"], results["refused"], results["other"])
+"#;
+
+#[test]
+fn handoff_a_thread_rewriting_a_unix_sockaddr_never_reaches_a_read_only_socket() {
+    for user in users() {
+        let fx = BoxWorld::new("unix-race", user);
+        fs::write(fx.ws.join("race.py"), UNIX_RACE_PY).unwrap();
+        let mut host = HostUnix::start(&fx);
+        let dir = fx.root.join("svc");
+        let policy = unix_policy(&fx, "read", &dir);
+        let mut cmd = fx.command(
+            &["--policy", policy.to_str().unwrap()],
+            &format!("{PY} race.py {}", host.sock.display()),
+        );
+        let r = fx.collect(cmd.output().unwrap());
+        let line = r
+            .stdout()
+            .lines()
+            .find(|l| l.starts_with("race "))
+            .unwrap_or_else(|| panic!("{}", r.show()))
+            .to_string();
+        let n: Vec<u64> = line[5..].split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(n[0] + n[1] + n[2], 400, "{}", r.show());
+        assert_eq!(n[3], 0, "no connect ended elsewhere\n{}", r.show());
+        assert!(
+            n[0] > 0,
+            "some connects reached the workspace\n{}",
+            r.show()
+        );
+        assert_eq!(host.box_connections(), 0, "{}", r.show());
+    }
+}
+
+/// The workload's side: the host service's directory is the run's standard
+/// input (moved to fd 3), held open in the box's init and the workload.
+const UNIX_FD_PY: &str = r#"
+import errno, socket, sys
+for label, path in (("own-fd", "/proc/self/fd/3/host.sock"),
+                    ("init-fd", "/proc/1/fd/0/host.sock"),
+                    ("granted", sys.argv[1])):
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect(path)
+        c.sendall(label.encode())
+        print(label, c.recv(100).decode(), flush=True)
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+"#;
+
+/// A host directory that entered the box as a descriptor (the caller's
+/// standard input) is on a mount of the host's namespace, not the box's:
+/// its sockets are refused through the workload's own descriptor and
+/// through the box init's (which the service could open and the workload
+/// could not), even when the same directory is also granted writable,
+/// while the grant's own path reaches the host service.
+#[test]
+fn handoff_a_host_directory_held_open_in_the_box_does_not_reach_its_sockets() {
+    for user in users() {
+        let fx = BoxWorld::new("unix-fd", user);
+        fs::write(fx.ws.join("fd.py"), UNIX_FD_PY).unwrap();
+        let mut host = HostUnix::start(&fx);
+        let dir = fx.root.join("svc");
+        let script = format!("exec 3<&0 0</dev/null; {PY} fd.py {}", host.sock.display());
+        for (access, granted) in [("read", "EACCES"), ("write", "host-service")] {
+            let policy = unix_policy(&fx, access, &dir);
+            let mut cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
+            cmd.stdin(fs::File::open(&dir).unwrap());
+            let r = fx.collect(cmd.output().unwrap());
+            let out = r.stdout();
+            assert!(out.contains("own-fd EACCES\n"), "{access}\n{}", r.show());
+            assert!(out.contains("init-fd EACCES\n"), "{access}\n{}", r.show());
+            assert!(
+                out.contains(&format!("granted {granted}\n")),
+                "{access}\n{}",
+                r.show()
+            );
+            let reached = usize::from(access == "write");
+            assert_eq!(host.box_connections(), reached, "{access}\n{}", r.show());
+        }
+    }
+}
+
+/// Threads of one workload: a connect() on descriptor 100 while one thread
+/// flips the sockaddr between a box-local inet address (a server in the
+/// box) and the read-only host socket, and another dup2()s an AF_UNIX
+/// socket and the inet socket onto descriptor 100 in turn. If the kernel
+/// ran any call again after the service's look ("continue"), it could find
+/// the unix socket and the path; the AF_UNIX sockets never end connected
+/// and the host service accepts nothing.
+const UNIX_SWAP_PY: &str = r#"
+import ctypes, os, socket, struct, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+host = sys.argv[1].encode()
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(512)
+port = srv.getsockname()[1]
+def serve():
+    while True:
+        srv.accept()[0].close()
+threading.Thread(target=serve, daemon=True).start()
+inet = struct.pack("=HH4s8x", socket.AF_INET, socket.htons(port),
+                   socket.inet_aton("127.0.0.1")).ljust(110, b"\0")
+unix = struct.pack("=H", socket.AF_UNIX) + host.ljust(108, b"\0")
+buf = ctypes.create_string_buffer(inet, 110)
+F = 100
+cur = {"i": -1, "u": -1}
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, unix, 110)
+        ctypes.memmove(buf, inet, 110)
+def swap():
+    while not stop:
+        i, u = cur["i"], cur["u"]
+        if i < 0:
+            continue
+        try:
+            os.dup2(u, F)
+            os.dup2(i, F)
+        except OSError:
+            pass
+for f in (flip, swap):
+    threading.Thread(target=f, daemon=True).start()
+done = unix_connected = inet_connected = 0
+for _ in range(400):
+    i, u = socket.socket(), socket.socket(socket.AF_UNIX)
+    os.dup2(i.fileno(), F)
+    cur["i"], cur["u"] = i.fileno(), u.fileno()
+    r = libc.connect(F, buf, 110)
+    cur["i"] = -1
+    done += 1
+    for s, name in ((u, "unix"), (i, "inet")):
+        try:
+            s.getpeername()
+            if name == "unix":
+                unix_connected += 1
+            else:
+                inet_connected += 1
+        except OSError:
+            pass
+    i.close()
+    u.close()
+stop = True
+print("swap", done, unix_connected, inet_connected)
+"#;
+
+#[test]
+fn handoff_a_thread_swapping_descriptors_never_reaches_a_read_only_socket() {
+    for user in users() {
+        let fx = BoxWorld::new("unix-swap", user);
+        fs::write(fx.ws.join("swap.py"), UNIX_SWAP_PY).unwrap();
+        let mut host = HostUnix::start(&fx);
+        let dir = fx.root.join("svc");
+        let policy = unix_policy(&fx, "read", &dir);
+        let mut cmd = fx.command(
+            &["--policy", policy.to_str().unwrap()],
+            &format!("{PY} swap.py {}", host.sock.display()),
+        );
+        let r = fx.collect(cmd.output().unwrap());
+        let line = r
+            .stdout()
+            .lines()
+            .find(|l| l.starts_with("swap "))
+            .unwrap_or_else(|| panic!("{}", r.show()))
+            .to_string();
+        let n: Vec<u64> = line[5..].split(' ').map(|x| x.parse().unwrap()).collect();
+        assert_eq!(n[0], 400, "{}", r.show());
+        assert_eq!(n[1], 0, "an AF_UNIX socket got connected\n{}", r.show());
+        assert_eq!(host.box_connections(), 0, "{}", r.show());
+    }
 }

@@ -68,8 +68,8 @@ pub enum Ask {
 pub enum Answer {
     /// Connected and judged: the socket travels with this message.
     Connected,
-    /// A box-local address no destination lists: the kernel runs the call
-    /// inside the box (its own loopback).
+    /// A box-local address no destination lists: the box service connects
+    /// the workload's socket itself, inside the box (its own loopback).
     Local,
     /// Refused: the call fails with this errno (the receipt says why).
     Refused { errno: i32 },

@@ -11,10 +11,13 @@
 //!   destination the workload wrote is read once, and the broker either
 //!   connects to it and sends back the socket, which replaces the
 //!   workload's (SECCOMP_IOCTL_NOTIF_ADDFD), or refuses it; box-local
-//!   addresses nothing lists are left to the kernel, inside the box.
+//!   addresses nothing lists, and AF_UNIX sockets on the box's writable
+//!   mounts ([`crate::unixconn`]), are connected by the service itself on
+//!   the workload's own socket, inside the box. The kernel never runs the
+//!   workload's connect().
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +29,7 @@ use crate::ask::{self, Answer, Ask, SocketOptions};
 use crate::fdpass;
 use crate::pool::Pool;
 use crate::stub::{self, Lookup, StubLookup};
+use crate::unixconn::{self, UnixOutcome};
 
 /// Most workload connect() calls handled at once; more wait in the kernel.
 const MAX_PENDING: usize = 1024;
@@ -206,9 +210,16 @@ fn parse_sockaddr(b: &[u8]) -> Option<SocketAddr> {
             let ip = Ipv4Addr::new(b[4], b[5], b[6], b[7]);
             Some(SocketAddr::new(IpAddr::V4(ip), port))
         }
+        // 24 bytes: RFC 2133's sockaddr_in6, without sin6_scope_id.
         libc::AF_INET6 if b.len() >= 24 => {
+            let flowinfo = u32::from_be_bytes(b[4..8].try_into().ok()?);
             let octets: [u8; 16] = b[8..24].try_into().ok()?;
-            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(octets)), port))
+            let scope = match b.get(24..28) {
+                Some(s) => u32::from_ne_bytes(s.try_into().ok()?),
+                None => 0,
+            };
+            let ip = Ipv6Addr::from(octets);
+            Some(SocketAddr::V6(SocketAddrV6::new(ip, port, flowinfo, scope)))
         }
         _ => None,
     }
@@ -222,26 +233,27 @@ fn is_box_local(ip: IpAddr) -> bool {
     ip.is_loopback() || ip.is_unspecified()
 }
 
-/// The answer to one connect(). Letting the kernel run the call
-/// ("continue") is safe for everything the service does not hand off: the
-/// box's network namespace has only its loopback, so whatever the arguments
-/// hold by the time the kernel reads them again, the call cannot leave the
-/// box. An inet stream connect to anywhere else is never continued.
+/// The answer to one connect(). The kernel never runs the workload's call
+/// itself ("continue"): another thread could rewrite the sockaddr or put
+/// another socket at the descriptor number before the kernel reads them
+/// again, and an AF_UNIX path reaches past the box's network namespace.
+/// So every call ends with the service's own connect: a socket the broker
+/// connected and judged replaces the workload's, or the service connects
+/// the workload's own socket (its pidfd_getfd copy) to the address it read
+/// ([`connect_here`]: box-local inet, an AF_UNIX socket it judged), or the
+/// call fails with an errno.
 fn on_connect(s: &Shared, n: &Notification) {
     let l = s.listener.as_fd();
-    let proceed = || {
-        let _ = notify::reply_continue(l, n.id);
-    };
     let fail = |errno: i32| {
         let _ = notify::reply_errno(l, n.id, errno);
     };
     let fd = n.args[0] as u32 as i32 as RawFd;
     let len = n.args[2] as u32 as usize;
     if !(2..=128).contains(&len) {
-        return proceed(); // the kernel's own EINVAL
+        return fail(libc::EINVAL);
     }
     let Ok(bytes) = notify::read_memory(n.pid, n.args[1], len) else {
-        return proceed(); // the kernel's own EFAULT
+        return fail(libc::EFAULT);
     };
     // The notification names the calling thread; its socket is taken from
     // its process.
@@ -252,9 +264,6 @@ fn on_connect(s: &Shared, n: &Notification) {
     if !notify::id_valid(l, n.id) {
         return;
     }
-    let Some(to) = parse_sockaddr(&bytes) else {
-        return proceed(); // AF_UNIX, AF_UNSPEC, ...: inside the box
-    };
     let sock = match notify::take_fd(tgid, fd) {
         Ok(f) => f,
         Err(e) if e.raw_os_error() == Some(libc::EBADF) => return fail(libc::EBADF),
@@ -264,25 +273,42 @@ fn on_connect(s: &Shared, n: &Notification) {
         Ok(d) => d,
         Err(_) => return fail(libc::ENOTSOCK),
     };
+    let here = || match connect_here(&sock, domain, &bytes) {
+        0 => {
+            let _ = notify::reply_value(l, n.id, 0);
+        }
+        errno => fail(errno),
+    };
+    if domain == AddressFamily::UNIX {
+        return match unixconn::connect_unix(s.proc_dir.as_fd(), n.pid, tgid, &bytes, &sock) {
+            UnixOutcome::Connected => {
+                let _ = notify::reply_value(l, n.id, 0);
+            }
+            UnixOutcome::Refuse(errno) => fail(errno),
+        };
+    }
+    let Some(to) = parse_sockaddr(&bytes) else {
+        return here(); // AF_UNSPEC, a netlink address, a short or foreign one
+    };
     let v6_socket = domain == AddressFamily::INET6;
     let same_family =
         (domain == AddressFamily::INET && to.is_ipv4()) || (v6_socket && to.is_ipv6());
     if !same_family {
-        return proceed(); // not inet, or a family mismatch: the kernel's own error
+        return here(); // not inet, or a family mismatch: the kernel's own error
     }
     match sockopt::socket_type(&sock) {
         Ok(SocketType::STREAM) => {}
         Ok(SocketType::DGRAM) => {
             if is_box_local(to.ip()) {
-                return proceed(); // the DNS stub, an in-box UDP service
+                return here(); // the DNS stub, an in-box UDP service
             }
             return match ask::ask(s.broker.as_fd(), &Ask::Udp { to }) {
-                Ok((Answer::Local, _)) => proceed(),
+                Ok((Answer::Local, _)) => here(),
                 Ok((Answer::Refused { errno }, _)) => fail(errno),
                 _ => fail(libc::ENETUNREACH),
             };
         }
-        _ => return proceed(), // raw sockets need a capability the workload lacks
+        _ => return here(), // raw sockets need a capability the workload lacks
     }
     if rustix::net::getpeername(&sock).is_ok() {
         return fail(libc::EISCONN);
@@ -292,7 +318,6 @@ fn on_connect(s: &Shared, n: &Notification) {
         .map(|f| f.contains(rustix::fs::OFlags::NONBLOCK))
         .unwrap_or(false);
     let cloexec = notify::fd_is_cloexec(s.proc_dir.as_fd(), n.pid, fd).unwrap_or(true);
-    drop(sock);
     let question = Ask::Connect {
         to,
         v6_socket,
@@ -323,11 +348,12 @@ fn on_connect(s: &Shared, n: &Notification) {
             }
             hand_over(l, n.id, workload_end.as_fd(), fd, cloexec);
         }
-        Ok((Answer::Local, _)) => proceed(),
+
+        Ok((Answer::Local, _)) => here(),
         Ok((Answer::Refused { errno }, _)) => fail(errno),
         Ok(_) => fail(libc::ECONNREFUSED),
         // The broker is gone: box-local calls still work, nothing else does.
-        Err(_) if is_box_local(to.ip()) => proceed(),
+        Err(_) if is_box_local(to.ip()) => here(),
         Err(_) => fail(libc::ECONNREFUSED),
     }
 }
@@ -347,6 +373,48 @@ fn hand_over(l: BorrowedFd<'_>, id: u64, sock: BorrowedFd<'_>, fd: RawFd, cloexe
             let _ = notify::reply_errno(l, id, libc::ECONNREFUSED);
         }
     }
+}
+
+/// The workload's connect() run by the service on the workload's own
+/// socket (`sock`, a copy of its descriptor) with the bytes the service
+/// read: inside the box's network namespace, as the kernel would have run
+/// it, with the kernel's own errors. Returns 0 or the errno. Families the
+/// workload's seccomp lets it create and that this does not know (none
+/// today) fail EAFNOSUPPORT rather than being run by the kernel.
+fn connect_here(sock: &OwnedFd, domain: AddressFamily, bytes: &[u8]) -> i32 {
+    let (Some(&lo), Some(&hi)) = (bytes.first(), bytes.get(1)) else {
+        return libc::EINVAL;
+    };
+    let family = i32::from(u16::from_ne_bytes([lo, hi]));
+    let result = if family == libc::AF_UNSPEC {
+        rustix::net::connect_unspec(sock)
+    } else if let Some(to) = parse_sockaddr(bytes) {
+        rustix::net::connect(sock, &to)
+    } else if domain == AddressFamily::NETLINK {
+        match netlink_addr(bytes) {
+            Some(addr) => rustix::net::connect(sock, &addr),
+            None => return libc::EINVAL,
+        }
+    } else if family == libc::AF_INET || family == libc::AF_INET6 {
+        return libc::EINVAL; // shorter than its family's sockaddr
+    } else {
+        return libc::EAFNOSUPPORT;
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error(),
+    }
+}
+
+/// A `sockaddr_nl`: family, padding, port id, groups.
+fn netlink_addr(b: &[u8]) -> Option<rustix::net::netlink::SocketAddrNetlink> {
+    let family = u16::from_ne_bytes([*b.first()?, *b.get(1)?]);
+    if i32::from(family) != libc::AF_NETLINK || b.len() < 12 {
+        return None;
+    }
+    let pid = u32::from_ne_bytes(b[4..8].try_into().ok()?);
+    let groups = u32::from_ne_bytes(b[8..12].try_into().ok()?);
+    Some(rustix::net::netlink::SocketAddrNetlink::new(pid, groups))
 }
 
 /// A sendto() with a destination address (the filter passes no other):

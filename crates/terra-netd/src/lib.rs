@@ -37,6 +37,8 @@ pub mod resolve;
 pub mod startup;
 pub mod stub;
 pub mod tls;
+#[cfg(target_os = "linux")]
+pub mod unixconn;
 
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};

@@ -6,10 +6,12 @@
 //! with a result, an errno, or "let the kernel run the call".
 //!
 //! The supervising side trusts nothing it reads from the workload's memory:
-//! another thread may change it at any moment. The box service therefore
-//! never lets the kernel run a connect whose target it judged (it hands over
-//! a socket the broker connected instead), and only lets calls proceed whose
-//! worst case the box's own namespaces already contain.
+//! another thread may change it (or the descriptor table) at any moment. The
+//! box service therefore never lets the kernel run a connect (no
+//! [`reply_continue`]): an AF_UNIX path reaches past the box's network
+//! namespace, and any call could be rewritten into one. It hands over a
+//! socket the broker connected, or connects the workload's own socket (a
+//! [`take_fd`] copy) with the arguments it read.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -147,7 +149,8 @@ pub fn reply_errno(listener: BorrowedFd<'_>, id: u64, errno: i32) -> io::Result<
 }
 
 /// The kernel runs the call itself, with whatever its arguments hold by then
-/// (so only for calls whose every outcome is acceptable).
+/// (so only for calls whose every outcome is acceptable; the box service
+/// uses it for none, see the module comment).
 pub fn reply_continue(listener: BorrowedFd<'_>, id: u64) -> io::Result<()> {
     send(
         listener,
