@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::net::{sockopt, AddressFamily, SocketType};
 use terra_sandbox::linux::notify::{self, Notification};
-use terra_sandbox::linux::ServiceFds;
+use terra_sandbox::linux::{MediatedFds, ServiceFds};
 
 use crate::ask::{self, Answer, Ask, SocketOptions};
 use crate::fdpass;
@@ -39,17 +39,29 @@ const STUB_TCP_CONNS: usize = 16;
 /// Stack of a thread handling one connect().
 const CONNECT_STACK: usize = 128 * 1024;
 
-/// The box side of mediated networking; never returns.
+/// The box's network service; never returns. Every box has it: the
+/// workload's connect() calls come here (see `on_connect`); with mediated
+/// networking it also serves the proxy and the DNS stub and asks the broker.
 pub fn box_service(fds: ServiceFds) -> ! {
     let ServiceFds {
+        notify_channel,
+        proc_dir,
+        mediated,
+    } = fds;
+    let Some(MediatedFds {
         proxy,
         broker,
         dns_udp,
         dns_tcp,
-        notify_channel,
-        proc_dir,
         relay,
-    } = fds;
+    }) = mediated
+    else {
+        serve_notifications(notify_channel, None, proc_dir, None);
+        // The workload is gone; init ends the box.
+        loop {
+            std::thread::park();
+        }
+    };
     let broker = Arc::new(broker);
     let lookup: Arc<dyn StubLookup> = Arc::new(BrokerLookup(Arc::clone(&broker)));
     let l = Arc::clone(&lookup);
@@ -65,7 +77,7 @@ pub fn box_service(fds: ServiceFds) -> ! {
     });
     let b = Arc::clone(&broker);
     spawn("terra-connect", move || {
-        serve_notifications(notify_channel, b, proc_dir, relay)
+        serve_notifications(notify_channel, Some(b), proc_dir, Some(relay))
     });
     box_proxy_loop(proxy, &broker)
 }
@@ -133,9 +145,9 @@ impl StubLookup for BrokerLookup {
 /// connect() calls, each on a thread of its own.
 fn serve_notifications(
     channel: OwnedFd,
-    broker: Arc<OwnedFd>,
+    broker: Option<Arc<OwnedFd>>,
     proc_dir: OwnedFd,
-    relay: TcpListener,
+    relay: Option<TcpListener>,
 ) {
     let listener = match ask::recv_with(channel.as_fd()) {
         Ok(Some((_, fds))) if !fds.is_empty() => fds.into_iter().next().expect("one fd"),
@@ -147,7 +159,7 @@ fn serve_notifications(
         listener,
         broker,
         proc_dir,
-        relay: Mutex::new(relay),
+        relay: relay.map(Mutex::new),
         defaults: Mutex::new(Vec::new()),
     });
     let pool = Pool::new("terra-connect", CONNECT_STACK, MAX_PENDING);
@@ -173,11 +185,12 @@ fn serve_notifications(
 
 struct Shared {
     listener: OwnedFd,
-    broker: Arc<OwnedFd>,
+    /// The broker's channel (mediated networking only).
+    broker: Option<Arc<OwnedFd>>,
     proc_dir: OwnedFd,
     /// The relay listener, locked for one connect-and-accept at a time so
     /// each pair is matched to its own connection.
-    relay: Mutex<TcpListener>,
+    relay: Option<Mutex<TcpListener>>,
     /// The option values of a fresh stream socket, per family (the box's
     /// network namespace keeps its defaults: the workload cannot change its
     /// sysctls).
@@ -185,10 +198,20 @@ struct Shared {
 }
 
 impl Shared {
+    /// Asks the broker; without one (network none or direct) nothing
+    /// leaves the box: ENETUNREACH, as the kernel would say.
+    fn ask(&self, q: &Ask, extra: Option<BorrowedFd<'_>>) -> io::Result<(Answer, Option<OwnedFd>)> {
+        match &self.broker {
+            Some(b) => ask::ask_with(b.as_fd(), q, extra),
+            None => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
+        }
+    }
+
     /// A connected TCP pair on the box loopback: (the workload's end, the
     /// broker's end).
     fn pair(&self) -> io::Result<(TcpStream, TcpStream)> {
-        let listener = self.relay.lock().unwrap_or_else(|p| p.into_inner());
+        let relay = self.relay.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTCONN))?;
+        let listener = relay.lock().unwrap_or_else(|p| p.into_inner());
         let mine = TcpStream::connect(listener.local_addr()?)?;
         loop {
             let (theirs, from) = listener.accept()?;
@@ -302,7 +325,7 @@ fn on_connect(s: &Shared, n: &Notification) {
             if is_box_local(to.ip()) {
                 return here(); // the DNS stub, an in-box UDP service
             }
-            return match ask::ask(s.broker.as_fd(), &Ask::Udp { to }) {
+            return match s.ask(&Ask::Udp { to }, None) {
                 Ok((Answer::Local, _)) => here(),
                 Ok((Answer::Refused { errno }, _)) => fail(errno),
                 _ => fail(libc::ENETUNREACH),
@@ -323,7 +346,7 @@ fn on_connect(s: &Shared, n: &Notification) {
         v6_socket,
         options,
     };
-    match ask::ask(s.broker.as_fd(), &question) {
+    match s.ask(&question, None) {
         Ok((Answer::Connected, Some(conn))) => {
             if nonblocking {
                 let _ = rustix::io::ioctl_fionbio(&conn, true);
@@ -334,11 +357,7 @@ fn on_connect(s: &Shared, n: &Notification) {
             let Ok((workload_end, broker_end)) = s.pair() else {
                 return fail(libc::ECONNREFUSED);
             };
-            let relayed = ask::ask_with(
-                s.broker.as_fd(),
-                &Ask::Relay { to },
-                Some(broker_end.as_fd()),
-            );
+            let relayed = s.ask(&Ask::Relay { to }, Some(broker_end.as_fd()));
             drop(broker_end);
             if !matches!(relayed, Ok((Answer::Relaying, _))) {
                 return fail(libc::ECONNREFUSED);
@@ -352,8 +371,10 @@ fn on_connect(s: &Shared, n: &Notification) {
         Ok((Answer::Local, _)) => here(),
         Ok((Answer::Refused { errno }, _)) => fail(errno),
         Ok(_) => fail(libc::ECONNREFUSED),
-        // The broker is gone: box-local calls still work, nothing else does.
+        // No broker (gone, or none at all): box-local calls still work,
+        // nothing else does.
         Err(_) if is_box_local(to.ip()) => here(),
+        Err(e) if s.broker.is_none() => fail(e.raw_os_error().unwrap_or(libc::ENETUNREACH)),
         Err(_) => fail(libc::ECONNREFUSED),
     }
 }
@@ -454,7 +475,10 @@ fn on_sendto(s: &Shared, n: &Notification) {
     if !matches!(sockopt::socket_type(&sock), Ok(SocketType::DGRAM)) {
         return proceed();
     }
-    let errno = match ask::ask(s.broker.as_fd(), &Ask::Udp { to }) {
+    if s.broker.is_none() {
+        return proceed(); // no broker, no receipt: the kernel's own ENETUNREACH
+    }
+    let errno = match s.ask(&Ask::Udp { to }, None) {
         Ok((Answer::Local, _)) => return proceed(),
         Ok((Answer::Refused { errno }, _)) => errno,
         _ => libc::ENETUNREACH,

@@ -960,13 +960,13 @@ impl PreparedRun {
                 "the box's init (terra __vm), once the workload runs",
                 Table::BoxInit,
             ));
-            if plan.network() == NetworkMode::Mediated {
+            if plan.network() != NetworkMode::Direct {
                 roles.push((
-                    "the workload's connect() (mediated: judged by the broker, handed off)",
+                    "the workload's connect() (the AF_UNIX rule; mediated: judged by the broker, handed off)",
                     Table::WorkloadNotify,
                 ));
                 roles.push((
-                    "the box's network service (proxy, DNS stub, connect notifications)",
+                    "the box's network service (connect notifications; mediated: proxy, DNS stub)",
                     Table::BoxService,
                 ));
             }

@@ -5,7 +5,8 @@
 //!           │     namespaces, then exec of `terra __vm` (vm.rs); PID 1 of the
 //!           │     new PID namespace: builds the root; reaps; forwards
 //!           │     signals; reports how the workload ended
-//!           ├─ service (mediated networking only; forked)
+//!           ├─ network service (forked: the workload's connect() calls;
+//!           │   mediated: also the proxy and the DNS stub)
 //!           └─ workload (forked; caps dropped, Landlock, seccomp, exec)
 //! ```
 //!
@@ -30,7 +31,7 @@ use super::lower::MountOp;
 use super::status::{self, Status};
 use super::terminal::{self, TerminalPrep};
 use super::workload::{self, WorkloadPrep};
-use super::{mounts, sys, BoxService, ServiceFds};
+use super::{mounts, sys, BoxService, MediatedFds, ServiceFds};
 use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, built by `terra __vm` from its configuration.
@@ -41,7 +42,11 @@ pub struct BoxPrep<'a> {
     pub workload: WorkloadPrep<'a>,
     /// The box end of the broker socketpair (owned by `vm::main`'s frame,
     /// which never ends), address, service.
-    pub mediated: Option<(BorrowedFd<'a>, SocketAddr, BoxService)>,
+    pub mediated: Option<(BorrowedFd<'a>, SocketAddr)>,
+    /// The box's network service (every box: the workload's connect()
+    /// calls go through it; with mediated networking also the proxy and the
+    /// DNS stub).
+    pub service: BoxService,
     /// The box proxy service's allowlist.
     pub service_seccomp: Vec<BpfProgram>,
     /// init's own allowlist, installed once the workload runs.
@@ -93,18 +98,20 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
             refuse(format!("the box's terminal: {e}"));
         }
     }
-    // Mediated: the service's sockets are made here, inside the box, before
-    // any child; init keeps only the workload's end of the notification
-    // hand-over until the workload is forked.
+    // The network service's descriptors are made here, inside the box,
+    // before any child; init keeps only the workload's end of the
+    // notification hand-over until the workload is forked.
     let mut handover: Option<OwnedFd> = None;
-    if let Some((broker_fd, addr, service)) = &prep.mediated {
-        let parts = match ServiceParts::open(*addr) {
+    if prep.workload.notify_seccomp.is_some() {
+        let parts = match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a)) {
             Ok(p) => p,
-            Err(e) => refuse(format!("mediated networking inside the box: {e}")),
+            Err(e) => refuse(format!("the box's network service: {e}")),
         };
         // SAFETY: init has one thread (a fresh exec, no thread started).
         match unsafe { sys::fork() } {
-            Ok(ForkResult::Child) => run_service(prep, *service, parts, *broker_fd),
+            Ok(ForkResult::Child) => {
+                run_service(prep, parts, prep.mediated.as_ref().map(|(b, _)| *b))
+            }
             Ok(ForkResult::Parent { .. }) => {}
             Err(e) => refuse(e.to_string()),
         }
@@ -139,7 +146,7 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
     };
     drop(status);
     drop(handover);
-    let inherited = prep.mediated.as_ref().map(|(fd, _, _)| sys::raw(fd));
+    let inherited = prep.mediated.as_ref().map(|(fd, _)| sys::raw(fd));
     for fd in inherited
         .into_iter()
         .chain(prep.workload.canary_gate.as_ref().map(sys::raw))
@@ -174,21 +181,25 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
 }
 
 /// What init opens for the box's network service, inside the box: the
-/// proxy listener, the DNS stub's sockets on port 53 of the same loopback
-/// address, the notification hand-over pair, the box's /proc.
+/// notification hand-over pair and the box's /proc; with mediated
+/// networking also the proxy listener, the DNS stub's sockets on port 53 of
+/// the same loopback address and the relay listener.
 struct ServiceParts {
-    proxy: OwnedFd,
-    dns_udp: OwnedFd,
-    dns_tcp: OwnedFd,
     service_end: OwnedFd,
     workload_end: OwnedFd,
     proc_dir: OwnedFd,
+    net: Option<NetParts>,
+}
+
+struct NetParts {
+    proxy: OwnedFd,
+    dns_udp: OwnedFd,
+    dns_tcp: OwnedFd,
     relay: OwnedFd,
 }
 
-impl ServiceParts {
-    fn open(addr: SocketAddr) -> Result<ServiceParts, String> {
-        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+impl NetParts {
+    fn open(addr: SocketAddr) -> Result<NetParts, String> {
         let proxy = std::net::TcpListener::bind(addr)
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let dns = SocketAddr::new(addr.ip(), 53);
@@ -198,6 +209,19 @@ impl ServiceParts {
             .map_err(|e| format!("DNS stub: cannot listen on TCP {dns}: {e}"))?;
         let relay = std::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0))
             .map_err(|e| format!("cannot listen on {} for relayed sockets: {e}", addr.ip()))?;
+        Ok(NetParts {
+            proxy: proxy.into(),
+            dns_udp: dns_udp.into(),
+            dns_tcp: dns_tcp.into(),
+            relay: relay.into(),
+        })
+    }
+}
+
+impl ServiceParts {
+    fn open(mediated: Option<SocketAddr>) -> Result<ServiceParts, String> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let net = mediated.map(NetParts::open).transpose()?;
         let (service_end, workload_end) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -214,14 +238,11 @@ impl ServiceParts {
         )
         .map_err(|e| format!("the box's /proc: {e}"))?;
         Ok(ServiceParts {
-            proxy: proxy.into(),
-            dns_udp: dns_udp.into(),
-            dns_tcp: dns_tcp.into(),
             service_end,
             workload_end,
             // SAFETY: open returned a new descriptor owned by nobody else.
             proc_dir: unsafe { OwnedFd::from_raw_fd(proc_dir) },
-            relay: relay.into(),
+            net,
         })
     }
 }
@@ -229,8 +250,11 @@ impl ServiceParts {
 /// capability.h: CAP_SYS_PTRACE.
 const CAP_SYS_PTRACE: u32 = 19;
 
-/// The fixed descriptor numbers of the network service.
-const SERVICE_FDS: [RawFd; 7] = [6, 7, 10, 11, 12, 13, 14];
+/// The fixed descriptor numbers of the network service: the hand-over and
+/// /proc, then (mediated) the proxy, the broker, the DNS stub's UDP and TCP
+/// sockets and the relay listener.
+const SERVICE_FDS: [RawFd; 2] = [12, 13];
+const MEDIATED_FDS: [RawFd; 5] = [6, 7, 10, 11, 14];
 
 /// The box's network service: a child of init with CAP_SYS_PTRACE in the
 /// box's user namespace only (to read the workload's connect() arguments and
@@ -240,42 +264,43 @@ const SERVICE_FDS: [RawFd; 7] = [6, 7, 10, 11, 12, 13, 14];
 /// may only trace processes inside it, and the workload's domain is not;
 /// its filesystem access is closed by seccomp instead (files open only
 /// relative to the box's /proc).
-fn run_service(
-    prep: &BoxPrep,
-    service: BoxService,
-    parts: ServiceParts,
-    broker: BorrowedFd<'_>,
-) -> ! {
+fn run_service(prep: &BoxPrep, parts: ServiceParts, broker: Option<BorrowedFd<'_>>) -> ! {
     sys::reset_signals();
     if !sys::die_with_parent(Pid::from_raw(1)) {
         sys::exit_now(EXIT_REFUSED.into());
     }
+    let mut moves: Vec<(RawFd, RawFd)> = vec![
+        (parts.service_end.as_raw_fd(), SERVICE_FDS[0]),
+        (parts.proc_dir.as_raw_fd(), SERVICE_FDS[1]),
+    ];
+    if let (Some(net), Some(broker)) = (&parts.net, broker) {
+        let from = [
+            net.proxy.as_raw_fd(),
+            broker.as_raw_fd(),
+            net.dns_udp.as_raw_fd(),
+            net.dns_tcp.as_raw_fd(),
+            net.relay.as_raw_fd(),
+        ];
+        moves.extend(from.into_iter().zip(MEDIATED_FDS));
+    }
     // Every descriptor first moves above 100, so no dup2 to a fixed number
     // can clobber another that still waits to move.
-    let sources = [
-        parts.proxy.as_raw_fd(),
-        broker.as_raw_fd(),
-        parts.dns_udp.as_raw_fd(),
-        parts.dns_tcp.as_raw_fd(),
-        parts.service_end.as_raw_fd(),
-        parts.proc_dir.as_raw_fd(),
-        parts.relay.as_raw_fd(),
-    ];
-    let mut high = Vec::with_capacity(sources.len());
-    for from in sources {
-        match fcntl(from, FcntlArg::F_DUPFD_CLOEXEC(100)) {
-            Ok(h) => high.push(h),
+    let mut high = Vec::with_capacity(moves.len());
+    for (from, to) in &moves {
+        match fcntl(*from, FcntlArg::F_DUPFD_CLOEXEC(100)) {
+            Ok(h) => high.push((h, *to)),
             Err(_) => sys::exit_now(EXIT_REFUSED.into()),
         }
     }
-    for (h, to) in high.into_iter().zip(SERVICE_FDS) {
+    for (h, to) in high {
         if dup2(h, to).is_err() {
             sys::exit_now(EXIT_REFUSED.into());
         }
     }
+    let keep: Vec<RawFd> = moves.iter().map(|(_, to)| *to).collect();
     // SAFETY: this child never returns to init's code (it ends in `service`
     // or `exit_now`); the fixed descriptors are owned below.
-    unsafe { sys::close_fds_except(&SERVICE_FDS) };
+    unsafe { sys::close_fds_except(&keep) };
     if sys::drop_capabilities_keeping(Some(CAP_SYS_PTRACE)).is_err()
         || nix::sys::prctl::set_dumpable(false).is_err()
         || super::seccomp::install(&prep.service_seccomp).is_err()
@@ -286,14 +311,16 @@ fn run_service(
     // else in this process.
     let fds = unsafe {
         ServiceFds {
-            proxy: std::net::TcpListener::from_raw_fd(6),
-            broker: OwnedFd::from_raw_fd(7),
-            dns_udp: std::net::UdpSocket::from_raw_fd(10),
-            dns_tcp: std::net::TcpListener::from_raw_fd(11),
             notify_channel: OwnedFd::from_raw_fd(12),
             proc_dir: OwnedFd::from_raw_fd(13),
-            relay: std::net::TcpListener::from_raw_fd(14),
+            mediated: (keep.len() > SERVICE_FDS.len()).then(|| MediatedFds {
+                proxy: std::net::TcpListener::from_raw_fd(6),
+                broker: OwnedFd::from_raw_fd(7),
+                dns_udp: std::net::UdpSocket::from_raw_fd(10),
+                dns_tcp: std::net::TcpListener::from_raw_fd(11),
+                relay: std::net::TcpListener::from_raw_fd(14),
+            }),
         }
     };
-    service(fds)
+    (prep.service)(fds)
 }

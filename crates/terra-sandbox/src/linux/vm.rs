@@ -177,15 +177,21 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
             canary_gate: held.gate.as_ref().map(|f| f.as_fd()),
             landlock,
             seccomp: filters,
-            notify_seccomp: match c.proxy {
-                Some(_) => Some(seccomp::workload_notify()?),
-                None => None,
+            // Every box with a network namespace of its own (none, mediated):
+            // the workload's connect() calls go through the network service
+            // (the AF_UNIX rule; mediated: the hand-off). With network
+            // direct the box shares the host's network, abstract sockets
+            // included, and connect() is the kernel's.
+            notify_seccomp: match c.new_net {
+                true => Some(seccomp::workload_notify()?),
+                false => None,
             },
         },
         mediated: match (c.proxy, &held.broker) {
-            (Some(addr), Some(fd)) => Some((fd.as_fd(), addr, service)),
+            (Some(addr), Some(fd)) => Some((fd.as_fd(), addr)),
             _ => None,
         },
+        service,
         service_seccomp: seccomp::box_service()?,
         init_seccomp: seccomp::box_init()?,
         terminal,

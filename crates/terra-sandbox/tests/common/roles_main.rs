@@ -29,8 +29,8 @@ fn main() -> ExitCode {
 /// judges them; this one only answers), and greets every connection to the
 /// proxy address.
 fn proxy_service(fds: terra_sandbox::linux::ServiceFds) -> ! {
-    let _ = std::fs::File::from(fds.broker).write_all(b"service-up\n");
     let channel = fds.notify_channel;
+    let mediated = fds.mediated;
     std::thread::spawn(move || {
         use std::os::fd::{AsFd, AsRawFd};
         use terra_sandbox::linux::notify;
@@ -59,7 +59,13 @@ fn proxy_service(fds: terra_sandbox::linux::ServiceFds) -> ! {
             let _ = notify::reply_continue(listener.as_fd(), n.id);
         }
     });
-    let listener = fds.proxy;
+    let Some(m) = mediated else {
+        loop {
+            std::thread::park();
+        }
+    };
+    let _ = std::fs::File::from(m.broker).write_all(b"service-up\n");
+    let listener = m.proxy;
     loop {
         if let Ok((s, _)) = listener.accept() {
             // write(2), as a File: the service runs under the box service's
