@@ -30,6 +30,8 @@ pub mod handoff;
 pub mod matcher;
 pub mod proxy;
 pub mod receipt;
+#[cfg(target_os = "linux")]
+pub mod relay;
 pub mod resolvconf;
 pub mod resolve;
 pub mod startup;
