@@ -665,3 +665,155 @@ fn timespec(d: Duration) -> rustix::event::Timespec {
         tv_nsec: d.subsec_nanos() as _,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    /// A connected pair of loopback sockets.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        }
+        (a, b)
+    }
+
+    /// A flow between two fresh pairs: (the client's end, the upstream
+    /// server's end, the completion's receiver).
+    fn flow(
+        engine: &Engine,
+        replay: &[u8],
+        idle: Duration,
+    ) -> (TcpStream, TcpStream, mpsc::Receiver<Totals>) {
+        let (client_app, client) = pair();
+        let (upstream, server_app) = pair();
+        let (tx, rx) = mpsc::channel();
+        engine.add(Flow {
+            client,
+            upstream,
+            replay: replay.to_vec(),
+            idle,
+            done: Box::new(move |t| {
+                let _ = tx.send(t);
+            }),
+        });
+        (client_app, server_app, rx)
+    }
+
+    fn pattern(len: usize, seed: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| ((i * 7 + seed) % 251) as u8)
+            .collect()
+    }
+
+    /// Both ways at once, each ended by a half-close: every byte arrives in
+    /// order, the replay first, and the totals count them.
+    fn relays_both_ways(splice: bool) {
+        let engine = Engine::with_splice(splice).unwrap();
+        let (mut c, mut s, done) = flow(&engine, b"REPLAY", Duration::from_secs(60));
+        let up = pattern(700_000, 1);
+        let down = pattern(900_000, 2);
+        let (up2, down2) = (up.clone(), down.clone());
+        let client = std::thread::spawn(move || {
+            let mut r = c.try_clone().unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                r.read_to_end(&mut got).unwrap();
+                got
+            });
+            c.write_all(&up2).unwrap();
+            c.shutdown(Shutdown::Write).unwrap();
+            reader.join().unwrap()
+        });
+        let mut w = s.try_clone().unwrap();
+        let server = std::thread::spawn(move || {
+            w.write_all(&down2).unwrap();
+            w.shutdown(Shutdown::Write).unwrap();
+        });
+        let mut got_up = Vec::new();
+        s.read_to_end(&mut got_up).unwrap();
+        server.join().unwrap();
+        let got_down = client.join().unwrap();
+        assert_eq!(&got_up[..6], b"REPLAY");
+        assert!(got_up[6..] == up[..], "client->server bytes differ");
+        assert!(got_down == down, "server->client bytes differ");
+        let t = done.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(
+            t,
+            Totals {
+                up: 6 + up.len() as u64,
+                down: down.len() as u64
+            }
+        );
+    }
+
+    #[test]
+    fn splice_relays_both_ways() {
+        relays_both_ways(true);
+    }
+
+    #[test]
+    fn copy_fallback_relays_both_ways() {
+        relays_both_ways(false);
+    }
+
+    /// After the server half-closes, the client still gets the end of
+    /// stream and can go on sending; the flow ends only when both ways did.
+    #[test]
+    fn half_close_keeps_the_other_way() {
+        let engine = Engine::new().unwrap();
+        let (mut c, mut s, done) = flow(&engine, b"", Duration::from_secs(60));
+        s.write_all(b"bye").unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"bye");
+        // The flow is still open client -> server.
+        assert!(done.try_recv().is_err());
+        let more = pattern(200_000, 3);
+        c.write_all(&more).unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let mut back = Vec::new();
+        s.read_to_end(&mut back).unwrap();
+        assert!(back == more);
+        let t = done.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!((t.up, t.down), (200_000, 3));
+    }
+
+    /// A flow with no byte either way is closed on both sides.
+    #[test]
+    fn idle_flow_is_closed() {
+        let engine = Engine::new().unwrap();
+        let (mut c, mut s, done) = flow(&engine, b"hi", Duration::from_millis(100));
+        let mut two = [0u8; 2];
+        s.read_exact(&mut two).unwrap();
+        assert_eq!(&two, b"hi");
+        // Both reads end (EOF) because the engine closed the flow, not
+        // because of the 30 s read timeout (that would be an error).
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).unwrap();
+        s.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+        let t = done.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!((t.up, t.down), (2, 0));
+    }
+
+    /// Dropping the engine ends its flows (and reports them).
+    #[test]
+    fn dropped_engine_ends_its_flows() {
+        let engine = Engine::new().unwrap();
+        let (mut c, _s, done) = flow(&engine, b"", Duration::from_secs(60));
+        drop(engine);
+        let t = done.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(t, Totals::default());
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+    }
+}
