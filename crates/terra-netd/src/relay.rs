@@ -4,8 +4,8 @@
 //!
 //! A flow is two non-blocking sockets (client, upstream) and a direction per
 //! way. Bytes move with splice(2): socket -> pipe -> socket. A direction takes
-//! its pipe on its first data and gives it back once the flow has been quiet
-//! for [`LINGER`]; when no pipe can be had (EMFILE) or splice refuses the
+//! its pipe when data is there (a one-byte peek first) and gives it back once
+//! the flow has been quiet for [`LINGER`]; when no pipe can be had (EMFILE) or splice refuses the
 //! socket, the direction copies through a bounded buffer instead.
 //!
 //! Edge-triggered epoll: each socket is added once (in, out, peer half-close)
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use rustix::buffer::spare_capacity;
 use rustix::event::{epoll, eventfd, EventfdFlags};
 use rustix::io::Errno;
-use rustix::net::SendFlags;
+use rustix::net::{RecvFlags, SendFlags};
 use rustix::pipe::{pipe_with, splice, PipeFlags, SpliceFlags};
 
 /// What a flow moved: bytes client->upstream (the replay included) and
@@ -270,6 +270,13 @@ impl Dir {
     /// nothing is pending. Returns 0 at end of stream.
     fn fill(&mut self, src: &TcpStream) -> Result<usize, Errno> {
         if self.splice && self.pipe.is_none() {
+            // Take a pipe only for bytes that are there: a peek first, so an
+            // event without data (the first one after adding, a spurious
+            // wake) costs no descriptor.
+            let mut one = [0u8; 1];
+            if rustix::net::recv(src, &mut one, RecvFlags::PEEK)?.0 == 0 {
+                return Ok(0);
+            }
             // EMFILE and friends: copy this time, try a pipe again next time.
             self.pipe = new_pipe().ok();
         }
