@@ -22,6 +22,11 @@ fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()
 }
 
+/// Open descriptors of this process.
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
 /// Polls `cond` until it holds; fails after a generous deadline.
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let until = Instant::now() + Duration::from_secs(120);
@@ -75,6 +80,7 @@ fn two_thousand_idle_flows_hold_no_thread_each_and_all_work() {
     );
     wait_until("harness threads", || threads() >= 4);
     let base = threads();
+    let base_fds = fds();
 
     let target = format!("idle.test:{port}");
     let clients: Vec<TcpStream> = (0..N).map(|_| tunnel(h.proxy, &target)).collect();
@@ -94,6 +100,11 @@ fn two_thousand_idle_flows_hold_no_thread_each_and_all_work() {
         h.receipts.lines().is_empty(),
         "no receipt before a flow ends"
     );
+    // Four sockets per flow in this process (client, the broker's two, the
+    // server's) and no pipe: an idle flow holds none (a pipe is two
+    // descriptors, so one per flow would add 2 x N).
+    let idle_fds = base_fds + 4 * N + 64;
+    assert!(fds() <= idle_fds, "{} descriptors > {idle_fds}", fds());
 
     // Every flow still works: each client sends its index, the server
     // echoes on the same connection, each client gets its own index back.
@@ -118,6 +129,8 @@ fn two_thousand_idle_flows_hold_no_thread_each_and_all_work() {
         );
     }
     assert!(threads() <= base + 2, "the echo started threads");
+    // The echo took pipes; quiet again, the flows give them back.
+    wait_until("the pipes to be given back", || fds() <= idle_fds);
 
     // Closing both ends ends every flow: N receipt lines with the bytes, and
     // every slot back.
