@@ -210,7 +210,10 @@ impl Shared {
     /// A connected TCP pair on the box loopback: (the workload's end, the
     /// broker's end).
     fn pair(&self) -> io::Result<(TcpStream, TcpStream)> {
-        let relay = self.relay.as_ref().ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTCONN))?;
+        let relay = self
+            .relay
+            .as_ref()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTCONN))?;
         let listener = relay.lock().unwrap_or_else(|p| p.into_inner());
         let mine = TcpStream::connect(listener.local_addr()?)?;
         loop {

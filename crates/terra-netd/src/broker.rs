@@ -2,17 +2,19 @@
 //! ClientHello when the decision needs SNI, resolve, judge the addresses,
 //! connect to a judged address, replay what was read, relay both ways.
 //!
-//! Concurrency: std threads. Each admitted flow uses two threads (one per
-//! direction) with small stacks and small initial buffers; the number of
-//! flows is capped, connections above the cap get a short-lived refuser
-//! thread (itself capped) that answers with `flow-limit`, and anything beyond
-//! that is closed at once. Memory is therefore bounded by the caps.
+//! Concurrency: std threads for negotiation. A connection gets a thread
+//! (small stack) while it is parsed, judged, resolved and connected; once
+//! admitted, the flow goes to the relay engine ([`crate::relay`]: one thread,
+//! epoll, splice) and the connection thread ends. The number of flows is
+//! capped, connections above the cap get a short-lived refuser thread (itself
+//! capped) that answers with `flow-limit`, and anything beyond that is closed
+//! at once. Memory is therefore bounded by the caps.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 #[cfg(target_os = "linux")]
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -55,13 +57,8 @@ impl Default for Limits {
     }
 }
 
-/// Stack of a connection thread (parsing, judging, client-to-server relay).
+/// Stack of a connection thread (parsing, judging, connecting).
 const CONN_STACK: usize = 128 * 1024;
-/// Stack of the server-to-client relay thread.
-const RELAY_STACK: usize = 64 * 1024;
-/// Relay buffers start small (idle flows stay cheap) and grow once busy.
-const RELAY_BUF_MIN: usize = 8 * 1024;
-const RELAY_BUF_MAX: usize = 128 * 1024;
 
 /// The broker's state, shared by every connection thread.
 pub struct Broker {
@@ -78,6 +75,9 @@ pub struct Broker {
     /// Threads for the box service's questions (see `handoff`).
     #[cfg(target_os = "linux")]
     pub(crate) asks: Arc<crate::pool::Pool>,
+    /// The relay engine, made by the first admitted flow.
+    #[cfg(target_os = "linux")]
+    engine: std::sync::OnceLock<crate::relay::Engine>,
 }
 
 /// Decrements a counter when a connection thread ends, however it ends.
@@ -85,6 +85,16 @@ pub(crate) struct Slot<'a>(pub(crate) &'a AtomicUsize);
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A flow's place under `max_flows`, given back when dropped: by the
+/// connection thread after a refusal, by the relay's completion (after the
+/// receipt line) once a relayed flow ends.
+pub(crate) struct FlowSlot(Arc<Broker>);
+impl Drop for FlowSlot {
+    fn drop(&mut self) {
+        self.0.flows.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -242,6 +252,8 @@ impl Broker {
                 crate::handoff::ASK_STACK,
                 limits.max_flows + 1,
             ),
+            #[cfg(target_os = "linux")]
+            engine: std::sync::OnceLock::new(),
         })
     }
 
@@ -365,10 +377,12 @@ impl Broker {
             .name("terra-netd-conn".into())
             .stack_size(CONN_STACK)
             .spawn(move || {
-                let counter = if over { &me.refusers } else { &me.flows };
-                let _slot = Slot(counter);
+                // A refuser's slot ends with this thread; a flow's slot goes
+                // with the flow (to the relay when admitted).
+                let _refuser = over.then(|| Slot(&me.refusers));
+                let flow = (!over).then(|| FlowSlot(Arc::clone(&me)));
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    me.handle(client, over)
+                    me.handle(client, flow)
                 }));
                 if r.is_err() {
                     tracing::error!(
@@ -412,7 +426,7 @@ impl Broker {
     /// receipt line (`path: "relay"`, protocol "tcp").
     #[cfg(target_os = "linux")]
     pub(crate) fn relay_for_box(
-        &self,
+        self: &Arc<Self>,
         client: TcpStream,
         to: SocketAddr,
         name: String,
@@ -460,9 +474,11 @@ impl Broker {
             Ok(up) => {
                 attempt.verdict = "allowed";
                 let replay = std::mem::take(&mut conn.buf);
-                let (bytes_up, bytes_down) = self.relay(conn, up, Kind::Connect, replay);
-                attempt.bytes_up = bytes_up;
-                attempt.bytes_down = bytes_down;
+                // The relayed flow holds a place of its own until it ends
+                // (the question's place is given back when its thread ends).
+                self.flows.fetch_add(1, Ordering::SeqCst);
+                let slot = FlowSlot(Arc::clone(self));
+                return self.relay(conn.client, up, replay, attempt, start, slot);
             }
             Err(r) => {
                 attempt.reason = Some(r.reason.as_str());
@@ -474,8 +490,11 @@ impl Broker {
         self.receipts.record(&attempt);
     }
 
-    /// One connection, start to end; always writes exactly one receipt line.
-    fn handle(&self, client: TcpStream, over_cap: bool) {
+    /// One connection, start to end; always writes exactly one receipt line
+    /// (a relayed flow's when its relay ends). `slot` is None for a
+    /// connection over the flow cap (a refuser).
+    fn handle(&self, client: TcpStream, slot: Option<FlowSlot>) {
+        let over_cap = slot.is_none();
         let start = Instant::now();
         let mut attempt = Attempt::started(SystemTime::now(), "unknown");
         let _ = client.set_nodelay(true);
@@ -496,11 +515,13 @@ impl Broker {
             established: false,
         };
         match self.negotiate(&mut conn, &mut attempt, over_cap) {
-            Ok((upstream, kind, replay)) => {
+            Ok((upstream, _kind, replay)) => {
                 attempt.verdict = "allowed";
-                let (up, down) = self.relay(conn, upstream, kind, replay);
-                attempt.bytes_up = up;
-                attempt.bytes_down = down;
+                if let Some(slot) = slot {
+                    return self.relay(conn.client, upstream, replay, attempt, start, slot);
+                }
+                // Not reached: `negotiate` refuses every connection over the
+                // cap. Were it reached, the flow closes with its receipt.
             }
             Err(mut refusal) => {
                 if over_cap && refusal.reason != Reason::FlowLimit {
@@ -695,11 +716,99 @@ impl Broker {
         Ok((upstream, kind, replay))
     }
 
+    /// Hands an admitted flow to the relay engine; its completion writes
+    /// the receipt line and then gives the slot back.
+    #[cfg(target_os = "linux")]
+    fn relay(
+        &self,
+        client: TcpStream,
+        upstream: TcpStream,
+        replay: Vec<u8>,
+        mut attempt: Attempt,
+        start: Instant,
+        slot: FlowSlot,
+    ) {
+        use crate::relay::{Flow, Totals};
+        let done = Box::new(move |t: Totals| {
+            attempt.bytes_up = t.up;
+            attempt.bytes_down = t.down;
+            attempt.duration_ms = start.elapsed().as_millis() as u64;
+            slot.0.receipts.record(&attempt);
+            drop(slot);
+        });
+        let flow = Flow {
+            client,
+            upstream,
+            replay,
+            idle: Duration::from_millis(self.limits.idle_timeout_ms.max(1)),
+            done,
+        };
+        match self.engine() {
+            Ok(engine) => engine.add(flow),
+            Err(e) => {
+                tracing::warn!("terra-netd: no relay engine: {e}");
+                (flow.done)(Totals::default());
+            }
+        }
+    }
+
+    /// The relay engine, made on first use (a failure is retried by the next
+    /// flow).
+    #[cfg(target_os = "linux")]
+    fn engine(&self) -> io::Result<&crate::relay::Engine> {
+        if let Some(e) = self.engine.get() {
+            return Ok(e);
+        }
+        // Two first flows at once may both make one; the loser's is dropped.
+        let _ = self.engine.set(crate::relay::Engine::new()?);
+        self.engine
+            .get()
+            .ok_or_else(|| io::Error::other("relay engine not set"))
+    }
+
+    /// Relays on this thread (and one more) until the flow ends, then writes
+    /// the receipt line: the relay where there is no epoll.
+    #[cfg(not(target_os = "linux"))]
+    fn relay(
+        &self,
+        client: TcpStream,
+        upstream: TcpStream,
+        replay: Vec<u8>,
+        mut attempt: Attempt,
+        start: Instant,
+        slot: FlowSlot,
+    ) {
+        let idle = Duration::from_millis(self.limits.idle_timeout_ms.max(1));
+        let (up, down) = threaded::relay(client, upstream, replay, idle);
+        attempt.bytes_up = up;
+        attempt.bytes_down = down;
+        attempt.duration_ms = start.elapsed().as_millis() as u64;
+        self.receipts.record(&attempt);
+        drop(slot);
+    }
+}
+
+/// The relay where there is no epoll: two threads per flow, each copying
+/// one way through a buffer.
+#[cfg(not(target_os = "linux"))]
+mod threaded {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// Stack of the server-to-client relay thread.
+    const RELAY_STACK: usize = 64 * 1024;
+    /// Relay buffers start small (idle flows stay cheap) and grow once busy.
+    const RELAY_BUF_MIN: usize = 8 * 1024;
+    const RELAY_BUF_MAX: usize = 128 * 1024;
+
     /// Relays until both directions ended or the flow was idle too long.
     /// Returns (bytes client->server, bytes server->client).
-    fn relay(&self, conn: Conn, upstream: TcpStream, _kind: Kind, replay: Vec<u8>) -> (u64, u64) {
-        let client = conn.client;
-        let idle = Duration::from_millis(self.limits.idle_timeout_ms.max(1));
+    pub(super) fn relay(
+        client: TcpStream,
+        upstream: TcpStream,
+        replay: Vec<u8>,
+        idle: Duration,
+    ) -> (u64, u64) {
         let tick = (idle / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
         let epoch = Instant::now();
         let last = Arc::new(AtomicU64::new(0));
@@ -737,162 +846,77 @@ impl Broker {
         let down = down.join().unwrap_or(0);
         (sent_replay + up, down)
     }
-}
 
-/// Copies `from` -> `to` until end of stream (then half-closes `to`), an
-/// error, or `idle` without traffic in either direction (then closes both).
-/// On Linux the bytes move with splice(2) through a pipe (no copy through
-/// user space, no buffer while idle); elsewhere, or when no pipe can be had,
-/// through a small buffer that grows once the flow is busy.
-fn pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    epoch: Instant,
-    last: &AtomicU64,
-    idle: Duration,
-    tick: Duration,
-) -> u64 {
-    let _ = from.set_read_timeout(Some(tick));
-    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut total = 0u64;
-    #[cfg(target_os = "linux")]
-    {
-        match splice::pump(from, to, epoch, last, idle, &mut total) {
-            splice::Outcome::Done => return total,
-            splice::Outcome::Unsupported => {}
-        }
-    }
-    copy_pump(from, to, epoch, last, idle, total)
-}
-
-/// Ends a flow after an error or the idle timeout: both sockets shut down, so
-/// the other direction's thread wakes up and ends too.
-fn close_both(a: &TcpStream, b: &TcpStream) {
-    let _ = a.shutdown(Shutdown::Both);
-    let _ = b.shutdown(Shutdown::Both);
-}
-
-/// True when the flow has been quiet for `idle` (both directions).
-fn idle_for(epoch: Instant, last: &AtomicU64, idle: Duration) -> bool {
-    let quiet = (epoch.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
-    quiet >= idle.as_millis() as u64
-}
-
-fn copy_pump(
-    from: &TcpStream,
-    to: &TcpStream,
-    epoch: Instant,
-    last: &AtomicU64,
-    idle: Duration,
-    mut total: u64,
-) -> u64 {
-    let mut buf = vec![0u8; RELAY_BUF_MIN];
-    let mut reader = from;
-    let mut writer = to;
-    loop {
-        match reader.read(&mut buf) {
-            Ok(0) => {
-                let _ = to.shutdown(Shutdown::Write);
-                return total;
-            }
-            Ok(n) => {
-                last.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-                if writer.write_all(&buf[..n]).is_err() {
-                    close_both(from, to);
-                    return total;
-                }
-                total += n as u64;
-                if n == buf.len() && buf.len() < RELAY_BUF_MAX {
-                    buf.resize(RELAY_BUF_MAX, 0);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
-            {
-                if idle_for(epoch, last, idle) {
-                    close_both(from, to);
-                    return total;
-                }
-            }
-            Err(_) => {
-                close_both(from, to);
-                return total;
-            }
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-mod splice {
-    use super::*;
-    use nix::errno::Errno;
-    use nix::fcntl::{splice, OFlag, SpliceFFlags};
-
-    pub enum Outcome {
-        Done,
-        /// Nothing was moved; use the copying relay instead.
-        Unsupported,
-    }
-
-    /// Pipe capacity per direction (pages are only allocated while in use).
-    const PIPE_SIZE: usize = 256 * 1024;
-
-    pub fn pump(
+    /// Copies `from` -> `to` until end of stream (then half-closes `to`), an
+    /// error, or `idle` without traffic in either direction (then closes both).
+    /// The bytes go through a small buffer that grows once the flow is busy.
+    fn pump(
         from: &TcpStream,
         to: &TcpStream,
         epoch: Instant,
         last: &AtomicU64,
         idle: Duration,
-        total: &mut u64,
-    ) -> Outcome {
-        let Ok((pipe_r, pipe_w)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else {
-            return Outcome::Unsupported;
-        };
-        let _ = rustix::pipe::fcntl_setpipe_size(&pipe_w, PIPE_SIZE);
-        let flags = SpliceFFlags::SPLICE_F_MOVE;
-        let mut first = true;
+        tick: Duration,
+    ) -> u64 {
+        let _ = from.set_read_timeout(Some(tick));
+        copy_pump(from, to, epoch, last, idle, 0)
+    }
+
+    /// Ends a flow after an error or the idle timeout: both sockets shut down, so
+    /// the other direction's thread wakes up and ends too.
+    fn close_both(a: &TcpStream, b: &TcpStream) {
+        let _ = a.shutdown(Shutdown::Both);
+        let _ = b.shutdown(Shutdown::Both);
+    }
+
+    /// True when the flow has been quiet for `idle` (both directions).
+    fn idle_for(epoch: Instant, last: &AtomicU64, idle: Duration) -> bool {
+        let quiet =
+            (epoch.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
+        quiet >= idle.as_millis() as u64
+    }
+
+    fn copy_pump(
+        from: &TcpStream,
+        to: &TcpStream,
+        epoch: Instant,
+        last: &AtomicU64,
+        idle: Duration,
+        mut total: u64,
+    ) -> u64 {
+        let mut buf = vec![0u8; RELAY_BUF_MIN];
+        let mut reader = from;
+        let mut writer = to;
         loop {
-            let n = match splice(from, None, &pipe_w, None, PIPE_SIZE, flags) {
+            match reader.read(&mut buf) {
                 Ok(0) => {
                     let _ = to.shutdown(Shutdown::Write);
-                    return Outcome::Done;
+                    return total;
                 }
-                Ok(n) => n,
-                Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => {
+                Ok(n) => {
+                    last.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    if writer.write_all(&buf[..n]).is_err() {
+                        close_both(from, to);
+                        return total;
+                    }
+                    total += n as u64;
+                    if n == buf.len() && buf.len() < RELAY_BUF_MAX {
+                        buf.resize(RELAY_BUF_MAX, 0);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut =>
+                {
                     if idle_for(epoch, last, idle) {
                         close_both(from, to);
-                        return Outcome::Done;
+                        return total;
                     }
-                    continue;
                 }
-                Err(Errno::EINVAL | Errno::ENOSYS) if first => return Outcome::Unsupported,
                 Err(_) => {
                     close_both(from, to);
-                    return Outcome::Done;
-                }
-            };
-            first = false;
-            last.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-            let mut left = n;
-            while left > 0 {
-                match splice(&pipe_r, None, to, None, left, flags) {
-                    Ok(0) => {
-                        close_both(from, to);
-                        return Outcome::Done;
-                    }
-                    Ok(m) => {
-                        left -= m;
-                        *total += m as u64;
-                    }
-                    Err(Errno::EINTR) => {}
-                    Err(_) => {
-                        // Includes EAGAIN: the peer did not take bytes for a
-                        // whole idle period (the send timeout).
-                        close_both(from, to);
-                        return Outcome::Done;
-                    }
+                    return total;
                 }
             }
         }
@@ -981,47 +1005,3 @@ fn refuse(conn: &mut Conn, r: &Refusal) {
 /// Bounds of the lingering close after a refusal.
 const LINGER_MS: u64 = 500;
 const LINGER_BYTES: usize = 256 * 1024;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::TcpListener;
-
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    }
-
-    /// The copying relay (used when splice is unavailable) moves every byte
-    /// and half-closes at end of stream.
-    #[test]
-    fn copy_pump_relays_and_half_closes() {
-        let (mut client, from) = pair();
-        let (to, mut server) = pair();
-        let payload: Vec<u8> = (0..500_000u32).map(|i| (i % 251) as u8).collect();
-        let p = payload.clone();
-        let writer = std::thread::spawn(move || {
-            client.write_all(&p).unwrap();
-            client.shutdown(Shutdown::Write).unwrap();
-            client
-        });
-        let last = AtomicU64::new(0);
-        let relay = std::thread::spawn(move || {
-            copy_pump(
-                &from,
-                &to,
-                Instant::now(),
-                &last,
-                Duration::from_secs(30),
-                0,
-            )
-        });
-        let mut got = Vec::new();
-        server.read_to_end(&mut got).unwrap();
-        assert_eq!(relay.join().unwrap(), payload.len() as u64);
-        assert_eq!(got, payload);
-        drop(writer.join().unwrap());
-    }
-}

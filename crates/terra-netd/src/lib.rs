@@ -32,6 +32,8 @@ pub mod matcher;
 mod pool;
 pub mod proxy;
 pub mod receipt;
+#[cfg(target_os = "linux")]
+pub mod relay;
 pub mod resolvconf;
 pub mod resolve;
 pub mod startup;
