@@ -738,8 +738,16 @@ impl Drop for HostUnix {
 /// The world's policy (network mediated: the notification filter exists
 /// only then) with `access` granted on `dir`.
 fn unix_policy(fx: &BoxWorld, access: &str, dir: &Path) -> PathBuf {
+    unix_policy_with(fx, access, dir, true)
+}
+
+/// [`unix_policy`], with network mediated or none.
+fn unix_policy_with(fx: &BoxWorld, access: &str, dir: &Path, mediated: bool) -> PathBuf {
     let p = fx.policy(&[("127.0.0.1", 9, false, true)]);
     let mut v: Value = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    if !mediated {
+        v["network"] = serde_json::json!({"mode": "none"});
+    }
     let rule = serde_json::json!({"access": access,
         "path": {"absolute": dir.to_str().unwrap()}, "scope": "tree"});
     v["filesystem"]["rules"].as_array_mut().unwrap().push(rule);
@@ -818,13 +826,24 @@ talk("missing", "nothing-here.sock")
 /// reached, so the refusal is the rule's, not the socket's permissions.
 #[test]
 fn handoff_unix_sockets_on_read_only_mounts_are_refused() {
+    unix_sockets_on_read_only_mounts_are_refused(true);
+}
+
+/// The same rule with network none (the default policy's mode): the box's
+/// network service answers connect() without a broker.
+#[test]
+fn unix_sockets_on_read_only_mounts_are_refused_with_network_none() {
+    unix_sockets_on_read_only_mounts_are_refused(false);
+}
+
+fn unix_sockets_on_read_only_mounts_are_refused(mediated: bool) {
     for user in users() {
-        let fx = BoxWorld::new("unix-ro", user);
+        let fx = BoxWorld::new(if mediated { "unix-ro" } else { "unix-ro-none" }, user);
         fs::write(fx.ws.join("unix.py"), UNIX_PY).unwrap();
         let mut host = HostUnix::start(&fx);
         let dir = fx.root.join("svc");
         let script = format!("{PY} unix.py {} all", host.sock.display());
-        let policy = unix_policy(&fx, "read", &dir);
+        let policy = unix_policy_with(&fx, "read", &dir, mediated);
         let mut cmd = fx.command(&["--policy", policy.to_str().unwrap()], &script);
         let r = fx.collect(cmd.output().unwrap());
         let out = r.stdout();
@@ -848,7 +867,7 @@ fn handoff_unix_sockets_on_read_only_mounts_are_refused() {
         assert!(r.lines.is_empty(), "{}", r.show());
 
         // The twin: a write grant of the same directory.
-        let policy = unix_policy(&fx, "write", &dir);
+        let policy = unix_policy_with(&fx, "write", &dir, mediated);
         let mut cmd = fx.command(
             &["--policy", policy.to_str().unwrap()],
             &format!("{PY} unix.py {} host-only", host.sock.display()),
