@@ -96,9 +96,24 @@ pub fn receive(listener: BorrowedFd<'_>) -> io::Result<Notification> {
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
-            Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+            Some(libc::EINTR) => continue,
+            // The caller died before its notification was read, or no
+            // process uses the filter any more: the listener then reports
+            // POLLHUP, and waiting again would spin.
+            Some(libc::ENOENT) if !hung_up(listener) => continue,
             _ => return Err(e),
         }
+    }
+}
+
+/// Whether every process that used the listener's filter is gone.
+fn hung_up(listener: BorrowedFd<'_>) -> bool {
+    let mut fds = [nix::poll::PollFd::new(listener, nix::poll::PollFlags::POLLIN)];
+    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLHUP)),
+        Err(_) => true,
     }
 }
 

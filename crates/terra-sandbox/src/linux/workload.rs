@@ -80,6 +80,16 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>, handover: Option<Borr
     // The Landlock report travels with the next one (activation, or the
     // refusal), so the caller's reader wakes once, not twice, before exec.
     let landlock = Status::Landlock(abi);
+    if prep.notify_seccomp.is_some() {
+        if let Err(e) = tcp_canary(prep) {
+            let why = e.to_string();
+            status::send_all(
+                status_fd,
+                &[landlock, Status::Activation(why.clone()), Status::Refused(why)],
+            );
+            sys::exit_now(crate::EXIT_REFUSED.into())
+        }
+    }
     if let (Some(prog), Some(chan)) = (&prep.notify_seccomp, handover) {
         if let Err(e) = hand_over_listener(prog, chan) {
             status::send_all(
@@ -169,6 +179,18 @@ pub fn activation(prep: &WorkloadPrep) -> Result<(), SandboxError> {
             sys::cstr_lossy(&prep.canary_path)
         )));
     }
+    if prep.notify_seccomp.is_none() {
+        tcp_canary(prep)?;
+    }
+    Ok(())
+}
+
+/// The host loopback canary must not accept a connection: the box's network
+/// namespace holds it. With the connect filter this runs before the filter
+/// is installed (`run`): through the filter the same connect would be made
+/// by the box's network service in the same namespace, and the workload
+/// would wait for that service to start.
+fn tcp_canary(prep: &WorkloadPrep) -> Result<(), SandboxError> {
     if let Some(addr) = prep.canary_tcp {
         if std::net::TcpStream::connect(addr).is_ok() {
             return Err(SandboxError::Activation(format!(
