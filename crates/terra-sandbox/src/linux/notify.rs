@@ -108,7 +108,10 @@ pub fn receive(listener: BorrowedFd<'_>) -> io::Result<Notification> {
 
 /// Whether every process that used the listener's filter is gone.
 fn hung_up(listener: BorrowedFd<'_>) -> bool {
-    let mut fds = [nix::poll::PollFd::new(listener, nix::poll::PollFlags::POLLIN)];
+    let mut fds = [nix::poll::PollFd::new(
+        listener,
+        nix::poll::PollFlags::POLLIN,
+    )];
     match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
         Ok(_) => fds[0]
             .revents()

@@ -85,7 +85,11 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>, handover: Option<Borr
             let why = e.to_string();
             status::send_all(
                 status_fd,
-                &[landlock, Status::Activation(why.clone()), Status::Refused(why)],
+                &[
+                    landlock,
+                    Status::Activation(why.clone()),
+                    Status::Refused(why),
+                ],
             );
             sys::exit_now(crate::EXIT_REFUSED.into())
         }
