@@ -91,6 +91,16 @@ impl LandlockPlan {
                     },
                 )),
                 MountOp::BindTemp { path, .. } => fs.push((path.clone(), FsAccess::ReadWrite)),
+                // Read: open read-only, no device ioctls (Landlock ABI >= 5
+                // handles those); write: the device's whole interface.
+                MountOp::Device { path, writable, .. } => fs.push((
+                    path.clone(),
+                    if *writable {
+                        FsAccess::ReadWrite
+                    } else {
+                        FsAccess::ReadData
+                    },
+                )),
                 MountOp::Proc { path } => fs.push((path.clone(), FsAccess::ReadData)),
                 MountOp::Synth { path, .. } => fs.push((path.clone(), FsAccess::ReadData)),
                 MountOp::Dev { path } => {

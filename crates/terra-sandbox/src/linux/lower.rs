@@ -11,6 +11,10 @@ use super::error::SandboxError;
 pub enum NodeKind {
     Dir,
     File,
+    /// A character device, or (`block`) a block device.
+    Device {
+        block: bool,
+    },
     Missing,
 }
 
@@ -34,6 +38,14 @@ pub enum MountOp {
     /// A small /dev: host null, zero, full, random, urandom, tty bound; private
     /// devpts, /dev/shm tmpfs.
     Dev { path: String },
+    /// A device node a rule names (e.g. /dev/dri/renderD128), bound alone at
+    /// its path, read-only unless `writable`; the one kind of bind without
+    /// nodev. `block` for a block device.
+    Device {
+        path: String,
+        writable: bool,
+        block: bool,
+    },
     /// A file synthesized by terra, bound read-only (never the host's).
     Synth { path: String, content: String },
     /// A host symlink recreated in the box root (e.g. /lib -> usr/lib) whose
@@ -80,6 +92,15 @@ impl MountOp {
             MountOp::Dev { path } => {
                 format!("dev       {path} (null zero full random urandom tty; devpts; shm tmpfs)")
             }
+            MountOp::Device {
+                path,
+                writable,
+                block,
+            } => format!(
+                "device    {path} ({} {})",
+                if *block { "block" } else { "char" },
+                if *writable { "read-write" } else { "read-only" }
+            ),
             MountOp::Synth { path, .. } => format!("synth     {path} (generated, read-only)"),
             MountOp::Symlink { path, target } => format!("symlink   {path} -> {target}"),
             MountOp::Pin { path } => {
@@ -139,6 +160,7 @@ pub fn lower(
 ) -> Result<Vec<MountOp>, SandboxError> {
     // 1. Grants, de-duplicated by (path, tree-like) keeping the strongest access.
     let mut grants: Vec<Grant> = Vec::new();
+    let mut devices: Vec<MountOp> = Vec::new();
     for r in input
         .rules
         .iter()
@@ -150,6 +172,16 @@ pub fn lower(
                 "granted path {} does not exist on this host",
                 r.path
             )));
+        }
+        if let NodeKind::Device { block } = k {
+            // A rule that names the node itself: that node alone, at its
+            // path (tree grants that merely hold devices keep nodev).
+            devices.push(MountOp::Device {
+                path: r.path.clone(),
+                writable: r.access == Access::Write,
+                block,
+            });
+            continue;
         }
         let tree = r.scope == Scope::Tree || k == NodeKind::File;
         let write = r.access == Access::Write;
@@ -227,6 +259,32 @@ pub fn lower(
             path: "/dev".into(),
         },
     ));
+    // Device nodes after the layout they sit in (the box's /dev), the
+    // strongest access when two rules name one node.
+    devices.sort_by(|a, b| match (a, b) {
+        (
+            MountOp::Device {
+                path: p,
+                writable: w,
+                ..
+            },
+            MountOp::Device {
+                path: q,
+                writable: v,
+                ..
+            },
+        ) => p.cmp(q).then(v.cmp(w)),
+        _ => std::cmp::Ordering::Equal,
+    });
+    devices.dedup_by(|a, b| match (a, b) {
+        (MountOp::Device { path: p, .. }, MountOp::Device { path: q, .. }) => p == q,
+        _ => false,
+    });
+    for d in devices {
+        if let MountOp::Device { path, .. } = &d {
+            layered.push((depth(path).max(2), d));
+        }
+    }
     layered.sort_by_key(|(d, _)| *d);
     let mut ops: Vec<MountOp> = layered.into_iter().map(|(_, op)| op).collect();
 
@@ -451,6 +509,53 @@ mod tests {
         );
         assert!(a < ab, "parents are mounted first");
         assert_eq!(ops.last(), Some(&MountOp::RootReadOnly));
+    }
+
+    #[test]
+    fn a_rule_naming_a_device_binds_that_node_alone_after_the_box_dev() {
+        let kind = |p: &str| match p {
+            "/dev/kvm" => NodeKind::Device { block: false },
+            "/dev/sdz" => NodeKind::Device { block: true },
+            _ => NodeKind::Dir,
+        };
+        let rules = [
+            ResolvedRule::host(Access::Read, Scope::Exact, "/dev/kvm"),
+            ResolvedRule::host(Access::Write, Scope::Exact, "/dev/kvm"),
+            ResolvedRule::host(Access::Read, Scope::Exact, "/dev/sdz"),
+        ];
+        let ops = lower(
+            &LowerInput {
+                rules: &rules,
+                root_mode: RootMode::ReadOnly,
+                temp_dir: "/t/run",
+                synth: vec![],
+                top_symlinks: vec![],
+            },
+            &kind,
+        )
+        .unwrap();
+        let kvm: Vec<&MountOp> = ops
+            .iter()
+            .filter(|o| matches!(o, MountOp::Device { path, .. } if path == "/dev/kvm"))
+            .collect();
+        // Two rules, one node: the stronger access.
+        assert_eq!(
+            kvm,
+            [&MountOp::Device {
+                path: "/dev/kvm".into(),
+                writable: true,
+                block: false
+            }]
+        );
+        assert!(ops.contains(&MountOp::Device {
+            path: "/dev/sdz".into(),
+            writable: false,
+            block: true
+        }));
+        let dev = first(&ops, |o| matches!(o, MountOp::Dev { .. }));
+        let node = first(&ops, |o| matches!(o, MountOp::Device { .. }));
+        assert!(dev < node, "the box's /dev first");
+        assert!(!ops.iter().any(|o| matches!(o, MountOp::Bind { .. })));
     }
 
     #[test]

@@ -207,6 +207,54 @@ fn bind_host(source: &str, path: &str, dir: bool, writable: bool, rdev: u64) -> 
     }
 }
 
+/// Binds the host's device node `path` alone at its path. Its mount point
+/// is made only in the box's own /dev tmpfs or the box root tmpfs, never
+/// on the host; the node must still be a device of the same kind and
+/// numbers as when the plan was made (checked on the node bound).
+fn bind_device(path: &str, writable: bool, rdev: u64, dev_dir: Option<&str>) -> Result<()> {
+    let t = new(path);
+    let host = old(path);
+    let st = sys::lstat(&host)?.ok_or_else(|| vanished(path))?;
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFCHR && kind != libc::S_IFBLK {
+        return Err(SandboxError::Root(format!(
+            "{path} is no longer a device node on the host"
+        )));
+    }
+    if sys::lstat(&t)?.is_none() {
+        let in_dev = dev_dir.is_some_and(|d| t.starts_with(&format!("{d}/")));
+        if in_dev {
+            // The box's /dev is a tmpfs of its own: make the directories
+            // and the mount point there.
+            let d = dev_dir.unwrap_or_default();
+            let mut cur = d.to_string();
+            let rest = &t[d.len() + 1..];
+            let parts: Vec<&str> = rest.split('/').collect();
+            for (i, part) in parts.iter().enumerate() {
+                cur = format!("{cur}/{part}");
+                if sys::lstat(&cur)?.is_some() {
+                    continue;
+                }
+                if i + 1 == parts.len() {
+                    sys::touch(&cur, 0o600)?;
+                } else {
+                    sys::mkdir(&cur, 0o755)?;
+                }
+            }
+        } else {
+            ensure(&t, false, rdev)?;
+        }
+    }
+    sys::mount(Some(&host), &t, None, MsFlags::MS_BIND, None)?;
+    let bound = sys::lstat(&t)?.ok_or_else(|| vanished(path))?;
+    if bound.st_rdev != st.st_rdev || bound.st_mode & libc::S_IFMT != kind {
+        return Err(SandboxError::Root(format!(
+            "{path}: the node bound is not the device the plan named"
+        )));
+    }
+    sys::harden_device(&t, writable)
+}
+
 fn vanished(path: &str) -> SandboxError {
     SandboxError::Root(format!("{path} vanished while the box root was built"))
 }
@@ -231,6 +279,9 @@ pub fn apply(ops: &[MountOp]) -> Result<()> {
                 let t = new(path);
                 mount_dev(&t, rdev)?;
                 dev_dir = Some(t);
+            }
+            MountOp::Device { path, writable, .. } => {
+                bind_device(path, *writable, rdev, dev_dir.as_deref())?
             }
             MountOp::Synth { path, .. } => {
                 // Numbered like `write_synth`; read-only from the source mount.

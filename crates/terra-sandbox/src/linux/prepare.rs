@@ -21,8 +21,11 @@ use super::{seccomp, BoxExit, BoxReport, BoxSpec, PlanView, SandboxError};
 const TOP_LINKS: [&str; 6] = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 
 fn host_kind(p: &str) -> NodeKind {
+    use std::os::unix::fs::FileTypeExt;
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => NodeKind::Dir,
+        Ok(m) if m.file_type().is_char_device() => NodeKind::Device { block: false },
+        Ok(m) if m.file_type().is_block_device() => NodeKind::Device { block: true },
         Ok(_) => NodeKind::File,
         Err(_) => NodeKind::Missing,
     }

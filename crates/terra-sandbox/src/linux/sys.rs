@@ -47,6 +47,7 @@ struct MountAttr {
 const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
 const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+const MOUNT_ATTR_NOEXEC: u64 = 0x0000_0008;
 
 /// Adds nosuid and nodev to the mount at `path` and every mount below it
 /// (host binds: no set-id programs, no device nodes). Best effort on kernels
@@ -65,6 +66,21 @@ pub fn harden(path: &str) -> Result<()> {
         }) => Ok(()),
         r => r,
     }
+}
+
+/// A device node's bind: nosuid and noexec, read-only unless `writable`, and
+/// *not* nodev (the node must open). Not recursive: a node has no mounts below.
+pub fn harden_device(path: &str, writable: bool) -> Result<()> {
+    let mut attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
+    if !writable {
+        attr |= MOUNT_ATTR_RDONLY;
+    }
+    setattr(
+        "mount_setattr(device: nosuid,noexec[,ro])",
+        path,
+        attr,
+        false,
+    )
 }
 
 /// `harden` and a recursive `make_readonly` in one mount_setattr(2) call
