@@ -104,7 +104,7 @@ for who in root nobody; do
   run "mediated-$who" 0 "${pre[@]}" -- run --policy "$work/policy.json" -- /bin/sh -c "$fetch"
   grep -q hello "$work/out/mediated-$who" || { echo "trace-roles: curl through the proxy failed ($who)" >&2; exit 2; }
   grep -q "unix connected" "$work/out/mediated-$who" || { echo "trace-roles: the AF_UNIX connect failed ($who)" >&2; exit 2; }
-  run "none-$who" 0 "${pre[@]}" -- run --receipt "$work/out/receipt-$who.json" -- /bin/sh -c 'echo none; sleep 0.2'
+  run "none-$who" 0 "${pre[@]}" -- run --receipt "$work/out/receipt-$who.json" -- /bin/sh -c 'echo none; python3 unix.py; sleep 0.2'
   run "fail-$who" 3 "${pre[@]}" -- run -- /bin/sh -c 'exit 3'
   run "timeout-$who" 137 "${pre[@]}" -- run --timeout 1s -- /bin/sh -c 'trap "" TERM; sleep 30'
   run "landlock-$who" 0 "${pre[@]}" -- run --backend landlock -- /bin/sh -c '(setsid sleep 30 &) ; echo daemon'
@@ -151,7 +151,11 @@ for name in sorted(os.listdir(traces)):
         m = ROLE_EXEC.match(l)
         if m:
             role = ROLES.get(m.group(1))
-    if role is None and any(re.match(r'^accept4?\(6,', l) for l in ls):
+    # The box's network service: the proxy's accept on fd 6 (mediated), or,
+    # with network none, the hand-over on fd 12 in the process that
+    # installed the filter (its threads' traces are read with it).
+    if role is None and (any(re.match(r'^accept4?\(6,', l) for l in ls) or (
+            any(re.match(r'^recvmsg\(12,', l) for l in ls) and any(INSTALL.match(l) for l in ls))):
         role = "box-service"
     if role is None:
         continue
