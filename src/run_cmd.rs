@@ -124,6 +124,10 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         )));
     }
     let json = args.json;
+    // The placeholders of runs killed before they could clean up go before
+    // anything is resolved: a stale one would make its denied name look
+    // present.
+    terra_supervisor::placeholders::clean_stale();
     let built = RunBuilder {
         backend: args.backend,
         policy: args.policy,
@@ -170,14 +174,36 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     let log_args: Vec<OsString> = log_level
         .map(|l| vec!["--log-level".into(), l.into()])
         .unwrap_or_default();
-    let since = SystemTime::now();
-    let ended = match start_supervisor(&prepared.request, &log_args) {
-        Ok(ended) => ended,
+    // Denied paths that do not exist yet, inside a writable grant: held by
+    // placeholders for the run (terra_supervisor::placeholders).
+    let needed = terra_sandbox::linux::lower::placeholders(
+        prepared.plan.rules(),
+        &prepared.request.bindings.temp.to_string_lossy(),
+    );
+    let writable: Vec<&std::path::Path> = prepared
+        .plan
+        .rules()
+        .iter()
+        .filter(|r| r.access == terra_policy::Access::Write && !r.protect_create)
+        .map(|r| std::path::Path::new(r.path.as_str()))
+        .collect();
+    let held = match terra_supervisor::placeholders::create(&needed, &writable) {
+        Ok(h) => h,
         Err(e) => {
             let _ = fs::remove_dir(&prepared.request.bindings.temp);
             return crate::fail(Failure::Run(&e));
         }
     };
+    let since = SystemTime::now();
+    let ended = match start_supervisor(&prepared.request, &log_args) {
+        Ok(ended) => ended,
+        Err(e) => {
+            held.remove();
+            let _ = fs::remove_dir(&prepared.request.bindings.temp);
+            return crate::fail(Failure::Run(&e));
+        }
+    };
+    held.remove();
     after_run(&prepared, ended, since, temp_after, args.quiet);
     ExitCode::from(ended.code)
 }

@@ -112,18 +112,17 @@ fn compiled_plan_runs_in_a_box() {
 }
 
 #[test]
-fn protect_create_is_not_declared() {
+fn protect_create_is_declared() {
     let d = dirs();
     std::fs::create_dir(d.ws.path().join("locked")).unwrap();
     let policy = POLICY.replace(
         r#"{ "access": "deny", "path": { "root": "workspace", "relative": "secret" } }"#,
         r#"{ "access": "deny", "path": { "root": "workspace", "relative": "absent" }, "missing": "skip" }"#,
     );
-    let err = plan(&d, &policy, false).unwrap_err();
-    assert!(err.to_string().contains("fs-protect-create"), "{err}");
-    // Twin: the same policy with an existing target compiles.
-    std::fs::create_dir(d.ws.path().join("absent")).unwrap();
-    plan(&d, &policy, false).unwrap();
+    let plan = plan(&d, &policy, false).unwrap();
+    let kept: Vec<_> = plan.rules().iter().filter(|r| r.protect_create).collect();
+    assert_eq!(kept.len(), 1);
+    assert!(kept[0].path.ends_with("/absent"), "{}", kept[0].path);
 }
 
 const MEDIATED: &str = r#"{

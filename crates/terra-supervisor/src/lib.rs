@@ -24,6 +24,8 @@ pub mod launch;
 #[cfg(target_os = "macos")]
 pub mod macos;
 #[cfg(target_os = "linux")]
+#[cfg(target_os = "linux")]
+pub mod placeholders;
 pub mod presets;
 #[cfg(target_os = "linux")]
 pub mod profile;

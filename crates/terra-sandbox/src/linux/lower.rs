@@ -2,7 +2,7 @@
 //! host input is a `kind` oracle that says whether a path is a file, a
 //! directory or missing), so it is unit-tested with hand-made rules.
 
-use terra_policy::{Access, Capability, ResolvedRule, RootMode, Scope};
+use terra_policy::{Access, ResolvedRule, RootMode, Scope};
 
 use super::error::SandboxError;
 
@@ -61,6 +61,10 @@ pub enum MountOp {
     MaskDir { path: String },
     /// deny of a file: an empty read-only file over it.
     MaskFile { path: String },
+    /// An absent denied name inside a writable bind: the placeholder terra
+    /// made on the host is covered like `MaskFile`; a placeholder that is
+    /// not there refuses the box (the name would be creatable).
+    MaskPlaceholder { path: String },
     /// deny of an absent path: an empty read-only directory created in the box
     /// root (never on the host), so nothing can be created there.
     ProtectCreate { path: String },
@@ -111,6 +115,9 @@ impl MountOp {
             }
             MountOp::MaskDir { path } => format!("mask dir  {path} (deny: empty read-only tmpfs)"),
             MountOp::MaskFile { path } => format!("mask file {path} (deny: empty read-only file)"),
+            MountOp::MaskPlaceholder { path } => format!(
+                "mask file {path} (deny of a name that does not exist: terra's placeholder, covered)"
+            ),
             MountOp::ProtectCreate { path } => {
                 format!(
                     "protect   {path} (absent deny: empty read-only placeholder in the box root)"
@@ -320,10 +327,13 @@ pub fn lower(
     let mut protect: Vec<MountOp> = Vec::new();
     for r in input.rules.iter().filter(|r| r.access == Access::DenyWrite) {
         if r.protect_create {
-            if writable_binds.iter().any(|g| covers(&g.path, &r.path)) {
-                return Err(protect_create_refusal(&r.path));
+            if writable_binds.iter().any(|g| covers(&g.path, &r.path)) || covers(temp, &r.path) {
+                // terra's placeholder holds the name (see `placeholders`).
+                for p in aliases(&r.path) {
+                    protect.push(MountOp::MaskPlaceholder { path: p });
+                }
             }
-            continue; // absent and not creatable through any writable bind
+            continue; // otherwise absent and not creatable through any writable bind
         }
         let touches_writable = writable_binds
             .iter()
@@ -339,7 +349,11 @@ pub fn lower(
     for r in input.rules.iter().filter(|r| r.access == Access::Deny) {
         if r.protect_create {
             if writable_binds.iter().any(|g| covers(&g.path, &r.path)) || covers(temp, &r.path) {
-                return Err(protect_create_refusal(&r.path));
+                // terra's placeholder holds the name (see `placeholders`).
+                for p in aliases(&r.path) {
+                    protect.push(MountOp::MaskPlaceholder { path: p });
+                }
+                continue;
             }
             if visible(&r.path) {
                 continue; // under a read-only bind: creation fails with EROFS
@@ -371,9 +385,10 @@ pub fn lower(
     let mut pins: Vec<String> = Vec::new();
     for op in &protect {
         let target = match op {
-            MountOp::ReadOnly { path } | MountOp::MaskDir { path } | MountOp::MaskFile { path } => {
-                path
-            }
+            MountOp::ReadOnly { path }
+            | MountOp::MaskDir { path }
+            | MountOp::MaskFile { path }
+            | MountOp::MaskPlaceholder { path } => path,
             _ => continue,
         };
         let Some(root) = writable_roots
@@ -410,21 +425,37 @@ pub fn lower(
     Ok(ops)
 }
 
+/// The absent denied paths (deny and deny-write with protect-create) that a
+/// writable host bind, or the run's temp directory, could create: each
+/// needs a placeholder on the host for the run, which the deny mount then
+/// covers (`lower` masks them). The caller makes them before the box's
+/// mounts apply and removes them afterwards.
+pub fn placeholders(rules: &[ResolvedRule], temp_dir: &str) -> Vec<String> {
+    let writable: Vec<&ResolvedRule> = rules
+        .iter()
+        .filter(|r| r.access == Access::Write && !r.protect_create)
+        .collect();
+    let mut out: Vec<String> = rules
+        .iter()
+        .filter(|r| r.protect_create && matches!(r.access, Access::Deny | Access::DenyWrite))
+        .filter(|r| {
+            covers(temp_dir, &r.path)
+                || writable
+                    .iter()
+                    .any(|g| g.scope == Scope::Tree && covers(&g.path, &r.path))
+        })
+        .map(|r| r.path.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// The parent of an absolute path ("/" for a top-level path).
 fn parent_of(p: &str) -> String {
     match p.rfind('/') {
         Some(0) | None => "/".to_string(),
         Some(i) => p[..i].to_string(),
-    }
-}
-
-fn protect_create_refusal(path: &str) -> SandboxError {
-    SandboxError::UnsupportedCapability {
-        capability: Capability::FsProtectCreate,
-        why: format!(
-            "{path} is absent inside a writable host bind; stopping its creation would need a mount \
-             point on the host (this backend does not declare fs-protect-create)"
-        ),
     }
 }
 
@@ -695,18 +726,19 @@ mod tests {
                 mode,
             )
         };
-        let err = under(Write, &pc, RootMode::ReadOnly).unwrap_err();
+        // Under a writable bind: the placeholder terra makes is masked, and
+        // `placeholders` names it.
+        let ops = under(Write, &pc, RootMode::ReadOnly).unwrap();
+        assert!(ops.contains(&MountOp::MaskPlaceholder {
+            path: "/w/absent".into()
+        }));
+        let rules = [ResolvedRule::host(Write, Scope::Tree, "/w"), pc.clone()];
+        assert_eq!(placeholders(&rules, "/t/run"), ["/w/absent"]);
+        let rules = [ResolvedRule::host(Read, Scope::Tree, "/w"), pc.clone()];
         assert!(
-            matches!(
-                err,
-                SandboxError::UnsupportedCapability {
-                    capability: Capability::FsProtectCreate,
-                    ..
-                }
-            ),
-            "{err}"
+            placeholders(&rules, "/t/run").is_empty(),
+            "read-only: none needed"
         );
-        assert!(err.to_string().contains("fs-protect-create"), "{err}");
         let ops = under(Read, &pc, RootMode::ReadOnly).unwrap();
         assert!(
             !ops.iter()

@@ -157,14 +157,17 @@ pub struct BoxReport {
 /// Capabilities the Linux backend enforces (network-mediated and its flags
 /// only when `broker_available`).
 ///
-/// fs-protect-create is not declared: an absent denied path inside a writable
-/// host bind could only be protected by a mount point created on the host.
+/// fs-protect-create: an absent denied path inside a writable host bind is
+/// held by a placeholder terra makes on the host for the run
+/// ([`lower::placeholders`]; terra-supervisor's `placeholders`), covered by
+/// the deny mount.
 pub fn declared_capabilities(broker_available: bool) -> CapabilitySet {
     let mut caps: CapabilitySet = [
         Capability::FsRead,
         Capability::FsWrite,
         Capability::FsDeny,
         Capability::FsDenyWrite,
+        Capability::FsProtectCreate,
         Capability::NetworkNone,
         Capability::NetworkDirect,
         Capability::ProcessTree,

@@ -329,6 +329,16 @@ pub fn apply(ops: &[MountOp]) -> Result<()> {
                     mask_file(&t)?;
                 }
             }
+            MountOp::MaskPlaceholder { path } => {
+                let t = new(path);
+                if sys::lstat(&t)?.is_none() {
+                    return Err(SandboxError::Root(format!(
+                        "{path} is denied and does not exist, and terra's placeholder for it is \
+                         not there: the box could create it"
+                    )));
+                }
+                mask_file(&t)?;
+            }
             MountOp::ProtectCreate { path } => {
                 let t = new(path);
                 ensure(&t, true, rdev)?;
