@@ -25,7 +25,7 @@ impl Box_ {
     fn new(name: &str, user: User) -> Box_ {
         let dirs = RunDirs::new("terra-limits", name, user);
         fs::create_dir_all(dirs.root.join("out")).unwrap();
-        fs::set_permissions(&dirs.root.join("out"), fs::Permissions::from_mode(0o777)).unwrap();
+        fs::set_permissions(dirs.root.join("out"), fs::Permissions::from_mode(0o777)).unwrap();
         Box_ { dirs }
     }
 
@@ -328,7 +328,7 @@ fn require_limits_refuses_what_nothing_enforces_and_runs_what_is() {
         );
         let marker = b.dirs.ws.join("ran");
         let runs_before = entries(&b.dirs.state);
-        let _ = fs::remove_file(&b.receipt_path());
+        let _ = fs::remove_file(b.receipt_path());
         let out = b.run(&["--require-limits", "--cpus", "1"], &["touch", "ran"]);
         if cpus == "none" {
             assert_eq!(out.status.code(), Some(125), "{user:?}: {}", show(&out));

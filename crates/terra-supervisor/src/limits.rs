@@ -160,7 +160,7 @@ pub fn parse_cpus(s: &str) -> std::result::Result<u64, String> {
 /// Bytes in words: "64 MiB" when exact, else the byte count.
 pub fn size_words(v: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if v >= 1 << shift && v % (1 << shift) == 0 {
+        if v >= 1 << shift && v.is_multiple_of(1 << shift) {
             return format!("{} {unit}", v >> shift);
         }
     }

@@ -1383,6 +1383,15 @@ fn status_words(code: i32) -> String {
     }
 }
 
+/// The workload's rlimits, as the launcher takes them.
+fn rlimits(r: &crate::limits::Rlimits) -> terra_sandbox::linux::Rlimits {
+    terra_sandbox::linux::Rlimits {
+        address_space: r.address_space,
+        processes: r.processes,
+        file_size: r.file_size,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1436,14 +1445,5 @@ mod tests {
             s.receipt_sha256.as_deref(),
             Some(terra_policy::digest::artifact_digest(&text).as_str())
         );
-    }
-}
-
-/// The workload's rlimits, as the launcher takes them.
-fn rlimits(r: &crate::limits::Rlimits) -> terra_sandbox::linux::Rlimits {
-    terra_sandbox::linux::Rlimits {
-        address_space: r.address_space,
-        processes: r.processes,
-        file_size: r.file_size,
     }
 }
