@@ -380,3 +380,43 @@ fn limit_values_are_checked_before_anything_runs() {
         assert!(!b.dirs.ws.join("ran").exists(), "{args:?} ran the workload");
     }
 }
+
+#[test]
+fn a_profile_carries_limits_and_the_command_line_wins() {
+    let b = Box_::new("profile", User::Caller);
+    let dir = b.dirs.home.join(".config/terra/profiles");
+    fs::create_dir_all(&dir).unwrap();
+    let mut init = std::process::Command::new(terra_bin(User::Caller));
+    init.args(["policy", "init"]);
+    let policy = run_bounded(init);
+    assert_eq!(policy.status.code(), Some(0), "{}", show(&policy));
+    fs::write(dir.join("ci.json"), &policy.stdout).unwrap();
+    fs::write(dir.join("ci.limits.json"), r#"{"maxFileSize": "1M"}"#).unwrap();
+    let out = b.run(&["--profile", "ci"], &["true"]);
+    let r = b.receipt(&out);
+    assert_eq!(
+        r["limits"]["maxFileSize"]["requested"],
+        "1 MiB",
+        "{}",
+        show(&out)
+    );
+    assert_eq!(mechanism(&r, "maxFileSize"), "rlimit");
+    let out = b.run(&["--profile", "ci", "--max-file-size", "2M"], &["true"]);
+    let r = b.receipt(&out);
+    assert_eq!(
+        r["limits"]["maxFileSize"]["requested"],
+        "2 MiB",
+        "{}",
+        show(&out)
+    );
+    // A field the file format does not know refuses the run.
+    fs::write(dir.join("ci.limits.json"), r#"{"memroy": "1M"}"#).unwrap();
+    let out = b.run(&["--profile", "ci"], &["touch", "ran"]);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ci.limits.json"),
+        "{}",
+        show(&out)
+    );
+    assert!(!b.dirs.ws.join("ran").exists());
+}

@@ -163,6 +163,11 @@ impl RunBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
         let policy_file = self.policy_file(&workspace)?;
+        // A profile's limits (NAME.limits.json) under the command line's.
+        let profile_limits = match (&policy_file, &self.policy) {
+            (Some((file, _)), None) => crate::profile::limits_of(file)?,
+            _ => crate::profile::ProfileLimits::default(),
+        };
         let (mir, origin) = self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
@@ -253,7 +258,7 @@ impl RunBuilder {
                 .map(|d| d.as_millis() as u64);
             // `-` is standard output; the supervisor opens the receipt's
             // directory and checks the name before the box starts.
-            let limits = self.requested_limits()?;
+            let limits = self.requested_limits(&profile_limits)?;
             let receipt = self.receipt.as_ref().map(|r| {
                 if r.as_os_str() == "-" {
                     r.clone()
@@ -286,7 +291,8 @@ impl RunBuilder {
                 plan,
                 request,
                 limits,
-                require_limits: self.require_limits,
+                require_limits: self.require_limits
+                    || profile_limits.require_limits.unwrap_or(false),
             })
         })();
         if result.is_err() {
@@ -296,25 +302,39 @@ impl RunBuilder {
     }
 
     /// The limit flags, parsed (each refusal names its flag).
-    fn requested_limits(&self) -> Result<crate::limits::Requested> {
+    fn requested_limits(
+        &self,
+        profile: &crate::profile::ProfileLimits,
+    ) -> Result<crate::limits::Requested> {
         use crate::limits::{parse_cpus, parse_size};
+        // The command line's value, else the profile's.
         let flag = |name: &str,
                     v: &Option<String>,
+                    from_profile: &Option<String>,
                     parse: fn(&str) -> std::result::Result<u64, String>| {
-            v.as_deref()
+            v.as_ref()
+                .or(from_profile.as_ref())
+                .map(String::as_str)
                 .map(|s| parse(s).map_err(|why| Error::Argument(format!("{name} {s}: {why}"))))
                 .transpose()
         };
         let req = crate::limits::Requested {
-            memory: flag("--memory", &self.memory, parse_size)?,
-            pids: flag("--pids", &self.pids, |s| match s.trim().parse::<u64>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err("not a positive number of processes".into()),
+            memory: flag("--memory", &self.memory, &profile.memory, parse_size)?,
+            pids: flag("--pids", &self.pids, &profile.pids, |s| {
+                match s.trim().parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err("not a positive number of processes".into()),
+                }
             })?,
-            millicpus: flag("--cpus", &self.cpus, parse_cpus)?,
-            max_file_size: flag("--max-file-size", &self.max_file_size, parse_size)?,
+            millicpus: flag("--cpus", &self.cpus, &profile.cpus, parse_cpus)?,
+            max_file_size: flag(
+                "--max-file-size",
+                &self.max_file_size,
+                &profile.max_file_size,
+                parse_size,
+            )?,
         };
-        if self.require_limits && req.is_empty() {
+        if (self.require_limits || profile.require_limits == Some(true)) && req.is_empty() {
             return Err(Error::Argument(
                 "--require-limits: no limit was asked (--memory, --pids, --cpus, --max-file-size)"
                     .into(),
