@@ -420,3 +420,30 @@ fn a_profile_carries_limits_and_the_command_line_wins() {
     );
     assert!(!b.dirs.ws.join("ran").exists());
 }
+
+#[test]
+fn the_landlock_backend_limits_memory_and_never_claims_nproc() {
+    for user in users() {
+        let b = Box_::new("landlock", user);
+        let out = b.run(
+            &["--backend", "landlock", "--memory", "64M", "--pids", "64"],
+            &["python3", "-c", ALLOC, "400"],
+        );
+        let r = b.receipt(&out);
+        assert_eq!(r["backend"], "landlock", "{}", show(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stdout.contains("allocated"), "{user:?}: {}", show(&out));
+        assert_ne!(mechanism(&r, "memory"), "none", "{user:?}: {}", show(&out));
+        // Without a user namespace RLIMIT_NPROC would count the caller's
+        // whole uid on the host: only a cgroup may enforce --pids here.
+        let pids = mechanism(&r, "pids");
+        assert_ne!(pids, "rlimit", "{user:?}: {}", show(&out));
+        if pids == "none" {
+            assert!(r["limits"]["pids"]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("landlock") || d.contains("root")));
+        }
+        assert_cgroup_removed(&r, "memory");
+        assert_cgroup_removed(&r, "pids");
+    }
+}
