@@ -447,3 +447,20 @@ fn the_landlock_backend_limits_memory_and_never_claims_nproc() {
         assert_cgroup_removed(&r, "pids");
     }
 }
+
+#[test]
+fn dry_run_names_the_limits_and_runs_nothing() {
+    let b = Box_::new("dry", User::Caller);
+    let out = b.run(
+        &["--dry-run", "--memory", "64M", "--pids", "64"],
+        &["touch", "ran"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("limits:          memory 64 MiB, pids 64"),
+        "{}",
+        show(&out)
+    );
+    assert!(!b.dirs.ws.join("ran").exists());
+}

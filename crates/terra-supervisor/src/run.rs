@@ -935,6 +935,28 @@ impl PreparedRun {
         }
         let _ = writeln!(s, "root:            {}", plan.root_mode());
         let _ = writeln!(s, "process tree:    {}", plan.process_tree());
+        if !self.limits.is_empty() {
+            // The mechanism is decided when the run starts (cgroups are
+            // made then, never for a dry run).
+            let l = &self.limits;
+            let mut asked = Vec::new();
+            asked.extend(
+                l.memory
+                    .map(|m| format!("memory {}", crate::limits::size_words(m))),
+            );
+            asked.extend(l.pids.map(|p| format!("pids {p}")));
+            asked.extend(l.millicpus.map(|c| format!("cpus {}", c as f64 / 1000.0)));
+            asked.extend(
+                l.max_file_size
+                    .map(|f| format!("max file size {}", crate::limits::size_words(f))),
+            );
+            let _ = writeln!(
+                s,
+                "limits:          {}{} (mechanism chosen at start: cgroup v2, cgroup v1, rlimit or none)",
+                asked.join(", "),
+                if self.require_limits { ", all required" } else { "" }
+            );
+        }
         let _ = writeln!(
             s,
             "required:        {}",
