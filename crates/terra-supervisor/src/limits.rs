@@ -441,6 +441,17 @@ fn v2_mount() -> Option<PathBuf> {
 fn v2_cgroup(name: &str, wanted: &[(&str, String, String)]) -> Option<(PathBuf, Vec<String>)> {
     let mount = v2_mount()?;
     let (_, own) = own_path(|id, list| id == "0" && list.is_empty())?;
+    v2_cgroup_in(&mount, &own, name, wanted)
+}
+
+/// [`v2_cgroup`] on the v2 hierarchy at `mount`, from the cgroup `own`.
+fn v2_cgroup_in(
+    mount: &Path,
+    own: &Path,
+    name: &str,
+    wanted: &[(&str, String, String)],
+) -> Option<(PathBuf, Vec<String>)> {
+    let mount = mount.to_path_buf();
     let rel = own.strip_prefix("/").ok()?.to_path_buf();
     let mut dir = mount.join(rel);
     loop {
@@ -703,6 +714,32 @@ mod tests {
         assert!(nproc_binds(false, 0).is_err());
         assert!(nproc_binds(true, 1000).is_err());
         assert!(nproc_binds(false, 1000).is_ok());
+    }
+
+    #[test]
+    fn v2_takes_the_nearest_ancestor_that_delegates_a_wanted_controller() {
+        let root = std::env::temp_dir().join(format!("terra-v2-walk-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        // root delegates memory and pids, user.slice only cpu, the caller's
+        // scope (a leaf with processes) nothing.
+        for (dir, enabled) in [
+            ("", "cpu memory pids"),
+            ("user.slice", "cpu"),
+            ("user.slice/me.scope", ""),
+        ] {
+            fs::create_dir_all(root.join(dir)).unwrap();
+            fs::write(root.join(dir).join("cgroup.subtree_control"), enabled).unwrap();
+        }
+        let own = Path::new("/user.slice/me.scope");
+        let want = |c: &'static str| vec![(c, format!("{c}.max"), "1".to_string())];
+        let (child, _) = v2_cgroup_in(&root, own, "terra-a", &want("memory")).unwrap();
+        assert_eq!(child, root.join("terra-a"));
+        let (child, _) = v2_cgroup_in(&root, own, "terra-b", &want("cpu")).unwrap();
+        assert_eq!(child, root.join("user.slice/terra-b"));
+        assert!(v2_cgroup_in(&root, own, "terra-c", &want("io")).is_none());
+        // Outside the mount, nothing is made.
+        assert!(v2_cgroup_in(&root, Path::new("relative"), "terra-d", &want("memory")).is_none());
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
