@@ -108,6 +108,10 @@ for who in root nobody; do
   run "fail-$who" 3 "${pre[@]}" -- run -- /bin/sh -c 'exit 3'
   run "timeout-$who" 137 "${pre[@]}" -- run --timeout 1s -- /bin/sh -c 'trap "" TERM; sleep 30'
   run "landlock-$who" 0 "${pre[@]}" -- run --backend landlock -- /bin/sh -c '(setsid sleep 30 &) ; echo daemon'
+  # Resource limits: cgroups where writable (root here), rlimits otherwise;
+  # the supervisor reads the cgroup counters once confined.
+  run "limits-$who" 0 "${pre[@]}" -- run --memory 64M --pids 64 --max-file-size 1M -- /bin/sh -c 'echo limits'
+  run "limits-landlock-$who" 0 "${pre[@]}" -- run --backend landlock --memory 64M --max-file-size 1M -- /bin/sh -c 'echo limits'
 done
 if command -v script >/dev/null; then
   (cd "$work/ws" && XDG_STATE_HOME="$work/state" script -qec \

@@ -49,7 +49,7 @@ enum Command {
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCommand),
     /// Run a command confined by a policy (the embedded default when none is given).
-    Run(run_cmd::RunArgs),
+    Run(Box<run_cmd::RunArgs>),
     /// List recent runs (`terra runs show [ID|last]`: a receipt and its network log).
     #[cfg(target_os = "linux")]
     Runs(runs_cmd::RunsArgs),
@@ -202,7 +202,7 @@ fn main() -> ExitCode {
     init_logging(cli.log_level.as_deref());
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
-        Command::Run(args) => run_cmd::run(args, cli.log_level.as_deref()),
+        Command::Run(args) => run_cmd::run(*args, cli.log_level.as_deref()),
         #[cfg(target_os = "linux")]
         Command::Runs(args) => runs_cmd::run(args),
         #[cfg(target_os = "linux")]

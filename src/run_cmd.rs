@@ -90,6 +90,23 @@ pub struct RunArgs {
     /// (backend, profile, parameters) instead of text.
     #[arg(long)]
     json: bool,
+    /// Limit the box's memory to SIZE (e.g. 64M, 2G): a cgroup where one is
+    /// writable, else RLIMIT_AS (address space). The receipt says which.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// Limit the box to N processes: a pids cgroup where one is writable, else
+    /// RLIMIT_NPROC in the box's user namespace (not for the host's root user).
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// Limit the box to N CPUs (e.g. 0.5, 2): a cgroup CPU quota only.
+    #[arg(long, value_name = "N")]
+    cpus: Option<String>,
+    /// Limit each file the workload writes to SIZE (RLIMIT_FSIZE).
+    #[arg(long, value_name = "SIZE")]
+    max_file_size: Option<String>,
+    /// Refuse the run (exit 125) when a limit asked cannot be enforced here.
+    #[arg(long)]
+    require_limits: bool,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -142,10 +159,15 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         receipt: args.receipt,
         presets: args.preset,
         profile: args.profile,
+        memory: args.memory,
+        pids: args.pids,
+        cpus: args.cpus,
+        max_file_size: args.max_file_size,
+        require_limits: args.require_limits,
         ..RunBuilder::new(args.command)
     }
     .build();
-    let prepared = match built {
+    let mut prepared = match built {
         Ok(p) => p,
         Err(e) => return crate::fail(Failure::Run(&e)),
     };
@@ -158,6 +180,10 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         print!("{}", prepared.dry_run_text());
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return ExitCode::SUCCESS;
+    }
+    if let Err(e) = prepared.apply_limits() {
+        let _ = fs::remove_dir(&prepared.request.bindings.temp);
+        return crate::fail(Failure::Run(&e));
     }
     let temp_after = if args.keep_temp {
         TempAfterRun::Keep
@@ -190,6 +216,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     let held = match terra_supervisor::placeholders::create(&needed, &writable) {
         Ok(h) => h,
         Err(e) => {
+            prepared.request.limits.remove_cgroups();
             let _ = fs::remove_dir(&prepared.request.bindings.temp);
             return crate::fail(Failure::Run(&e));
         }
@@ -199,11 +226,13 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         Ok(ended) => ended,
         Err(e) => {
             held.remove();
+            prepared.request.limits.remove_cgroups();
             let _ = fs::remove_dir(&prepared.request.bindings.temp);
             return crate::fail(Failure::Run(&e));
         }
     };
     held.remove();
+    prepared.request.limits.remove_cgroups();
     after_run(&prepared, ended, since, temp_after, args.quiet);
     ExitCode::from(ended.code)
 }

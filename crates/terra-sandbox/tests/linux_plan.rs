@@ -56,6 +56,7 @@ fn config(d: &Dirs, plan: SandboxPlan, argv: &[&str]) -> BoxConfig {
         canary_gate: None,
         mediated: None,
         hostname: "plan-box".into(),
+        rlimits: Default::default(),
     }
 }
 

@@ -21,6 +21,8 @@ pub mod files;
 pub mod input;
 #[cfg(target_os = "linux")]
 pub mod launch;
+#[cfg(unix)]
+pub mod limits;
 #[cfg(target_os = "macos")]
 pub mod macos;
 #[cfg(target_os = "linux")]

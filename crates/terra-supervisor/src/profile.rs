@@ -6,6 +6,11 @@
 //! read from the workspace: a profile file inside the workspace is refused
 //! (a repository must not choose its own sandbox; `--policy FILE` names such
 //! a file on purpose).
+//!
+//! A profile's resource limits sit beside it in `NAME.limits.json` (the
+//! policy format has no place for them): `{"memory": "2G", "pids": "512",
+//! "cpus": "2", "maxFileSize": "4G", "requireLimits": true}`, every field
+//! optional. The command line's flags win over the file's.
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +85,50 @@ pub fn refuse_in_workspace(file: &Path, workspace: &Path, label: &str) -> Result
     Ok(())
 }
 
+/// The limits of a profile (`NAME.limits.json`), as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProfileLimits {
+    pub memory: Option<String>,
+    pub pids: Option<String>,
+    pub cpus: Option<String>,
+    pub max_file_size: Option<String>,
+    pub require_limits: Option<bool>,
+}
+
+/// Largest limits file read.
+const MAX_LIMITS_LEN: u64 = 64 << 10;
+
+/// The limits beside the profile `profile_file` (none: no such file).
+pub fn limits_of(profile_file: &Path) -> Result<ProfileLimits> {
+    let Some(stem) = profile_file.file_stem() else {
+        return Ok(ProfileLimits::default());
+    };
+    let mut name = stem.to_os_string();
+    name.push(".limits.json");
+    let file = profile_file.with_file_name(name);
+    let label = || format!("the profile's limits {}", file.display());
+    let bytes = match std::fs::File::open(&file) {
+        Ok(f) => {
+            use std::io::Read;
+            let mut v = Vec::new();
+            f.take(MAX_LIMITS_LEN + 1)
+                .read_to_end(&mut v)
+                .map_err(|e| Error::io("cannot read", &file, e))?;
+            if v.len() as u64 > MAX_LIMITS_LEN {
+                return Err(Error::Argument(format!(
+                    "{} is larger than 64 KiB",
+                    label()
+                )));
+            }
+            v
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ProfileLimits::default()),
+        Err(e) => return Err(Error::io("cannot open", &file, e)),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| Error::Argument(format!("{}: {e}", label())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,5 +142,24 @@ mod tests {
             assert!(!valid_name(bad), "{bad}");
             assert!(named(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn profile_limits_sit_beside_the_profile_and_refuse_unknown_fields() {
+        let dir = std::env::temp_dir().join(format!("terra-profile-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let profile = dir.join("ci.json");
+        assert_eq!(limits_of(&profile).unwrap(), ProfileLimits::default());
+        std::fs::write(
+            dir.join("ci.limits.json"),
+            r#"{"memory": "2G", "requireLimits": true}"#,
+        )
+        .unwrap();
+        let l = limits_of(&profile).unwrap();
+        assert_eq!(l.memory.as_deref(), Some("2G"));
+        assert_eq!(l.require_limits, Some(true));
+        std::fs::write(dir.join("ci.limits.json"), r#"{"memroy": "2G"}"#).unwrap();
+        assert!(limits_of(&profile).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

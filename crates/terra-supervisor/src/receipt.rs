@@ -38,6 +38,8 @@ pub struct Outcome {
     /// allowlist: which, and the system call when the kernel's record was
     /// readable ("role terra __network killed by seccomp, syscall 41").
     pub role_killed: Option<String>,
+    /// A resource limit acted (an OOM kill, refused forks, SIGXFSZ): what it did.
+    pub limit_reached: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -131,6 +133,12 @@ pub struct AppliedLimits {
     pub timeout_grace_ms: u64,
     /// The network broker's bounds (mediated runs only).
     pub network: Option<terra_netd::broker::Limits>,
+    /// `--memory`, `--pids`, `--cpus`, `--max-file-size`: each as asked,
+    /// with the mechanism that enforced it ("none": nothing could).
+    pub memory: Option<crate::limits::Limit>,
+    pub pids: Option<crate::limits::Limit>,
+    pub cpus: Option<crate::limits::Limit>,
+    pub max_file_size: Option<crate::limits::Limit>,
 }
 
 impl Applied {
@@ -142,6 +150,7 @@ impl Applied {
         host_name: Option<String>,
         timeout_ms: Option<u64>,
         mediated: bool,
+        limits: &crate::limits::LimitPlan,
     ) -> Applied {
         Applied {
             duration_ms: ended
@@ -152,6 +161,10 @@ impl Applied {
                 timeout_ms,
                 timeout_grace_ms: u64::try_from(crate::TIMEOUT_GRACE.as_millis()).unwrap_or(0),
                 network: mediated.then(terra_netd::broker::Limits::default),
+                memory: limits.memory.clone(),
+                pids: limits.pids.clone(),
+                cpus: limits.cpus.clone(),
+                max_file_size: limits.max_file_size.clone(),
             },
         }
     }
@@ -177,6 +190,7 @@ mod tests {
             host_name(),
             Some(30_000),
             true,
+            &Default::default(),
         );
         assert_eq!(a.duration_ms, 1500);
         assert!(a.host_name.as_deref().is_some_and(|h| !h.is_empty()));
@@ -184,14 +198,22 @@ mod tests {
         assert_eq!(v["limits"]["timeoutMs"], 30_000);
         assert_eq!(v["limits"]["timeoutGraceMs"], 2000);
         assert_eq!(v["limits"]["network"]["max_flows"], 1024);
-        let none = Applied::collect(t0, t0, None, None, false);
+        let none = Applied::collect(t0, t0, None, None, false, &Default::default());
         assert_eq!(
             serde_json::to_value(&none).unwrap()["limits"]["network"],
             serde_json::Value::Null
         );
         // A clock that went back gives 0, not a wrap.
         assert_eq!(
-            Applied::collect(t0, t0 - Duration::from_secs(1), None, None, false).duration_ms,
+            Applied::collect(
+                t0,
+                t0 - Duration::from_secs(1),
+                None,
+                None,
+                false,
+                &Default::default()
+            )
+            .duration_ms,
             0
         );
     }

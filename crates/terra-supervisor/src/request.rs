@@ -85,6 +85,9 @@ pub struct RunRequest {
     /// Extra copy of the receipt: an absolute path, or `-` for standard output.
     pub receipt: Option<PathBuf>,
     pub keep_temp: bool,
+    /// The resource limits with the mechanism of each and their cgroups
+    /// (made by the CLI, re-checked by the supervisor).
+    pub limits: crate::limits::LimitPlan,
 }
 
 impl RunRequest {
@@ -194,6 +197,7 @@ mod tests {
             timeout_ms: None,
             receipt: None,
             keep_temp: false,
+            limits: Default::default(),
         }
     }
 

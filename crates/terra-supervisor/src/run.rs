@@ -82,6 +82,14 @@ pub struct RunBuilder {
     pub presets: Vec<String>,
     /// A host-side profile (`--profile`, see [`crate::profile`]).
     pub profile: Option<String>,
+    /// Resource limits as written (`--memory`, `--pids`, `--cpus`,
+    /// `--max-file-size`, see [`crate::limits`]).
+    pub memory: Option<String>,
+    pub pids: Option<String>,
+    pub cpus: Option<String>,
+    pub max_file_size: Option<String>,
+    /// Refuse the run when a limit asked cannot be enforced (`--require-limits`).
+    pub require_limits: bool,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -90,6 +98,10 @@ pub struct RunBuilder {
 pub struct PreparedRun {
     pub plan: SandboxPlan,
     pub request: RunRequest,
+    /// The limits asked; [`PreparedRun::apply_limits`] turns them into the
+    /// request's [`crate::limits::LimitPlan`].
+    pub limits: crate::limits::Requested,
+    pub require_limits: bool,
 }
 
 impl RunBuilder {
@@ -111,6 +123,11 @@ impl RunBuilder {
             receipt: None,
             presets: Vec::new(),
             profile: None,
+            memory: None,
+            pids: None,
+            cpus: None,
+            max_file_size: None,
+            require_limits: false,
         }
     }
 
@@ -146,6 +163,11 @@ impl RunBuilder {
             })
             .collect::<Result<Vec<_>>>()?;
         let policy_file = self.policy_file(&workspace)?;
+        // A profile's limits (NAME.limits.json) under the command line's.
+        let profile_limits = match (&policy_file, &self.policy) {
+            (Some((file, _)), None) => crate::profile::limits_of(file)?,
+            _ => crate::profile::ProfileLimits::default(),
+        };
         let (mir, origin) = self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
@@ -236,6 +258,7 @@ impl RunBuilder {
                 .map(|d| d.as_millis() as u64);
             // `-` is standard output; the supervisor opens the receipt's
             // directory and checks the name before the box starts.
+            let limits = self.requested_limits(&profile_limits)?;
             let receipt = self.receipt.as_ref().map(|r| {
                 if r.as_os_str() == "-" {
                     r.clone()
@@ -262,13 +285,62 @@ impl RunBuilder {
                 // run` keeps or removes it once the supervisor ended, by the
                 // run's outcome (temp.rs).
                 keep_temp: true,
+                limits: crate::limits::LimitPlan::default(),
             };
-            Ok(PreparedRun { plan, request })
+            Ok(PreparedRun {
+                plan,
+                request,
+                limits,
+                require_limits: self.require_limits
+                    || profile_limits.require_limits.unwrap_or(false),
+            })
         })();
         if result.is_err() {
             let _ = fs::remove_dir(&temp);
         }
         result
+    }
+
+    /// The limit flags, parsed (each refusal names its flag).
+    fn requested_limits(
+        &self,
+        profile: &crate::profile::ProfileLimits,
+    ) -> Result<crate::limits::Requested> {
+        use crate::limits::{parse_cpus, parse_size};
+        // The command line's value, else the profile's.
+        let flag = |name: &str,
+                    v: &Option<String>,
+                    from_profile: &Option<String>,
+                    parse: fn(&str) -> std::result::Result<u64, String>| {
+            v.as_ref()
+                .or(from_profile.as_ref())
+                .map(String::as_str)
+                .map(|s| parse(s).map_err(|why| Error::Argument(format!("{name} {s}: {why}"))))
+                .transpose()
+        };
+        let req = crate::limits::Requested {
+            memory: flag("--memory", &self.memory, &profile.memory, parse_size)?,
+            pids: flag("--pids", &self.pids, &profile.pids, |s| {
+                match s.trim().parse::<u64>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err("not a positive number of processes".into()),
+                }
+            })?,
+            millicpus: flag("--cpus", &self.cpus, &profile.cpus, parse_cpus)?,
+            max_file_size: flag(
+                "--max-file-size",
+                &self.max_file_size,
+                &profile.max_file_size,
+                parse_size,
+            )?,
+        };
+        if (self.require_limits || profile.require_limits == Some(true)) && req.is_empty() {
+            return Err(Error::Argument(
+                "--require-limits: no limit was asked (--memory, --pids, --cpus, --max-file-size)"
+                    .into(),
+            ));
+        }
+        Ok(req)
     }
 
     /// The policy file: `--policy`, `--profile NAME`, or the default profile
@@ -745,6 +817,27 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
 }
 
 impl PreparedRun {
+    /// Decides the mechanism of every limit asked and makes its cgroups
+    /// (a real run only, never `--dry-run`). With `--require-limits`, a
+    /// limit nothing enforces refuses the run, and nothing is left behind.
+    pub fn apply_limits(&mut self) -> Result<()> {
+        let landlock = self.request.backend == crate::backend::Backend::Landlock.name();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let tag = format!("{}-{nanos:09}", std::process::id());
+        let plan =
+            crate::limits::prepare(&self.limits, landlock, nix::unistd::getuid().as_raw(), &tag);
+        if self.require_limits {
+            if let Err(e) = plan.require_all() {
+                plan.remove_cgroups();
+                return Err(e);
+            }
+        }
+        self.request.limits = plan;
+        Ok(())
+    }
+
     /// What `terra run` says on stderr before the run starts: on the linux
     /// backend, a workspace under `/tmp` is bound through at its path inside
     /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
@@ -842,6 +935,28 @@ impl PreparedRun {
         }
         let _ = writeln!(s, "root:            {}", plan.root_mode());
         let _ = writeln!(s, "process tree:    {}", plan.process_tree());
+        if !self.limits.is_empty() {
+            // The mechanism is decided when the run starts (cgroups are
+            // made then, never for a dry run).
+            let l = &self.limits;
+            let mut asked = Vec::new();
+            asked.extend(
+                l.memory
+                    .map(|m| format!("memory {}", crate::limits::size_words(m))),
+            );
+            asked.extend(l.pids.map(|p| format!("pids {p}")));
+            asked.extend(l.millicpus.map(|c| format!("cpus {}", c as f64 / 1000.0)));
+            asked.extend(
+                l.max_file_size
+                    .map(|f| format!("max file size {}", crate::limits::size_words(f))),
+            );
+            let _ = writeln!(
+                s,
+                "limits:          {}{} (mechanism chosen at start: cgroup v2, cgroup v1, rlimit or none)",
+                asked.join(", "),
+                if self.require_limits { ", all required" } else { "" }
+            );
+        }
         let _ = writeln!(
             s,
             "required:        {}",
@@ -933,6 +1048,7 @@ impl PreparedRun {
                 None
             },
             hostname: "terra".into(),
+            rlimits: Default::default(),
         };
         let _ = writeln!(s, "backend program ({}):", r.backend);
         let program = if landlock {

@@ -289,6 +289,9 @@ struct Run {
     role_killed: Option<String>,
     /// This host's name, read at the start (before the supervisor's filters).
     host_name: Option<String>,
+    /// The run's cgroup counters (OOM kills, refused forks), opened before
+    /// the supervisor confines itself.
+    limits_watch: crate::limits::Watch,
 }
 
 /// What the waiter threads report to the supervisor's main loop.
@@ -314,6 +317,7 @@ impl Run {
             box_pid: 0,
             role_killed: None,
             host_name: crate::receipt::host_name(),
+            limits_watch: crate::limits::Watch::default(),
         }
     }
 
@@ -334,6 +338,9 @@ impl Run {
             }
         };
         self.required = cap_names(plan.required_capabilities());
+        if let Err(e) = self.req.limits.validate() {
+            return self.refuse(None, &format!("the run request does not re-validate: {e}"));
+        }
         let landlock = match crate::backend::Backend::from_name(&self.req.backend) {
             Some(crate::backend::Backend::Macos) => {
                 return self.refuse(
@@ -448,6 +455,7 @@ impl Run {
             canary_gate: Some(gate_r),
             mediated,
             hostname: "terra".into(),
+            rlimits: rlimits(&self.req.limits.rlimits),
         };
         // A terminal on stdin, stdout or stderr: the box gets its own (pty.rs).
         // The landlock backend has no devpts of its own: its workload shares
@@ -477,11 +485,35 @@ impl Run {
                 return self.refuse(Some(&dir), &e);
             }
         }
+        // The box is cloned inside the run's cgroups (so every process it
+        // makes starts there) and the supervisor leaves them at once.
+        let joined = match crate::limits::join(&self.req.limits) {
+            Ok(j) => j,
+            Err(e) => {
+                if let Some(p) = pending.take() {
+                    p.abandon();
+                }
+                return self.refuse(Some(&dir), &e);
+            }
+        };
         let spawned = if landlock {
             launcher::nouserns::spawn_box(config)
         } else {
             launcher::spawn_box_with_terminal(&self.exe, config, box_terminal)
         };
+        let left = joined.leave();
+        let spawned = match (spawned, left) {
+            (Ok(h), Err(e)) => {
+                let _ = kill(Pid::from_raw(h.pid()), Signal::SIGKILL);
+                let _ = h.wait();
+                if let Some(p) = pending.take() {
+                    p.abandon();
+                }
+                return self.refuse(Some(&dir), &e);
+            }
+            (s, _) => s,
+        };
+        self.limits_watch = crate::limits::Watch::open(&self.req.limits);
         let mut handle = match spawned {
             Ok(h) => h,
             Err(e) => {
@@ -772,6 +804,7 @@ impl Run {
             outcome.refused = Some(line.clone());
             outcome.role_killed = Some(line.clone());
         }
+        outcome.limit_reached = self.limit_effects(&report.exit);
         if timed_out {
             eprintln!(
                 "terra: the deadline of {} ms passed; the box was stopped",
@@ -779,6 +812,46 @@ impl Run {
             );
         }
         self.cleanup_and_report(Some(dir), outcome)
+    }
+
+    /// What a limit did to the run, said on stderr and returned for the
+    /// receipt's outcome (None: no limit acted, as far as terra can tell).
+    fn limit_effects(&self, exit: &BoxExit) -> Option<String> {
+        let l = &self.req.limits;
+        let fx = self.limits_watch.effects();
+        let mut said = Vec::new();
+        if let (Some(m), true) = (&l.memory, fx.oom_kills > 0) {
+            said.push(match exit {
+                BoxExit::Signal(9) => format!(
+                    "the workload was killed by the memory limit ({})",
+                    m.requested
+                ),
+                _ => format!(
+                    "the memory limit ({}) killed {} process(es) of the box",
+                    m.requested, fx.oom_kills
+                ),
+            });
+        }
+        if let (Some(p), true) = (&l.pids, fx.forks_refused > 0) {
+            said.push(format!(
+                "the pids limit ({}) refused {} fork(s) of the box",
+                p.requested, fx.forks_refused
+            ));
+        }
+        if let (Some(f), BoxExit::Signal(s)) = (&l.max_file_size, exit) {
+            if *s == libc::SIGXFSZ {
+                said.push(format!(
+                    "the workload was killed by SIGXFSZ: it wrote past the file size limit ({})",
+                    f.requested
+                ));
+            }
+        }
+        if said.is_empty() {
+            return None;
+        }
+        let text = said.join("; ");
+        eprintln!("terra: {text}");
+        Some(text)
     }
 
     fn refuse(&mut self, dir: Option<&RunDir>, why: &dyn std::fmt::Display) -> u8 {
@@ -854,6 +927,7 @@ impl Run {
                 self.host_name.clone(),
                 self.req.timeout_ms,
                 self.network.is_some(),
+                &self.req.limits,
             ),
         };
         let json = receipt.to_json();
@@ -1306,6 +1380,15 @@ fn status_words(code: i32) -> String {
         }
     } else {
         format!("exited with status {code}")
+    }
+}
+
+/// The workload's rlimits, as the launcher takes them.
+fn rlimits(r: &crate::limits::Rlimits) -> terra_sandbox::linux::Rlimits {
+    terra_sandbox::linux::Rlimits {
+        address_space: r.address_space,
+        processes: r.processes,
+        file_size: r.file_size,
     }
 }
 

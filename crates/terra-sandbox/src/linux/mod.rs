@@ -17,6 +17,7 @@ mod mounts;
 pub mod notify;
 pub mod nouserns;
 mod prepare;
+mod rlimits;
 mod role;
 mod seccomp;
 mod spec;
@@ -29,6 +30,7 @@ mod workload;
 
 pub use landlock::{restrict_self as landlock_restrict_self, FsAccess, LandlockPlan, NetRule};
 pub use lower::{MountOp, NodeKind};
+pub use rlimits::Rlimits;
 
 pub use terminal::{set_window_size, window_size, BoxTerminal, TerminalChannel, WindowSize};
 // Hand-made plans (rules not taken from a checked plan) are for the tests
@@ -108,6 +110,8 @@ pub struct BoxConfig<P = SandboxPlan> {
     pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
     /// Host name inside the box's UTS namespace.
     pub hostname: String,
+    /// Resource limits the workload sets on itself before exec.
+    pub rlimits: Rlimits,
 }
 
 impl<P> BoxConfig<P> {
@@ -124,6 +128,7 @@ impl<P> BoxConfig<P> {
             canary_gate: self.canary_gate,
             mediated: self.mediated,
             hostname: self.hostname,
+            rlimits: self.rlimits,
         }
     }
 }

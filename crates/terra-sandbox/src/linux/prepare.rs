@@ -251,6 +251,7 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
             canary_path: c_bytes(spec.canary_path.as_os_str().as_bytes(), "the canary path")?,
             canary_tcp: spec.canary_tcp,
             gate: spec.canary_gate.is_some(),
+            rlimits: spec.rlimits,
         },
         terminal: None,
     })

@@ -67,6 +67,7 @@ pub(crate) struct WorkloadWire {
     pub canary_tcp: Option<SocketAddr>,
     /// Whether a canary gate is on [`GATE_FD`].
     pub gate: bool,
+    pub rlimits: super::Rlimits,
 }
 
 /// The body of `terra __vm`; never returns. `service` is the in-box
@@ -175,6 +176,7 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
             canary_path: cstring(w.canary_path)?,
             canary_tcp: w.canary_tcp,
             canary_gate: held.gate.as_ref().map(|f| f.as_fd()),
+            rlimits: w.rlimits,
             landlock,
             seccomp: filters,
             // Every box with a network namespace of its own (none, mediated):

@@ -27,6 +27,9 @@ pub struct WorkloadPrep<'a> {
     /// caller's descriptor, owned by its `BoxSpec` (the box's processes
     /// inherit it).
     pub canary_gate: Option<BorrowedFd<'a>>,
+    /// Set on itself before Landlock and seccomp (the deny list allows
+    /// setrlimit, but the workload must not start unlimited).
+    pub rlimits: super::Rlimits,
     pub landlock: LandlockPlan,
     pub seccomp: Vec<BpfProgram>,
     /// Mediated networking: the connect-notification filter, installed
@@ -72,6 +75,9 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>, handover: Option<Borr
     }
     if let Err(e) = sys::drop_all_capabilities() {
         refuse(status_fd, e.to_string());
+    }
+    if let Err(e) = super::rlimits::apply(&prep.rlimits) {
+        refuse(status_fd, format!("resource limits: {e}"));
     }
     let abi = match ll::apply(&prep.landlock) {
         Ok(abi) => abi,

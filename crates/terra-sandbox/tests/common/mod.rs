@@ -116,6 +116,7 @@ impl World {
             canary_gate: None,
             mediated: None,
             hostname: "terra-box".into(),
+            rlimits: Default::default(),
         }
     }
 

@@ -106,6 +106,7 @@ pub fn describe(config: &BoxConfig) -> String {
         canary_gate: None,
         mediated: None,
         hostname: config.hostname.clone(),
+        rlimits: config.rlimits,
     };
     let mut s = String::new();
     s.push_str("namespaces none: the host's filesystem, processes and network stack\n");

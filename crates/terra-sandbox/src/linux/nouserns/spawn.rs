@@ -103,6 +103,7 @@ pub fn prepare(spec: &BoxSpec) -> Result<Prepared<'_>, SandboxError> {
             canary_path,
             canary_tcp: spec.canary_tcp,
             canary_gate: spec.canary_gate.as_ref().map(|fd| fd.as_fd()),
+            rlimits: spec.rlimits,
             // Unused by this backend's child (it applies `fs` itself); kept
             // so the shared activation and exec code takes one type.
             landlock: LandlockPlan {
@@ -209,6 +210,9 @@ fn child(prep: &Prepared, status_fd: BorrowedFd<'_>, caller: Pid) -> ! {
     }
     if let Err(e) = drop_capabilities() {
         refuse(status_fd, vec![], e.to_string());
+    }
+    if let Err(e) = super::super::rlimits::apply(&w.rlimits) {
+        refuse(status_fd, vec![], format!("resource limits: {e}"));
     }
     let abi = match rules::apply(&prep.fs, prep.tcp) {
         Ok(abi) => abi,
