@@ -222,9 +222,9 @@ impl LimitPlan {
                 match fs::remove_dir(&cg.dir) {
                     Ok(()) => break,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                    Err(e)
-                        if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline =>
-                    {
+                    // EBUSY (16 on Linux and macOS; libc is a Linux-only
+                    // dependency here).
+                    Err(e) if e.raw_os_error() == Some(16) && Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(20));
                     }
                     Err(e) => {
