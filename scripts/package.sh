@@ -61,8 +61,8 @@ trap cleanup EXIT
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 
-# Copies the binary (stripped: the debug build the tests pass carries
-# hundreds of MB of debug info) and generates the man page and completions
+# Copies the binary (an ELF one stripped: the debug build the tests pass
+# carries hundreds of MB of debug info) and generates the man page and completions
 # from its own command line, as `make install` does.
 # $1: root, $2: zsh completion directory under it.
 stage_common() {
@@ -70,7 +70,9 @@ stage_common() {
   install -d "$root/bin" "$root/share/man/man1" "$root/share/bash-completion/completions" \
     "$root/$zsh_dir" "$root/share/fish/vendor_completions.d"
   install -m 0755 "$TERRA_BIN" "$root/bin/terra"
-  if command -v strip >/dev/null 2>&1; then
+  # Only an ELF binary: a signed Mach-O one would lose its signature.
+  if [ "$(head -c4 "$TERRA_BIN" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] &&
+    command -v strip >/dev/null 2>&1; then
     strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/bin/terra"
   fi
   "$TERRA_BIN" man >"$root/share/man/man1/terra.1"

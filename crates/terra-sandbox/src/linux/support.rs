@@ -36,7 +36,13 @@ pub(crate) fn apparmor_userns_fix() -> String {
 fn under_terra_profile() -> bool {
     read_trim("/proc/self/attr/apparmor/current")
         .or_else(|| read_trim("/proc/self/attr/current"))
-        .is_some_and(|l| l.split_whitespace().next() == Some("terra"))
+        .is_some_and(|l| is_terra_label(&l))
+}
+
+/// An AppArmor label names the profile `terra`: `terra (unconfined)` (the
+/// mode follows the name), not `terra-local` nor `unconfined`.
+fn is_terra_label(label: &str) -> bool {
+    label.split_whitespace().next() == Some("terra")
 }
 
 /// Why the user-namespace probe failed.
@@ -335,5 +341,34 @@ pub fn check() -> HostSupport {
     HostSupport {
         checks,
         landlock_abi: abi,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_packaged_profile_counts_as_terra() {
+        assert!(is_terra_label("terra (unconfined)"));
+        assert!(is_terra_label("terra (enforce)"));
+        for other in [
+            "unconfined",
+            "terra-local (unconfined)",
+            "docker-default (enforce)",
+            "",
+        ] {
+            assert!(!is_terra_label(other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn the_fix_names_the_packaged_profile_and_the_alternative() {
+        let fix = apparmor_userns_fix();
+        assert!(
+            fix.contains("sudo apparmor_parser -r /etc/apparmor.d/terra`"),
+            "{fix}"
+        );
+        assert!(fix.contains("flags=(unconfined) { userns, }"), "{fix}");
     }
 }

@@ -279,6 +279,14 @@ mod tests {
         let c = diagnose(&o);
         assert_eq!(names(&o), ["apparmor-userns"]);
         assert!(c[0].fix.contains("userns,") && c[0].fix.contains("apparmor_parser -r"));
+        // The packaged profile first, the hand-written one for another path.
+        assert!(c[0]
+            .fix
+            .contains("installs and loads /etc/apparmor.d/terra"));
+        assert!(c[0].fix.contains("/usr/bin/terra and /usr/local/bin/terra"));
+        assert!(c[0]
+            .fix
+            .contains("/path/to/terra flags=(unconfined) { userns, }"));
 
         let o = Observed {
             unprivileged_userns_clone: Some("0".into()),
