@@ -128,6 +128,8 @@ build_deb() {
   install -d "$root/usr/share/doc/terra" "$root/etc/apparmor.d" "$root/DEBIAN"
   install -m 0644 packaging/apparmor/terra "$root/etc/apparmor.d/terra"
   install -m 0644 packaging/deb/copyright "$root/usr/share/doc/terra/copyright"
+  install -d "$root/usr/share/lintian/overrides"
+  install -m 0644 packaging/deb/lintian-overrides "$root/usr/share/lintian/overrides/terra"
   sed "s|@MAINTAINER@|$maintainer|; s|@DATE@|$date|" packaging/deb/changelog |
     gzip -9n >"$root/usr/share/doc/terra/changelog.Debian.gz"
   chmod 0644 "$root/usr/share/doc/terra/changelog.Debian.gz"

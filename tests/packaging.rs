@@ -133,6 +133,16 @@ fn deb_installs_its_files_where_debian_wants_them_and_runs() {
         &["--info", deb.to_str().unwrap(), "conffiles"],
     ));
     assert_eq!(conffiles.trim(), "/etc/apparmor.d/terra");
+    // md5sums names every shipped file but the conffile (dpkg keeps its own).
+    let md5sums = ok(cmd(
+        "dpkg-deb",
+        &["--info", deb.to_str().unwrap(), "md5sums"],
+    ));
+    assert!(
+        md5sums.lines().any(|l| l.ends_with("  usr/bin/terra")),
+        "{md5sums}"
+    );
+    assert!(!md5sums.contains("etc/apparmor.d"), "{md5sums}");
     let contents = ok(cmd("dpkg-deb", &["--contents", deb.to_str().unwrap()]));
     assert!(
         contents.lines().all(|l| l.contains(" root/root ")),
@@ -153,6 +163,7 @@ fn deb_installs_its_files_where_debian_wants_them_and_runs() {
         "etc/apparmor.d/terra",
         "usr/share/doc/terra/copyright",
         "usr/share/doc/terra/changelog.Debian.gz",
+        "usr/share/lintian/overrides/terra",
     ] {
         assert!(root.join(f).is_file(), "{f} is missing from the .deb");
     }
