@@ -179,6 +179,7 @@ fn deb_installs_its_files_where_debian_wants_them_and_runs() {
     let copyright = fs::read_to_string(root.join("usr/share/doc/terra/copyright")).unwrap();
     assert!(copyright.contains("License: Apache-2.0"), "{copyright}");
     assert_runs(&root.join("usr/bin/terra"), &dirs);
+    install_and_purge_in_a_scratch_root(&deb, &dirs.root.join("scratch"));
 
     if have("lintian") {
         // Errors fail; warnings and notes are printed only.
@@ -194,6 +195,44 @@ fn deb_installs_its_files_where_debian_wants_them_and_runs() {
         );
     } else {
         eprintln!("lintian is not installed (scripts/bootstrap.sh installs it): not run");
+    }
+}
+
+/// dpkg installs the package into an empty root (its maintainer scripts run
+/// outside a chroot, and leave this kernel's profiles alone), the installed
+/// binary runs, and a purge removes every file, the conffile included.
+fn install_and_purge_in_a_scratch_root(deb: &Path, root: &Path) {
+    fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
+    fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
+    fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    let root_arg = format!("--root={}", root.display());
+    let dpkg = |args: &[&str]| {
+        let mut c = cmd(
+            "dpkg",
+            &[
+                &root_arg,
+                "--force-script-chrootless",
+                "--force-depends",
+                "--log=/dev/null",
+            ],
+        );
+        c.args(args);
+        ok(c)
+    };
+    dpkg(&["--install", deb.to_str().unwrap()]);
+    assert!(root.join("etc/apparmor.d/terra").is_file());
+    let v = ok(cmd(
+        root.join("usr/bin/terra").to_str().unwrap(),
+        &["--version"],
+    ));
+    assert_eq!(v.trim(), format!("terra {VERSION}"));
+    dpkg(&["--purge", "terra"]);
+    for gone in [
+        "usr/bin/terra",
+        "etc/apparmor.d/terra",
+        "usr/share/doc/terra/copyright",
+    ] {
+        assert!(!root.join(gone).exists(), "{gone} is left after purge");
     }
 }
 
