@@ -4,7 +4,7 @@
 PREFIX ?= /usr/local
 TARGET ?= x86_64-unknown-linux-musl
 CARGO ?= cargo
-RELEASE_BIN := target/$(TARGET)/release/terra
+RELEASE_BIN := $(or $(CARGO_TARGET_DIR),target)/$(TARGET)/release/terra
 FUZZ_SECONDS ?= 60
 
 # Targets terra must check and lint on, from this Linux machine (no linking:
@@ -13,7 +13,7 @@ FUZZ_SECONDS ?= 60
 APPLE_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 WINDOWS_TARGETS := x86_64-pc-windows-gnu x86_64-pc-windows-msvc
 
-.PHONY: all build install test lint lint-cross bench fuzz demo clean
+.PHONY: all build install deb dist test lint lint-cross bench fuzz demo clean
 
 all: build
 
@@ -41,6 +41,15 @@ install: build
 	install -m 0644 dist/terra.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/terra
 	install -m 0644 dist/_terra $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_terra
 	install -m 0644 dist/terra.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/terra.fish
+
+# Packages of the static binary (scripts/package.sh; docs/packaging.md):
+# dist/terra_<version>_<arch>.deb, and dist/terra-<version>-<target>.tar.gz
+# with dist/SHA256SUMS.
+deb: build
+	TARGET=$(TARGET) scripts/package.sh deb
+
+dist: build
+	TARGET=$(TARGET) scripts/package.sh dist
 
 # The README's test command. Enforcement tests run each probe as the calling
 # user and, when that is root, again as uid/gid 65534 through setpriv. Tests

@@ -3,7 +3,8 @@
 # machine: build tools, the clients the network tests drive (curl, openssl,
 # dig from dnsutils for the DNS stub),
 # python3 and util-linux's setpriv for the probes, strace for the seccomp
-# tables' trace (scripts/trace-roles.sh), the real programs the
+# tables' trace (scripts/trace-roles.sh), lintian and apparmor's parser for the
+# package test (tests/packaging.rs), the real programs the
 # default box must keep running (git, tar/xz/zip, sqlite3, node), and the Rust toolchain with
 # the static musl target and the Apple and Windows targets `make lint-cross` checks. Safe to
 # run again.
@@ -13,7 +14,7 @@ sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 packages=(netcat-openbsd build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
-  git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server)
+  git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server lintian apparmor)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,6 +14,37 @@ fn read_trim(p: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// Where the .deb installs terra's AppArmor profile (packaging/apparmor/terra).
+pub(crate) const TERRA_APPARMOR_PROFILE: &str = "/etc/apparmor.d/terra";
+
+/// How to let terra create user namespaces under Ubuntu's AppArmor
+/// restriction: the packaged profile first, a hand-written one for a binary
+/// the profile does not name.
+pub(crate) fn apparmor_userns_fix() -> String {
+    format!(
+        "the terra .deb installs and loads {TERRA_APPARMOR_PROFILE}, which grants `userns,` to \
+         /usr/bin/terra and /usr/local/bin/terra (if it is installed but not loaded: \
+         `sudo apparmor_parser -r {TERRA_APPARMOR_PROFILE}`); for a terra binary elsewhere, write a \
+         profile with its path, e.g. /etc/apparmor.d/terra-local containing `abi <abi/4.0>, include \
+         <tunables/global> profile terra-local /path/to/terra flags=(unconfined) {{ userns, }}`, then \
+         `sudo apparmor_parser -r /etc/apparmor.d/terra-local`"
+    )
+}
+
+/// This process runs under the AppArmor profile `terra` (its label reads
+/// `terra (unconfined)`).
+fn under_terra_profile() -> bool {
+    read_trim("/proc/self/attr/apparmor/current")
+        .or_else(|| read_trim("/proc/self/attr/current"))
+        .is_some_and(|l| is_terra_label(&l))
+}
+
+/// An AppArmor label names the profile `terra`: `terra (unconfined)` (the
+/// mode follows the name), not `terra-local` nor `unconfined`.
+fn is_terra_label(label: &str) -> bool {
+    label.split_whitespace().next() == Some("terra")
+}
+
 /// Why the user-namespace probe failed.
 #[derive(Debug, thiserror::Error)]
 enum ProbeFailure {
@@ -218,14 +249,26 @@ pub fn check() -> HostSupport {
         );
     }
     match read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        // The restriction does not apply under a profile that grants
+        // `userns,`: the packaged one is named `terra`.
+        Some(v) if v != "0" && under_terra_profile() => add(
+            CheckId::ApparmorUserns,
+            true,
+            format!(
+                "kernel.apparmor_restrict_unprivileged_userns = {v}, but terra runs under the AppArmor \
+                 profile `terra` ({TERRA_APPARMOR_PROFILE})"
+            ),
+            "",
+        ),
         Some(v) => add(
             CheckId::ApparmorUserns,
             v == "0",
             format!("kernel.apparmor_restrict_unprivileged_userns = {v}"),
-            "AppArmor restricts unprivileged user namespaces: install a profile for the terra binary that \
-             grants `userns,` (e.g. /etc/apparmor.d/terra: `abi <abi/4.0>, profile terra /usr/local/bin/terra \
-             flags=(unconfined) { userns, }`, then `apparmor_parser -r /etc/apparmor.d/terra`), or \
-             `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`",
+            &format!(
+                "AppArmor restricts unprivileged user namespaces: {}, or \
+                 `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`",
+                apparmor_userns_fix()
+            ),
         ),
         None => add(
             CheckId::ApparmorUserns,
@@ -298,5 +341,34 @@ pub fn check() -> HostSupport {
     HostSupport {
         checks,
         landlock_abi: abi,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_packaged_profile_counts_as_terra() {
+        assert!(is_terra_label("terra (unconfined)"));
+        assert!(is_terra_label("terra (enforce)"));
+        for other in [
+            "unconfined",
+            "terra-local (unconfined)",
+            "docker-default (enforce)",
+            "",
+        ] {
+            assert!(!is_terra_label(other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn the_fix_names_the_packaged_profile_and_the_alternative() {
+        let fix = apparmor_userns_fix();
+        assert!(
+            fix.contains("sudo apparmor_parser -r /etc/apparmor.d/terra`"),
+            "{fix}"
+        );
+        assert!(fix.contains("flags=(unconfined) { userns, }"), "{fix}");
     }
 }

@@ -69,11 +69,7 @@ pub fn diagnose(o: &Observed) -> Vec<Cause> {
             detail: "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor strips the capabilities of a \
                      user namespace made by an unconfined program"
                 .into(),
-            fix: "give terra an AppArmor profile that allows user namespaces: write /etc/apparmor.d/terra \
-                  containing `abi <abi/4.0>, include <tunables/global> profile terra /usr/local/bin/terra \
-                  flags=(unconfined) { userns, }` (the path of your terra binary), then \
-                  `sudo apparmor_parser -r /etc/apparmor.d/terra`"
-                .into(),
+            fix: support::apparmor_userns_fix(),
         });
     }
     if let Some(c) = &o.container {
@@ -283,6 +279,14 @@ mod tests {
         let c = diagnose(&o);
         assert_eq!(names(&o), ["apparmor-userns"]);
         assert!(c[0].fix.contains("userns,") && c[0].fix.contains("apparmor_parser -r"));
+        // The packaged profile first, the hand-written one for another path.
+        assert!(c[0]
+            .fix
+            .contains("installs and loads /etc/apparmor.d/terra"));
+        assert!(c[0].fix.contains("/usr/bin/terra and /usr/local/bin/terra"));
+        assert!(c[0]
+            .fix
+            .contains("/path/to/terra flags=(unconfined) { userns, }"));
 
         let o = Observed {
             unprivileged_userns_clone: Some("0".into()),
