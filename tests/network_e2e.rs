@@ -1403,32 +1403,42 @@ struct GitServer {
     child: Child,
 }
 
+/// A bare repository `srv/repo.git` under `dir` with one empty commit on
+/// `main`: (the directory `srv`, the commit).
+fn bare_repo(dir: &Path) -> (PathBuf, String) {
+    let srv = dir.join("srv");
+    let work = dir.join("work");
+    fs::create_dir_all(&srv).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    git(&["init", "-q", "--bare", "repo.git"], &srv);
+    git(&["init", "-q"], &work);
+    git(&["commit", "-q", "--allow-empty", "-m", "e2e"], &work);
+    let head = git(&["rev-parse", "HEAD"], &work);
+    let bare = srv.join("repo.git");
+    git(
+        &["push", "-q", bare.to_str().unwrap(), "HEAD:refs/heads/main"],
+        &work,
+    );
+    (srv, head)
+}
+
+/// git with a fixed identity and no system configuration; its trimmed stdout.
+fn git(args: &[&str], cwd: &Path) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.email=e2e@terra.test", "-c", "user.name=e2e"])
+        .args(args)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 impl GitServer {
     fn start(dir: &Path) -> GitServer {
-        let git = |args: &[&str], cwd: &Path| {
-            let out = Command::new("git")
-                .args(["-c", "user.email=e2e@terra.test", "-c", "user.name=e2e"])
-                .args(args)
-                .current_dir(cwd)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
-        let srv = dir.join("srv");
-        let work = dir.join("work");
-        fs::create_dir_all(&srv).unwrap();
-        fs::create_dir_all(&work).unwrap();
-        git(&["init", "-q", "--bare", "repo.git"], &srv);
-        git(&["init", "-q"], &work);
-        git(&["commit", "-q", "--allow-empty", "-m", "e2e"], &work);
-        let head = git(&["rev-parse", "HEAD"], &work);
+        let (srv, head) = bare_repo(dir);
         let bare = srv.join("repo.git");
-        git(
-            &["push", "-q", bare.to_str().unwrap(), "HEAD:refs/heads/main"],
-            &work,
-        );
         git(&["update-server-info"], &bare);
         let mut child = Command::new(PY)
             .args([

@@ -70,30 +70,7 @@ struct GitDaemon {
 impl GitDaemon {
     fn start() -> GitDaemon {
         let dir = tempfile::tempdir().unwrap();
-        let git = |args: &[&str], cwd: &Path| {
-            let out = Command::new("git")
-                .args(["-c", "user.email=e2e@terra.test", "-c", "user.name=e2e"])
-                .args(args)
-                .current_dir(cwd)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
-        let srv = dir.path().join("srv");
-        let work = dir.path().join("work");
-        fs::create_dir_all(&srv).unwrap();
-        fs::create_dir_all(&work).unwrap();
-        git(&["init", "-q", "--bare", "repo.git"], &srv);
-        git(&["init", "-q"], &work);
-        git(&["commit", "-q", "--allow-empty", "-m", "e2e"], &work);
-        let head = git(&["rev-parse", "HEAD"], &work);
-        let bare = srv.join("repo.git");
-        git(
-            &["push", "-q", bare.to_str().unwrap(), "HEAD:refs/heads/main"],
-            &work,
-        );
+        let (srv, head) = bare_repo(dir.path());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
