@@ -221,8 +221,9 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
             return crate::fail(Failure::Run(&e));
         }
     };
-    let since = SystemTime::now();
-    let ended = match start_supervisor(&prepared.request, &log_args) {
+    // Old runs are pruned while this one runs (mostly waiting on the disk),
+    // not after it.
+    let ended = match start_supervisor(&prepared.request, &log_args, prune_old_runs) {
         Ok(ended) => ended,
         Err(e) => {
             held.remove();
@@ -233,21 +234,30 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     };
     held.remove();
     prepared.request.limits.remove_cgroups();
-    after_run(&prepared, ended, since, temp_after, args.quiet);
+    after_run(&prepared, &ended, temp_after, args.quiet);
     ExitCode::from(ended.code)
 }
 
+/// Removes the runs the default retention does not keep, in every state base.
+fn prune_old_runs() {
+    for base in &runs::bases() {
+        let (removed, failed) = base.prune(runs::Retention::default(), SystemTime::now());
+        if !removed.is_empty() {
+            tracing::debug!(count = removed.len(), base = %base.path().display(), "old runs pruned");
+        }
+        for f in failed {
+            tracing::warn!("cannot prune the run {f} in {}", base.path().display());
+        }
+    }
+}
+
 /// After the supervisor ended: the refusal summary, the temp directory kept
-/// or removed, old runs pruned.
-fn after_run(
-    prepared: &PreparedRun,
-    ended: Ended,
-    since: SystemTime,
-    temp_after: TempAfterRun,
-    quiet: bool,
-) {
-    let bases = runs::bases();
-    let own = runs::find_own(&bases, ended.supervisor_pid, std::process::id(), since);
+/// or removed.
+fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, quiet: bool) {
+    let own = ended
+        .run_dir
+        .as_deref()
+        .and_then(|d| runs::open_reported(d, std::process::id()));
     if !quiet {
         if let Some(text) = own.as_ref().and_then(summary::refusal_summary) {
             eprint!("{text}");
@@ -267,15 +277,6 @@ fn after_run(
     if let Some(note) = temp::after_run(&prepared.request.bindings.temp, temp_after, ended.code) {
         if !quiet || note.contains("cannot remove") {
             eprintln!("{note}");
-        }
-    }
-    for base in &bases {
-        let (removed, failed) = base.prune(runs::Retention::default(), SystemTime::now());
-        if !removed.is_empty() {
-            tracing::debug!(count = removed.len(), base = %base.path().display(), "old runs pruned");
-        }
-        for f in failed {
-            tracing::warn!("cannot prune the run {f} in {}", base.path().display());
         }
     }
 }

@@ -16,9 +16,11 @@ use crate::error::{Error, Result};
 use crate::request::RunRequest;
 
 /// Starts `terra __supervisor` (with `extra_args` before the role, e.g. the
-/// caller's `--log-level`), hands it the request, forwards signals to it and
-/// returns its exit status as the run's, with the supervisor's pid (part of
-/// the run id, see [`crate::runs::find_own`]).
+/// caller's `--log-level`), hands it the request, runs `beside` on a thread
+/// of its own while the run goes on (work of the CLI that the run does not
+/// wait for, e.g. pruning old runs; joined before returning), forwards
+/// signals to the supervisor and returns its exit status as the run's, with
+/// the run directory it reported (see [`crate::runs::open_reported`]).
 ///
 /// Signals are delivered once:
 /// - Without a terminal in the foreground (CI, pipes, background jobs) the
@@ -32,7 +34,11 @@ use crate::request::RunRequest;
 ///   supervisor got those too. On exit the CLI gives the terminal back to its
 ///   own process group and restores the terminal modes it found (also when
 ///   the supervisor, which restores them itself, was killed).
-pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<Ended> {
+pub fn start_supervisor(
+    req: &RunRequest,
+    extra_args: &[OsString],
+    beside: impl FnOnce() + Send + 'static,
+) -> Result<Ended> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signal::{kill, Signal};
@@ -44,6 +50,13 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
     let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("pipe", e))?;
     fcntl(rd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+        .map_err(|e| Error::sys("fcntl", e))?;
+    // The supervisor's word back: the run directory it made (one line), so
+    // the CLI opens its run without listing the state directory. Read only
+    // once the supervisor ended, without blocking.
+    let (report_r, report_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+        .map_err(|e| Error::sys("pipe", e))?;
+    fcntl(report_w.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
         .map_err(|e| Error::sys("fcntl", e))?;
 
     // Block the forwarded signals and SIGCHLD before the child exists, so none
@@ -63,7 +76,9 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         .args(extra_args)
         .arg("__supervisor")
         .arg("--request-fd")
-        .arg(rd.as_raw_fd().to_string());
+        .arg(rd.as_raw_fd().to_string())
+        .arg("--report-fd")
+        .arg(report_w.as_raw_fd().to_string());
     let tty = ForegroundTty::detect();
     if tty.is_none() {
         cmd.process_group(0);
@@ -72,6 +87,7 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         .spawn()
         .map_err(|e| Error::op("cannot start the supervisor", e))?;
     drop(rd);
+    drop(report_w);
     let child_pid = Pid::from_raw(child.id() as i32);
     {
         let mut w = fs::File::from(wr);
@@ -82,6 +98,12 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         }
     }
     debug!(phase = "handoff", ms = t0.elapsed().as_secs_f64() * 1e3);
+    // After the spawn: this process forks nothing while the thread lives.
+    let beside = std::thread::Builder::new()
+        .name("terra-beside".into())
+        .spawn(beside)
+        .map_err(|e| debug!("no thread for the work beside the run ({e}); skipped"))
+        .ok();
 
     let status = loop {
         if let Some(st) = child.try_wait().map_err(|e| Error::op("wait", e))? {
@@ -108,11 +130,15 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         t.restore();
     }
     debug!(phase = "supervisor", ms = t0.elapsed().as_secs_f64() * 1e3);
+    if let Some(h) = beside {
+        let _ = h.join();
+    }
     let supervisor_pid = child_pid.as_raw() as u32;
     if let Some(code) = status.code() {
         return Ok(Ended {
             code: code.clamp(0, 255) as u8,
             supervisor_pid,
+            run_dir: reported_run_dir(report_r),
         });
     }
     let sig = status.signal().unwrap_or(0);
@@ -123,22 +149,38 @@ pub fn start_supervisor(req: &RunRequest, extra_args: &[OsString]) -> Result<End
         return Ok(Ended {
             code: terra_policy::EXIT_REFUSED,
             supervisor_pid,
+            run_dir: None,
         });
     }
     eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
     Ok(Ended {
         code: (128 + sig).clamp(0, 255) as u8,
         supervisor_pid,
+        run_dir: None,
     })
 }
 
+/// The run directory the supervisor wrote on the report pipe (one line, an
+/// absolute path), read without blocking once it ended.
+fn reported_run_dir(pipe: std::os::fd::OwnedFd) -> Option<std::path::PathBuf> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = Vec::new();
+    let _ = fs::File::from(pipe).take(8192).read_to_end(&mut buf);
+    let line = buf.strip_suffix(b"\n")?;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(line));
+    (path.is_absolute() && !line.contains(&b'\n')).then(|| path.to_path_buf())
+}
+
 /// How the supervisor of a run ended.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Ended {
     /// Its exit status, the run's.
     pub code: u8,
     /// Its pid (the run id contains it).
     pub supervisor_pid: u32,
+    /// The run's state directory, as the supervisor reported it.
+    pub run_dir: Option<std::path::PathBuf>,
 }
 
 /// The terminal terra runs in the foreground of, with the modes it had.

@@ -119,13 +119,21 @@ impl StateBase {
         let Ok(dir) = rustix::fs::Dir::read_from(&self.fd) else {
             return Vec::new();
         };
+        // The entry's type from the listing itself (one stat per run only
+        // where the file system does not say).
         let mut ids: Vec<String> = dir
             .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().ok().map(str::to_owned))
-            .filter(|n| is_run_id(n))
-            .filter(|n| {
-                rustix::fs::statat(&self.fd, n.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+            .filter_map(|e| {
+                let name = e.file_name().to_str().ok().filter(|n| is_run_id(n))?;
+                let is_dir = match e.file_type() {
+                    FileType::Unknown => {
+                        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(
+                            |st| FileType::from_raw_mode(st.st_mode) == FileType::Directory,
+                        )
+                    }
+                    t => t == FileType::Directory,
+                };
+                is_dir.then(|| name.to_owned())
             })
             .collect();
         ids.sort();
@@ -264,35 +272,19 @@ impl RunFiles {
     }
 }
 
-/// The run a `terra run` just made: its supervisor had `supervisor_pid`
-/// (part of the run id) and its request names `cli_pid` as the parent (the
-/// CLI is alive, so no other live run can have it), started no earlier than
-/// `since`. None when no such run is found (e.g. the run was refused before
-/// its request was recorded, or went to a fresh private state directory).
-pub fn find_own(
-    bases: &[StateBase],
-    supervisor_pid: u32,
-    cli_pid: u32,
-    since: SystemTime,
-) -> Option<RunFiles> {
-    let marker = format!("-{supervisor_pid}-");
-    let since = since.checked_sub(Duration::from_secs(1)).unwrap_or(since);
-    for base in bases {
-        for id in base.run_ids().iter().rev() {
-            if !id.contains(&marker) || run_started(id).is_none_or(|t| t < since) {
-                continue;
-            }
-            let Ok(run) = base.open_run(id) else { continue };
-            let parent = run
-                .read("request.json")
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .and_then(|v| v["parentPid"].as_u64());
-            if parent == Some(u64::from(cli_pid)) {
-                return Some(run);
-            }
-        }
-    }
-    None
+/// The run a `terra run` just made, at `run_dir` as its supervisor reported
+/// it (`<state base>/<run id>`), when its request names `cli_pid` as the
+/// parent. Opened like every run: the base without following a symlink and
+/// checked to be this user's and private, the run relative to it.
+pub fn open_reported(run_dir: &Path, cli_pid: u32) -> Option<RunFiles> {
+    let id = run_dir.file_name()?.to_str()?;
+    let base = StateBase::open(run_dir.parent()?, nix::unistd::geteuid().as_raw()).ok()?;
+    let run = base.open_run(id).ok()?;
+    let parent = run
+        .read("request.json")
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["parentPid"].as_u64());
+    (parent == Some(u64::from(cli_pid))).then_some(run)
 }
 
 /// A run of any base by id, or the newest for `last`.

@@ -30,13 +30,15 @@ use terra_netd::receipt::rfc3339;
 
 struct Args {
     request_fd: i32,
+    report_fd: Option<i32>,
 }
 
-/// `--request-fd N`. The CLI's pid travels in the request, not here: argv
-/// carries no host pid.
+/// `--request-fd N [--report-fd M]`. The CLI's pid travels in the request,
+/// not here: argv carries no host pid.
 fn parse_args(args: Vec<OsString>) -> Result<Args> {
     let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
     let mut request_fd = None;
+    let mut report_fd = None;
     while let Some(a) = it.next() {
         match a.as_str() {
             "--request-fd" => {
@@ -44,6 +46,14 @@ fn parse_args(args: Vec<OsString>) -> Result<Args> {
                     it.next()
                         .and_then(|v| v.parse::<i32>().ok())
                         .ok_or_else(|| Error::Argument("--request-fd takes a number".into()))?,
+                )
+            }
+            "--report-fd" => {
+                report_fd = Some(
+                    it.next()
+                        .and_then(|v| v.parse::<i32>().ok())
+                        .filter(|fd| *fd > 2)
+                        .ok_or_else(|| Error::Argument("--report-fd takes a number > 2".into()))?,
                 )
             }
             other => {
@@ -54,7 +64,10 @@ fn parse_args(args: Vec<OsString>) -> Result<Args> {
         }
     }
     match request_fd {
-        Some(request_fd) if request_fd > 2 => Ok(Args { request_fd }),
+        Some(request_fd) if request_fd > 2 && report_fd != Some(request_fd) => Ok(Args {
+            request_fd,
+            report_fd,
+        }),
         _ => Err(Error::Argument(
             "the supervisor is started by `terra run`, not by hand".into(),
         )),
@@ -84,9 +97,17 @@ pub fn main(args: Vec<OsString>) -> u8 {
             return EXIT_REFUSED;
         }
     };
+    // The report pipe is reopened close-on-exec (no role inherits it), on
+    // a number other than 3: before fd 3 is claimed for the run lock when
+    // it landed there, after that otherwise.
+    let lock_fd = crate::state::LOCK_FD;
+    let mut report = None;
+    if args.report_fd == Some(lock_fd) {
+        report = adopt_report(lock_fd);
+    }
     // fd 3 is kept for the run lock before anything is opened (after the
     // request is read when the request came on fd 3).
-    let early_slot = if args.request_fd == crate::state::LOCK_FD {
+    let early_slot = if args.request_fd == lock_fd {
         None
     } else {
         match crate::state::reserve_lock_fd() {
@@ -97,6 +118,9 @@ pub fn main(args: Vec<OsString>) -> u8 {
             }
         }
     };
+    if let Some(fd) = args.report_fd.filter(|fd| *fd != lock_fd) {
+        report = adopt_report(fd);
+    }
     // The executable every role is exec'd from, opened before any workload
     // exists: the file this process runs, never a path looked up later.
     let exe = match launcher::RoleExe::current() {
@@ -142,9 +166,22 @@ pub fn main(args: Vec<OsString>) -> u8 {
         return EXIT_REFUSED;
     }
     let mut run = Run::new(req, lock_slot, exe);
+    run.report = report;
     let code = run.execute(&sigfd, t0);
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
+}
+
+/// The CLI's report pipe, reopened by path (close-on-exec, so no role
+/// inherits it) and its inherited descriptor closed; None when `fd` is not
+/// open.
+fn adopt_report(fd: i32) -> Option<fs::File> {
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(format!("/proc/self/fd/{fd}"))
+        .ok();
+    let _ = nix::unistd::close(fd);
+    f
 }
 
 /// Reads and parses the request; the pipe is reopened by path and its
@@ -287,6 +324,8 @@ struct Run {
     box_pid: i32,
     /// A role killed by its seccomp allowlist, in the receipt's words.
     role_killed: Option<String>,
+    /// The CLI's report pipe, until the run directory is said on it.
+    report: Option<fs::File>,
     /// This host's name, read at the start (before the supervisor's filters).
     host_name: Option<String>,
     /// The run's cgroup counters (OOM kills, refused forks), opened before
@@ -316,6 +355,7 @@ impl Run {
             network: None,
             box_pid: 0,
             role_killed: None,
+            report: None,
             host_name: crate::receipt::host_name(),
             limits_watch: crate::limits::Watch::default(),
         }
@@ -378,6 +418,15 @@ impl Run {
             Err(e) => return self.refuse(None, &e),
         };
         self.run_id = dir.run_id.clone();
+        // The CLI opens this run by the path said here (no listing); said
+        // once, then the pipe is closed.
+        if let Some(mut report) = self.report.take() {
+            use std::io::Write;
+            use std::os::unix::ffi::OsStrExt;
+            let mut line = dir.path.as_os_str().as_bytes().to_vec();
+            line.push(b'\n');
+            let _ = report.write_all(&line);
+        }
         debug!(phase = "validate", ms = t0.elapsed().as_secs_f64() * 1e3, state_dir = %dir.path.display(), runtime_dir = %dir.runtime.display());
         // The canary: this run's own request, owner-only, outside every grant,
         // without environment values (they may be secrets; the file is kept as
