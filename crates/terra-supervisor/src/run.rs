@@ -9,9 +9,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -696,41 +694,16 @@ fn resolve_cli_path(abs: &Path) -> Result<PathBuf> {
     Ok(cur)
 }
 
-/// A fresh private (0700) directory for the run's /tmp, outside the state directory.
+/// A fresh private (0700) directory for the run's /tmp, outside the state
+/// directory, in `$TMPDIR` (or /tmp); its path canonical.
 fn make_temp_dir() -> Result<PathBuf> {
     let base = std::env::var_os("TMPDIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute() && p.is_dir())
         .unwrap_or_else(|| PathBuf::from("/tmp"));
+    let base = fs::canonicalize(&base).map_err(|e| Error::io("", &base, e))?;
     let uid = nix::unistd::geteuid().as_raw();
-    let urandom = Path::new("/dev/urandom");
-    for _ in 0..16 {
-        let mut rnd = [0u8; 6];
-        fs::File::open(urandom)
-            .and_then(|mut f| f.read_exact(&mut rnd))
-            .map_err(|e| Error::io("", urandom, e))?;
-        let dir = base.join(format!("terra-tmp-{uid}-{}", hex(&rnd)));
-        match fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {
-                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-                    .map_err(|e| Error::io("", &dir, e))?;
-                return fs::canonicalize(&dir).map_err(|e| Error::io("", &dir, e));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(Error::io(
-                    "cannot create the run's temp directory in",
-                    &base,
-                    e,
-                ))
-            }
-        }
-    }
-    Err(Error::io(
-        "cannot create a unique temp directory in",
-        &base,
-        std::io::Error::from(std::io::ErrorKind::AlreadyExists),
-    ))
+    crate::state::new_private_dir(&base, &format!("terra-tmp-{uid}"))
 }
 
 /// The workload's environment: the allowlist copied from terra's environment,

@@ -22,7 +22,6 @@
 
 use std::ffi::OsStr;
 use std::fs::{self, DirBuilder, File};
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -307,19 +306,23 @@ fn fresh_private_dir(plan: &SandboxPlan, parent: &Path, prefix: &str) -> Result<
 }
 
 /// Makes a new directory `<parent>/<prefix>-<random>`, mode 0700, exclusive
-/// (so nobody can have prepared it); returns its path.
+/// (so nobody can have prepared it); returns its path. The mode is set
+/// again only when the umask changed it (a chmod is a journaled write).
 pub(crate) fn new_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf> {
-    let urandom = Path::new("/dev/urandom");
     for _ in 0..16 {
         let mut rnd = [0u8; 8];
-        File::open(urandom)
-            .and_then(|mut f| f.read_exact(&mut rnd))
-            .map_err(|e| Error::io("", urandom, e))?;
+        rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| Error::op("getrandom", std::io::Error::from(e)))?;
         let dir = parent.join(format!("{prefix}-{}", crate::request::hex(&rnd)));
         match DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {
-                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-                    .map_err(|e| Error::io("cannot set the mode of", &dir, e))?;
+                let mode = fs::symlink_metadata(&dir)
+                    .map_err(|e| Error::io("", &dir, e))?
+                    .mode();
+                if mode & 0o7777 != 0o700 {
+                    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                        .map_err(|e| Error::io("cannot set the mode of", &dir, e))?;
+                }
                 return Ok(dir);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -525,7 +528,7 @@ fn new_run_id() -> String {
         .filter(|c| c.is_ascii_digit() || *c == 'T')
         .collect();
     let mut rnd = [0u8; 4];
-    let _ = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut rnd));
+    let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
     format!(
         "{compact}Z-{}-{}",
         std::process::id(),
