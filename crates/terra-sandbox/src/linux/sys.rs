@@ -529,6 +529,15 @@ fn prctl(call: &'static str, option: libc::c_int, arg: libc::c_ulong) -> Result<
     Ok(())
 }
 
+/// This thread's seccomp mode (0 none, 2 filter; strict mode cannot ask),
+/// or None when the kernel has no seccomp. One prctl instead of parsing
+/// /proc/self/status, which the kernel renders in full for each read.
+pub fn seccomp_mode() -> Option<u32> {
+    // SAFETY: PR_GET_SECCOMP takes no pointer and changes nothing.
+    let rc = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    u32::try_from(rc).ok()
+}
+
 /// Drops every capability: bounding set, ambient set, then the effective,
 /// permitted and inheritable sets; sets securebits so uid 0 gains nothing on exec.
 pub fn drop_all_capabilities() -> Result<()> {

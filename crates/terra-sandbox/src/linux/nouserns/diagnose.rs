@@ -124,11 +124,7 @@ pub fn observe() -> Observed {
         unprivileged_userns_clone: read_trim("/proc/sys/kernel/unprivileged_userns_clone"),
         apparmor_restrict: read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
         container: support::container_hint(),
-        seccomp_mode: read_trim("/proc/self/status").and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Seccomp:"))
-                .and_then(|v| v.trim().parse().ok())
-        }),
+        seccomp_mode: crate::linux::sys::seccomp_mode(),
         root: nix::unistd::geteuid().is_root(),
     }
 }
@@ -151,11 +147,7 @@ pub fn nothing_restricts_userns() -> bool {
         unprivileged_userns_clone: read_trim("/proc/sys/kernel/unprivileged_userns_clone"),
         apparmor_restrict: read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
         container: None,
-        seccomp_mode: read_trim("/proc/self/status").and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Seccomp:"))
-                .and_then(|v| v.trim().parse().ok())
-        }),
+        seccomp_mode: crate::linux::sys::seccomp_mode(),
         root: nix::unistd::geteuid().is_root(),
     };
     plainly_unrestricted(&o) && apparmor_unconfined()

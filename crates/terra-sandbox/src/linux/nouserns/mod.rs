@@ -64,9 +64,7 @@ pub fn missing_reason(c: Capability) -> &'static str {
 
 /// Whether this kernel can run the backend: Ok(ABI), or why not.
 pub fn usable() -> Result<i32, String> {
-    let seccomp = std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp:")));
-    if !seccomp {
+    if super::sys::seccomp_mode().is_none() {
         return Err("the kernel lacks seccomp filters (CONFIG_SECCOMP_FILTER)".into());
     }
     match landlock::kernel_abi() {
