@@ -20,6 +20,8 @@
 
 mod compile;
 mod describe;
+pub mod eval;
+mod merge;
 mod table;
 
 use std::collections::BTreeSet;
@@ -115,10 +117,11 @@ pub enum Error {
     },
 }
 
-/// One compiled filter.
+/// One compiled program.
 #[derive(Debug, Clone)]
 pub struct Program {
-    /// `TABLE/FILTER`, e.g. `broker/allow`.
+    /// `TABLE/FILTER+FILTER...`, e.g. `supervisor/absent+allow`: the
+    /// filters merged into it, in installation order.
     pub name: String,
     pub bpf: BpfProgram,
 }
@@ -138,52 +141,78 @@ type Insn = (u16, u8, u8, u32);
 
 include!(concat!(env!("OUT_DIR"), "/compiled.rs"));
 
-/// Every filter of `table`, compiled for this architecture when terra was
-/// built, in installation order.
+/// The program of `table`: all its filters merged into one (see
+/// `merge.rs`), compiled for this architecture when terra was built. A
+/// Vec, so the tables install alike.
 pub fn compile(table: Table) -> Result<Vec<Program>, Error> {
     prebuilt(table, None)
 }
 
-/// The filters of `table` named in `only`, compiled when terra was built.
+/// The program of `table`'s filters named in `only`, merged, compiled when
+/// terra was built (a table of at most three filters has every subset).
 pub fn compile_only(table: Table, only: &[&str]) -> Result<Vec<Program>, Error> {
     prebuilt(table, Some(only))
 }
 
 fn prebuilt(table: Table, only: Option<&[&str]>) -> Result<Vec<Program>, Error> {
+    let refuse = |message: String| Error::Table {
+        table: table.name().into(),
+        message,
+    };
     let of_table: Vec<_> = COMPILED
         .iter()
-        .filter(|(t, _, _)| *t == table.name())
+        .filter(|(t, ..)| *t == table.name())
         .collect();
-    if of_table.is_empty() {
-        return Err(Error::Table {
-            table: table.name().into(),
-            message: "not compiled into this build".into(),
-        });
-    }
+    let Some((_, all, ..)) = of_table.iter().find(|(_, _, full, _)| *full) else {
+        return Err(refuse("not compiled into this build".into()));
+    };
     for name in only.unwrap_or_default() {
-        if !of_table.iter().any(|(_, f, _)| f == name) {
-            return Err(Error::Table {
-                table: table.name().into(),
-                message: format!("no filter {name}"),
-            });
+        if !all.contains(name) {
+            return Err(refuse(format!("no filter {name}")));
         }
     }
-    Ok(of_table
-        .into_iter()
-        .filter(|(_, f, _)| only.is_none_or(|o| o.contains(f)))
-        .map(|(t, f, insns)| Program {
-            name: format!("{t}/{f}"),
-            bpf: insns
-                .iter()
-                .map(|&(code, jt, jf, k)| sock_filter { code, jt, jf, k })
-                .collect(),
+    let (_, names, _, insns) = of_table
+        .iter()
+        .find(|(_, names, full, _)| match only {
+            None => *full,
+            Some(o) => names.len() == o.len() && names.iter().all(|n| o.contains(n)),
         })
-        .collect())
+        .ok_or_else(|| refuse("this set of its filters is not compiled into this build".into()))?;
+    Ok(vec![Program {
+        name: format!("{}/{}", table.name(), names.join("+")),
+        bpf: insns
+            .iter()
+            .map(|&(code, jt, jf, k)| sock_filter { code, jt, jf, k })
+            .collect(),
+    }])
 }
 
-/// `table` compiled now from its JSON, for `arch` (the tests compile every
-/// table for every architecture and compare with the build's programs).
+/// `table` (its filters in `only`, or all) compiled now from its JSON for
+/// `arch`, merged as the build merges it (the tests compare the two).
 pub fn compile_for(
+    table: Table,
+    arch: TargetArch,
+    only: Option<&[&str]>,
+) -> Result<Vec<Program>, Error> {
+    let filters: Vec<table::Filter> = compile::ordered(table.filters()?)
+        .into_iter()
+        .filter(|f| only.is_none_or(|o| o.contains(&f.name.as_str())))
+        .collect();
+    let names: Vec<&str> = filters.iter().map(|f| f.name.as_str()).collect();
+    let name = format!("{}/{}", table.name(), names.join("+"));
+    let bpf = merge::merged(&filters, arch).map_err(|message| Error::Compile {
+        table: table.name(),
+        filter: names.join("+"),
+        message,
+    })?;
+    Ok(vec![Program { name, bpf }])
+}
+
+/// `table`'s filters (those in `only`, or all) each compiled on its own by
+/// seccompiler, in installation order: what the merged program must decide
+/// exactly as (the kernel runs every filter of a stack and takes the
+/// strongest action; see `eval::stacked`).
+pub fn reference_for(
     table: Table,
     arch: TargetArch,
     only: Option<&[&str]>,
@@ -204,6 +233,14 @@ pub fn compile_for(
         });
     }
     Ok(out)
+}
+
+/// The names of `table`'s filters, in installation order.
+pub fn filter_names(table: Table) -> Result<Vec<String>, Error> {
+    Ok(compile::ordered(table.filters()?)
+        .into_iter()
+        .map(|f| f.name)
+        .collect())
 }
 
 /// Installs `programs` on the calling thread (and what it starts later), in

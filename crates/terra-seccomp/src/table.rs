@@ -59,21 +59,44 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// A rule for `syscall` without conditions, on every architecture.
+    pub fn plain(syscall: &str) -> Rule {
+        Rule {
+            syscall: syscall.into(),
+            comment: None,
+            arches: None,
+            conditional: false,
+            args: None,
+        }
+    }
+
+    /// The rule in seccompiler's JSON shape (`syscall` and, when
+    /// conditional, `args`).
+    pub fn seccompiler_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("syscall".into(), Value::String(self.syscall.clone()));
+        if let Some(a) = &self.args {
+            m.insert("args".into(), a.clone());
+        }
+        Value::Object(m)
+    }
+}
+
 impl Filter {
+    /// The JSON actions of a match and of a mismatch, as written (a notify
+    /// list's match is the `trap` placeholder).
+    pub fn actions(&self) -> (&Value, &Value) {
+        (&self.matched, &self.mismatch)
+    }
+
     /// The filter in seccompiler's JSON shape, with only the rules of `arch`.
     pub fn seccompiler_json(&self, arch: &str) -> Value {
         let rules: Vec<Value> = self
             .rules
             .iter()
             .filter(|r| r.exists_on(arch))
-            .map(|r| {
-                let mut m = Map::new();
-                m.insert("syscall".into(), Value::String(r.syscall.clone()));
-                if let Some(a) = &r.args {
-                    m.insert("args".into(), a.clone());
-                }
-                Value::Object(m)
-            })
+            .map(Rule::seccompiler_json)
             .collect();
         let mut f = Map::new();
         f.insert("mismatch_action".into(), self.mismatch.clone());
