@@ -79,11 +79,12 @@ mod tests {
 
     #[test]
     fn the_box_programs_build_and_describe_every_rule() {
-        // refused, absent, setid, families, netlink.
-        assert_eq!(build().unwrap().len(), 5);
+        // One program per installation: refused, absent, setid, families
+        // and netlink merged (terra-seccomp's merge.rs), likewise each role.
+        assert_eq!(build().unwrap().len(), 1);
         assert_eq!(box_init().unwrap().len(), 1);
-        assert_eq!(box_service().unwrap().len(), 3);
-        assert_eq!(landlock_closures(&["inet", "unix_paths"]).unwrap().len(), 2);
+        assert_eq!(box_service().unwrap().len(), 1);
+        assert_eq!(landlock_closures(&["inet", "unix_paths"]).unwrap().len(), 1);
         assert!(landlock_closures(&[]).unwrap().is_empty());
         let d = describe();
         for needle in [

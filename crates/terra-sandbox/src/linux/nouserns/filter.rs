@@ -72,7 +72,9 @@ mod tests {
             inet: true,
             unix_paths: true,
         };
-        assert_eq!(build(both).unwrap().len(), 2);
+        // Both closures merged into one program.
+        assert_eq!(build(both).unwrap().len(), 1);
+        assert_ne!(build(both).unwrap(), build(inet).unwrap());
         assert!(describe(both).contains("SOCK_DGRAM"));
     }
 }
