@@ -132,7 +132,7 @@ Command: \`scripts/bench-run.sh\` (RUNS=$RUNS), binary \`$TERRA_BIN\` ($bin_kind
 |---|---|
 | \`terra run -- /bin/true\` (default policy) | $terra_ms |
 | \`bwrap --unshare-all --die-with-parent --ro-bind /usr /usr ... /bin/true\` | $bwrap_ms |
-| ratio terra / bwrap (goal <= 1.5) | $ratio |
+| ratio terra / bwrap (issue 12: goal <= 1.2) | $ratio |
 
 Supervisor peak RSS (VmHWM at exit): median ${hwm_med} KiB, max ${hwm_max} KiB.
 Maximum RSS reported by \`/usr/bin/time -v\` for one whole run: ${time_rss} KiB.
