@@ -73,12 +73,7 @@ fn main() {
                 let bpf = merge::merged(&chosen, arch).unwrap_or_else(|e| {
                     panic!("seccomp table {name}, filters {}: {e}", names.join("+"))
                 });
-                write!(
-                    out,
-                    "    ({name:?}, &{names:?}, {}, &[",
-                    chosen.len() == n
-                )
-                .unwrap();
+                write!(out, "    ({name:?}, &{names:?}, {}, &[", chosen.len() == n).unwrap();
                 for i in bpf {
                     write!(out, "({}, {}, {}, {}), ", i.code, i.jt, i.jf, i.k).unwrap();
                 }

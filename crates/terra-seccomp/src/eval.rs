@@ -24,9 +24,9 @@ impl Data {
             4 => Some(self.arch),
             8 => Some(low(self.instruction_pointer)),
             12 => Some(high(self.instruction_pointer)),
-            16..=60 if offset % 4 == 0 => {
+            16..=60 if offset.is_multiple_of(4) => {
                 let arg = self.args[((offset - 16) / 8) as usize];
-                Some(if (offset - 16) % 8 == 0 {
+                Some(if (offset - 16).is_multiple_of(8) {
                     low(arg)
                 } else {
                     high(arg)

@@ -346,15 +346,16 @@ fn part(f: &Filter, arch: TargetArch) -> Result<Part, String> {
         // Arch check (3), load nr, test nr: then the call's code.
         let nr = match bpf.get(4) {
             Some(i) if i.code == BPF_JMP_JEQ_K && (i.jt, i.jf) == (0, 1) => i.k,
-            _ => return Err(format!("{name}: seccompiler's program has an unknown shape")),
+            _ => {
+                return Err(format!(
+                    "{name}: seccompiler's program has an unknown shape"
+                ))
+            }
         };
         let code = bpf[5..].to_vec();
         check_code(name, &code)?;
         let conditional = rules.iter().any(|r| r.conditional);
-        if calls
-            .insert(nr, conditional.then_some(code))
-            .is_some()
-        {
+        if calls.insert(nr, conditional.then_some(code)).is_some() {
             return Err(format!("{name}: two names for call {nr}"));
         }
     }
@@ -375,7 +376,8 @@ fn one_call_program(rules: &[&Rule], arch: TargetArch) -> Result<BpfProgram, Str
         "filter": rules.iter().map(|r| r.seccompiler_json()).collect::<Vec<_>>(),
     }});
     let text = serde_json::to_vec(&source).map_err(|e| e.to_string())?;
-    let mut map = seccompiler::compile_from_json(text.as_slice(), arch).map_err(|e| e.to_string())?;
+    let mut map =
+        seccompiler::compile_from_json(text.as_slice(), arch).map_err(|e| e.to_string())?;
     let bpf = map.remove("one").ok_or("seccompiler returned no program")?;
     let shape = bpf.len() > 5
         && bpf[0].code == BPF_LD_W_ABS
@@ -397,7 +399,7 @@ fn one_call_program(rules: &[&Rule], arch: TargetArch) -> Result<BpfProgram, Str
 fn check_code(name: &str, code: &[sock_filter]) -> Result<(), String> {
     for (i, ins) in code.iter().enumerate() {
         let ok = match ins.code {
-            BPF_LD_W_ABS => ins.k % 4 == 0 && ins.k < 64,
+            BPF_LD_W_ABS => ins.k.is_multiple_of(4) && ins.k < 64,
             BPF_ALU_AND_K | BPF_JMP_JA => true,
             BPF_JMP_JEQ_K | BPF_JMP_JGT_K | BPF_JMP_JGE_K | BPF_JMP_JSET_K => true,
             BPF_RET_K => {
@@ -421,7 +423,9 @@ fn check_code(name: &str, code: &[sock_filter]) -> Result<(), String> {
             _ => true,
         };
         if !lands {
-            return Err(format!("{name}: instruction {i} jumps out of the call's code"));
+            return Err(format!(
+                "{name}: instruction {i} jumps out of the call's code"
+            ));
         }
     }
     Ok(())

@@ -111,7 +111,7 @@ fn compare(table: Table, arch: TargetArch, only: Option<&[&str]>) -> usize {
             for _ in 0..300 {
                 let mut ws = [0u32; 12];
                 for w in ws.iter_mut() {
-                    if rng.next() % 3 != 0 {
+                    if !rng.next().is_multiple_of(3) {
                         *w = rng.pick(&words);
                     }
                 }
