@@ -21,6 +21,8 @@ mod run_cmd;
 #[cfg(target_os = "linux")]
 mod runs_cmd;
 mod shell_cmd;
+#[cfg(target_os = "linux")]
+mod windows_dry_run;
 
 /// dlmalloc on Linux: the static build's musl allocator unmaps freed memory at
 /// once, which cost about 100 mmap/munmap pairs per `terra run`.

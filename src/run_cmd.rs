@@ -86,8 +86,8 @@ pub struct RunArgs {
     /// filter program; run nothing.
     #[arg(long)]
     dry_run: bool,
-    /// With `--backend macos --dry-run`: print one JSON object
-    /// (backend, profile, parameters) instead of text.
+    /// With `--backend macos --dry-run` or `--backend windows --dry-run`:
+    /// print one JSON object (the profile, or the launch plan) instead of text.
     #[arg(long)]
     json: bool,
     /// Limit the box's memory to SIZE (e.g. 64M, 2G): a cgroup where one is
@@ -130,14 +130,22 @@ pub struct BackendsArgs {
 pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     let dry_run = args.dry_run;
     let macos = args.backend == "macos";
-    if args.json && !(macos && dry_run) {
+    let windows = args.backend == "windows";
+    if args.json && !((macos || windows) && dry_run) {
         return crate::fail(Failure::Run(&terra_supervisor::Error::Argument(
-            "--json is for `terra run --backend macos --dry-run` only".into(),
+            "--json is for `terra run --backend macos|windows --dry-run` only".into(),
         )));
     }
     if macos && !dry_run {
         return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
             macos_run_refusal().into(),
+        )));
+    }
+    if windows && !dry_run {
+        return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
+            "backend windows is not available on this OS (AppContainer exists only on Windows); \
+             `terra run --backend windows --dry-run` shows the launch plan it would use"
+                .into(),
         )));
     }
     let json = args.json;
@@ -173,6 +181,11 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     };
     if dry_run && macos {
         let code = crate::macos_dry_run::print(&prepared.plan, json);
+        let _ = fs::remove_dir(&prepared.request.bindings.temp);
+        return code;
+    }
+    if dry_run && windows {
+        let code = crate::windows_dry_run::print_foreign(&prepared, json);
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return code;
     }
@@ -493,8 +506,8 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         (
             "windows",
             false,
-            Vec::new(),
-            "not supported on this host and not built for Windows yet (AppContainer backend planned)".to_string(),
+            terra_appcontainer::declared_capabilities().names(),
+            "not supported on this host (AppContainer, Windows only; `terra run --backend windows --dry-run` shows its launch plan)".to_string(),
         ),
     ];
     if args.json {

@@ -165,15 +165,26 @@ pub fn text(
         "token: less-privileged AppContainer (PROCESS_CREATION_ALL_APPLICATION_PACKAGES_OPT_OUT); capabilities: {}",
         if caps.is_empty() { "none".to_string() } else { caps.join(", ") }
     );
+    let spelled = |names: Vec<String>| {
+        if names.is_empty() {
+            "(none)".to_string()
+        } else {
+            names.join(" ")
+        }
+    };
     for (name, j) in [("worker job", &s.job), ("launcher job", &s.launcher_job)] {
+        let processes = if j.active_processes == 0 {
+            "no active process limit".to_string()
+        } else {
+            format!("active process limit {}", j.active_processes)
+        };
         let _ = writeln!(
             t,
-            "{name}: limit flags 0x{:08x} {}; active process limit {}; UI restrictions 0x{:08x} {}",
+            "{name}: limit flags 0x{:08x} {}; {processes}; UI restrictions 0x{:08x} {}",
             j.limit_flags,
-            limit_names(j.limit_flags).join(" "),
-            j.active_processes,
+            spelled(limit_names(j.limit_flags)),
             j.ui_restrictions,
-            ui_names(j.ui_restrictions).join(" ")
+            spelled(ui_names(j.ui_restrictions))
         );
     }
     let _ = writeln!(
