@@ -249,3 +249,18 @@ proptest! {
         prop_assert_eq!(f(s.as_bytes()), s);
     }
 }
+
+#[test]
+fn appcontainer_fuzz_seeds_are_valid_specs() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/seeds/appcontainer_launch_spec"
+    );
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        LaunchSpec::decode(&bytes).unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 2);
+}
