@@ -2,7 +2,7 @@
 //! SandboxPlan by `terra run` (and its dry run), and again from the launch
 //! spec by the launcher, with the same code.
 
-use terra_policy::{Access, Capability, CapabilitySet, NetworkMode, SandboxPlan};
+use terra_policy::{Access, Capability, CapabilitySet, NetworkMode, RootKind, SandboxPlan};
 
 use crate::dacl::{dacl_entries, denied_by, readable, DaclEntry, Origin};
 use crate::error::{Error, Result};
@@ -72,6 +72,12 @@ pub struct LaunchPlan {
     /// DACL entries in order: the grants', the ancestors kept in place,
     /// then terra's executable when no grant covers it.
     pub entries: Vec<DaclEntry>,
+    /// The plan's minimal-runtime read grants: on Windows the system's own
+    /// files, readable by every less-privileged AppContainer through the
+    /// ACEs Windows ships for ALL RESTRICTED APPLICATION PACKAGES. terra
+    /// changes no ACL there (it could not: they belong to TrustedInstaller),
+    /// so they are listed, not granted, and not in the launch spec.
+    pub baseline: Vec<String>,
 }
 
 /// What the job, process and token settings of a role are (the same for
@@ -155,6 +161,7 @@ impl LaunchPlan {
             grants,
             peers,
             entries,
+            baseline: Vec::new(),
         })
     }
 
@@ -211,7 +218,19 @@ pub fn lower_plan(
         )));
     }
     let mut grants = Vec::new();
+    let mut baseline = Vec::new();
     for rule in plan.rules() {
+        if rule.source_root == RootKind::MinimalRuntime {
+            if rule.access != Access::Read {
+                return Err(Error::Unsupported(format!(
+                    "a {} rule on the minimal-runtime root {:?}: on Windows that is the system's own files, \
+                     whose ACLs terra does not change",
+                    rule.access, rule.path
+                )));
+            }
+            baseline.push(style.canonical(&rule.path)?);
+            continue;
+        }
         if rule.protect_create {
             return Err(Error::Unsupported(format!(
                 "rule on {:?} protects a path from creation (fs-protect-create), which the windows backend does not declare",
@@ -232,12 +251,14 @@ pub fn lower_plan(
             path: rule.path.clone(),
         });
     }
-    LaunchPlan::new(
+    let mut launch = LaunchPlan::new(
         style,
         Role::Workload,
         executable,
         launcher,
         grants,
         Vec::new(),
-    )
+    )?;
+    launch.baseline = baseline;
+    Ok(launch)
 }

@@ -101,6 +101,10 @@ pub fn json(
         "console": {"attached": false, "stdin": "NUL", "stdout": "relay", "stderr": "relay",
                     "relay": "control characters replaced (C0 and DEL as ^X, C1 and invalid UTF-8 as U+FFFD; CR only before LF)"},
         "selfCheck": SELF_CHECKS,
+        "minimalRuntime": {
+            "paths": plan.baseline,
+            "note": "not changed by terra: readable through the ACEs Windows ships for ALL RESTRICTED APPLICATION PACKAGES",
+        },
         "dacl": dacl,
         "objects": objects,
         "declaredCapabilities": declared_capabilities().names(),
@@ -220,6 +224,14 @@ pub fn text(
     let _ = writeln!(t, "self-check before the worker runs:");
     for c in SELF_CHECKS {
         let _ = writeln!(t, "  {c}");
+    }
+    let _ = writeln!(
+        t,
+        "minimal-runtime (no ACL change; readable through Windows' own ACEs for ALL RESTRICTED APPLICATION PACKAGES):{}",
+        if plan.baseline.is_empty() { " none" } else { "" }
+    );
+    for p in &plan.baseline {
+        let _ = writeln!(t, "  {p}");
     }
     let _ = writeln!(t, "dacl entries (each for {PACKAGE_SID_PLACEHOLDER} only):");
     for (i, e) in plan.entries.iter().enumerate() {

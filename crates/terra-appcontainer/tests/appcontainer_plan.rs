@@ -624,3 +624,45 @@ fn appcontainer_broker_sockets_at_most_64_at_a_time_for_30_seconds() {
         .unwrap_err();
     assert!(e.to_string().contains("expired"), "{e}");
 }
+
+#[cfg(unix)]
+#[test]
+fn appcontainer_minimal_runtime_is_listed_not_granted_and_never_written() {
+    let d = tempfile::tempdir().unwrap();
+    let sys = d.path().join("sys");
+    std::fs::create_dir(&sys).unwrap();
+    let compile = |access: &str| {
+        let source = format!(
+            r#"{{"formatVersion":3,"filesystem":{{"default":"deny","rules":[
+             {{"access":"{access}","path":{{"special":"minimal-runtime"}},"scope":"tree"}}]}},
+             "network":{{"mode":"none"}},"process":{{"treeConfinement":"required"}},"root":{{"mode":"read-only"}}}}"#
+        );
+        let mir = terra_policy::compile_source(source.as_bytes()).unwrap();
+        let bindings = terra_policy::HostBindings {
+            workspace: None,
+            temp: None,
+            minimal_roots: vec![sys.clone()],
+            mediator: None,
+        };
+        terra_policy::compile_plan(&mir, &bindings, declared_capabilities()).unwrap()
+    };
+    let p =
+        terra_appcontainer::lower_plan(&compile("read"), PathStyle::Foreign, "/bin/sh", "/t/terra")
+            .unwrap();
+    let sys = std::fs::canonicalize(&sys).unwrap();
+    assert_eq!(p.baseline, [sys.to_str().unwrap()]);
+    assert!(p.grants.is_empty());
+    assert!(
+        p.entries.iter().all(|e| e.origin == Origin::Launcher),
+        "{:?}",
+        p.entries
+    );
+    let e = terra_appcontainer::lower_plan(
+        &compile("write"),
+        PathStyle::Foreign,
+        "/bin/sh",
+        "/t/terra",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("minimal-runtime"), "{e}");
+}

@@ -264,3 +264,16 @@ fn appcontainer_fuzz_seeds_are_valid_specs() {
     }
     assert_eq!(n, 2);
 }
+
+proptest! {
+    #[test]
+    fn appcontainer_command_line_round_trips_any_argv(
+        program in "[^\u{0}\"]{0,12}",
+        args in prop::collection::vec("[^\u{0}]{0,12}", 0..6),
+    ) {
+        let mut argv = vec![program];
+        argv.extend(args);
+        let line = terra_appcontainer::cmdline::command_line(r"C:\bin\p.exe", &argv).unwrap();
+        prop_assert_eq!(terra_appcontainer::cmdline::split(&line), argv);
+    }
+}
