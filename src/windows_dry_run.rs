@@ -26,6 +26,7 @@ fn emit(plan: &LaunchPlan, digest: &str, objects: Option<&Objects>, json: bool) 
     ExitCode::SUCCESS
 }
 
+#[cfg(target_os = "linux")]
 fn refuse(why: &str) -> ExitCode {
     eprintln!("terra: {why}");
     ExitCode::from(terra_supervisor::EXIT_REFUSED)
