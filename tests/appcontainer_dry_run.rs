@@ -142,7 +142,7 @@ fn appcontainer_dry_run_text_on_linux_marks_paths_not_windows_canonical() {
         "paths: as resolved on linux, NOT Windows-canonical",
         "capabilities: none",
         "worker job: limit flags 0x00002408 ",
-        "creation flags: 0x0008040c CREATE_SUSPENDED DETACHED_PROCESS",
+        "creation flags: 0x0108040c CREATE_SUSPENDED DETACHED_PROCESS",
         "  PROCESS_CREATION_MITIGATION_POLICY_WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON\n",
         &format!("  write tree {ws}\n    allow 0x001301bf "),
         &format!("  deny tree {ws}/secret\n    deny  0x001f01ff "),

@@ -3,11 +3,18 @@
 //! checks them against windows-sys at compile time).
 //!
 //! Two jobs: the **launcher job**, made by `terra run` for
-//! `terra __sandbox_launcher`, kills the launcher and every worker when
-//! `terra run` ends however it ends; each **worker job**, made by the
-//! launcher for one worker, holds exactly one process, kills it when the
-//! launcher's handle closes, and blocks the desktop, the clipboard, global
-//! atoms and USER handles.
+//! `terra __sandbox_launcher`, kills the launcher when `terra run` ends
+//! however it ends; each **worker job**, made by the launcher for one
+//! worker, holds exactly one process, kills it when the launcher's handle
+//! closes (so when the launcher ends, however it ends), and blocks the
+//! desktop, the clipboard, global atoms and USER handles.
+//!
+//! Windows refuses UI restrictions on a job nested in another, so a worker
+//! is created with CREATE_BREAKAWAY_FROM_JOB out of the launcher job (which
+//! allows exactly that: JOB_OBJECT_LIMIT_BREAKAWAY_OK) and put into its own
+//! worker job, its only job, before it runs. The chain still holds: `terra
+//! run` ends -> its job kills the launcher -> the launcher's handle to the
+//! worker job closes -> the worker is killed.
 
 /// `JOBOBJECT_BASIC_LIMIT_INFORMATION.LimitFlags`: ActiveProcessLimit applies.
 pub const JOB_OBJECT_LIMIT_ACTIVE_PROCESS: u32 = 0x0000_0008;
@@ -34,6 +41,8 @@ pub const JOB_OBJECT_UILIMIT_IME: u32 = 0x0100;
 
 /// `CreateProcessW` flags.
 pub const CREATE_SUSPENDED: u32 = 0x0000_0004;
+/// Out of the launcher job, into the worker's own (see the module's text).
+pub const CREATE_BREAKAWAY_FROM_JOB: u32 = 0x0100_0000;
 /// No console at all: the worker is never attached to the user's.
 pub const DETACHED_PROCESS: u32 = 0x0000_0008;
 pub const CREATE_UNICODE_ENVIRONMENT: u32 = 0x0000_0400;
@@ -75,17 +84,23 @@ pub const WORKER_JOB: JobLimits = JobLimits {
         | JOB_OBJECT_UILIMIT_IME,
 };
 
-/// The launcher's job, made by `terra run`: no process limit (the launcher
-/// and its workers, each worker in its own nested job), killed with `terra run`.
+/// The launcher's job, made by `terra run`: killed with `terra run`; the
+/// launcher's workers break away into their own jobs (never silently: only
+/// with CREATE_BREAKAWAY_FROM_JOB, which only the launcher passes).
 pub const LAUNCHER_JOB: JobLimits = JobLimits {
-    limit_flags: JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    limit_flags: JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
+        | JOB_OBJECT_LIMIT_BREAKAWAY_OK
+        | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
     active_processes: 0,
     ui_restrictions: 0,
 };
 
 /// How every worker is created.
-pub const WORKER_CREATION_FLAGS: u32 =
-    CREATE_SUSPENDED | DETACHED_PROCESS | CREATE_UNICODE_ENVIRONMENT | EXTENDED_STARTUPINFO_PRESENT;
+pub const WORKER_CREATION_FLAGS: u32 = CREATE_SUSPENDED
+    | DETACHED_PROCESS
+    | CREATE_UNICODE_ENVIRONMENT
+    | EXTENDED_STARTUPINFO_PRESENT
+    | CREATE_BREAKAWAY_FROM_JOB;
 
 const LIMIT_NAMES: [(u32, &str); 5] = [
     (
@@ -140,11 +155,12 @@ const UI_NAMES: [(u32, &str); 9] = [
     (JOB_OBJECT_UILIMIT_IME, "JOB_OBJECT_UILIMIT_IME"),
 ];
 
-const CREATION_NAMES: [(u32, &str); 4] = [
+const CREATION_NAMES: [(u32, &str); 5] = [
     (CREATE_SUSPENDED, "CREATE_SUSPENDED"),
     (DETACHED_PROCESS, "DETACHED_PROCESS"),
     (CREATE_UNICODE_ENVIRONMENT, "CREATE_UNICODE_ENVIRONMENT"),
     (EXTENDED_STARTUPINFO_PRESENT, "EXTENDED_STARTUPINFO_PRESENT"),
+    (CREATE_BREAKAWAY_FROM_JOB, "CREATE_BREAKAWAY_FROM_JOB"),
 ];
 
 fn names(table: &[(u32, &'static str)], bits: u32) -> Vec<String> {
@@ -188,8 +204,13 @@ mod tests {
             JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK,
         ] {
             assert_eq!(WORKER_JOB.limit_flags & never, 0);
-            assert_eq!(LAUNCHER_JOB.limit_flags & never, 0);
         }
+        // The launcher's workers leave its job only when asked, never silently.
+        assert_eq!(LAUNCHER_JOB.limit_flags, 0x2c00);
+        assert_eq!(
+            LAUNCHER_JOB.limit_flags & JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK,
+            0
+        );
         assert_ne!(
             LAUNCHER_JOB.limit_flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
             0
@@ -203,14 +224,15 @@ mod tests {
 
     #[test]
     fn appcontainer_workers_are_created_suspended_without_a_console() {
-        assert_eq!(WORKER_CREATION_FLAGS, 0x0008_040c);
+        assert_eq!(WORKER_CREATION_FLAGS, 0x0108_040c);
         assert_eq!(
             creation_names(WORKER_CREATION_FLAGS),
             [
                 "CREATE_SUSPENDED",
                 "DETACHED_PROCESS",
                 "CREATE_UNICODE_ENVIRONMENT",
-                "EXTENDED_STARTUPINFO_PRESENT"
+                "EXTENDED_STARTUPINFO_PRESENT",
+                "CREATE_BREAKAWAY_FROM_JOB"
             ]
         );
         // CREATE_NO_WINDOW (0x08000000) would give the worker a hidden console.

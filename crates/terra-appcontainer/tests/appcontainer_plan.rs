@@ -499,7 +499,7 @@ fn appcontainer_render_json_has_every_part_of_the_launch() {
     assert_eq!(v["workerJob"]["activeProcessLimit"], 1);
     assert_eq!(v["workerJob"]["limitFlags"]["value"], "0x00002408");
     assert_eq!(v["workerJob"]["uiRestrictions"]["value"], "0x000001ff");
-    assert_eq!(v["creationFlags"]["value"], "0x0008040c");
+    assert_eq!(v["creationFlags"]["value"], "0x0108040c");
     assert_eq!(
         v["mitigationPolicy"]["policy1"]["value"],
         "0x1110010111111100"

@@ -287,7 +287,10 @@ pub fn create_suspended(
     };
     if let Err(e) = worker.job.assign(&worker.process) {
         worker.kill();
-        return Err(e);
+        return Err(format!(
+            "{e}: the worker could not be put into its own job (is terra run inside a job that does not allow \
+             breakaway? Windows refuses UI restrictions on a nested job)"
+        ));
     }
     Ok(worker)
 }
