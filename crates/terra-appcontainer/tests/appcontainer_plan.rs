@@ -395,12 +395,14 @@ fn appcontainer_plan_refuses_non_windows_paths_and_workload_peers() {
 
 // ------------------------------------------------------------ from a SandboxPlan
 
+#[cfg(unix)]
 const POLICY: &str = r#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[
  {"access":"write","path":{"root":"workspace","relative":""},"scope":"tree"},
  {"access":"deny-write","path":{"root":"workspace","relative":"locked"},"scope":"tree"},
  {"access":"deny","path":{"root":"workspace","relative":"secret"},"scope":"tree"}]},
  "network":{"mode":"none"},"process":{"treeConfinement":"required"},"root":{"mode":"read-only"}}"#;
 
+#[cfg(unix)]
 fn sandbox_plan(
     dir: &std::path::Path,
     source: &str,

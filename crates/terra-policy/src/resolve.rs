@@ -525,7 +525,8 @@ impl Resolution {
     }
 }
 
-#[cfg(test)]
+// Resolution's tests make Unix trees (symlinks, /proc, /sys): Unix only.
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use crate::error::ErrorClass;
