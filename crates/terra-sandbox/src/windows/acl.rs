@@ -298,3 +298,75 @@ fn remove_one(c: &Changed, sid: &OwnedSid) -> Result<(), String> {
     }
     write_dacl(h.as_raw_handle(), acl, control, &c.path)
 }
+
+// Windows only, and not run where this is written (Linux); they need a
+// Windows host that may create AppContainer profiles (any desktop user).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terra_appcontainer::{objects, Grant, GrantKind, PathStyle, Scope};
+
+    /// ACEs of `path`'s DACL that name `sid`.
+    fn aces_naming(path: &str, sid: &OwnedSid) -> usize {
+        let (h, _, _) = open(path).unwrap();
+        let (_sd, dacl, _) = read_dacl(h.as_raw_handle(), path).unwrap();
+        // SAFETY: `dacl` is a valid ACL inside `_sd`.
+        let count = u32::from(unsafe { (*dacl).AceCount });
+        (0..count)
+            .filter(|&i| {
+                let mut ace: *mut core::ffi::c_void = std::ptr::null_mut();
+                // SAFETY: `i` is below the ACE count; the ACE is an allowed
+                // or denied one when its type says so, with the SID 8 bytes in.
+                unsafe {
+                    GetAce(dacl, i, &mut ace);
+                    let kind = u32::from((*ace.cast::<ACE_HEADER>()).AceType);
+                    (kind == ACCESS_ALLOWED_ACE_TYPE || kind == ACCESS_DENIED_ACE_TYPE)
+                        && sid.equals(ace.cast::<u8>().add(8).cast())
+                }
+            })
+            .count()
+    }
+
+    #[test]
+    fn appcontainer_aces_are_set_for_the_package_and_removed_again() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let root = terra_appcontainer::path::windows_path(root.to_str().unwrap()).unwrap();
+        std::fs::create_dir(format!(r"{root}\sub")).unwrap();
+        std::fs::write(format!(r"{root}\sub\f.txt"), b"x").unwrap();
+        let grants = [
+            Grant {
+                kind: GrantKind::Write,
+                scope: Scope::Tree,
+                path: root.clone(),
+            },
+            Grant {
+                kind: GrantKind::Deny,
+                scope: Scope::Tree,
+                path: format!(r"{root}\sub"),
+            },
+        ];
+        let entries = terra_appcontainer::dacl::dacl_entries(&grants, PathStyle::Windows);
+        let objects = objects::walk(
+            &entries,
+            PathStyle::Windows,
+            &super::super::walk::HostTree,
+            100,
+        )
+        .unwrap();
+        let profile = super::super::profile::Profile::create().unwrap();
+        let applied = apply(&objects, &entries, profile.sid()).unwrap();
+        // The root: allow (write) and deny (permissions) and the deny of
+        // DELETE that keeps it in place; the file: write's two and deny's one.
+        assert!(aces_naming(&root, profile.sid()) >= 2);
+        assert!(aces_naming(&format!(r"{root}\sub\f.txt"), profile.sid()) >= 2);
+        assert!(applied.remove().is_empty());
+        for p in [
+            root.clone(),
+            format!(r"{root}\sub"),
+            format!(r"{root}\sub\f.txt"),
+        ] {
+            assert_eq!(aces_naming(&p, profile.sid()), 0, "{p}");
+        }
+    }
+}

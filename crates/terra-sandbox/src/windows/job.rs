@@ -141,3 +141,20 @@ pub fn current_limits() -> Result<JobLimits, String> {
         ui_restrictions: ui.UIRestrictionsClass,
     })
 }
+
+// Windows only; not run where this is written (Linux).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appcontainer_a_worker_job_holds_nothing_until_assigned() {
+        let job = Job::new(&terra_appcontainer::job::WORKER_JOB).unwrap();
+        let me = std::process::Command::new("cmd.exe")
+            .args(["/c", "exit", "0"])
+            .spawn()
+            .unwrap();
+        assert!(!job.contains(&me).unwrap());
+        let _ = { me }.wait();
+    }
+}

@@ -120,3 +120,20 @@ impl Drop for Profile {
         }
     }
 }
+
+// Windows only; not run where this is written (Linux).
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appcontainer_profiles_are_fresh_and_their_sid_is_a_package_sid() {
+        let a = Profile::create().unwrap();
+        let b = Profile::create().unwrap();
+        assert_ne!(a.name(), b.name());
+        assert!(terra_appcontainer::spec::is_profile_name(a.name()));
+        let sid = a.sid_string().unwrap();
+        assert!(sid.starts_with("S-1-15-2-"), "{sid}");
+        assert_ne!(sid, b.sid_string().unwrap());
+    }
+}
