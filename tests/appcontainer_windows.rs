@@ -111,6 +111,7 @@ fn appcontainer_windows_output_passes_the_relay_filter() {
 fn appcontainer_windows_dry_run_counts_objects_with_windows_paths() {
     let d = workspace();
     let p = policy(d.path());
+    let probe = d.path().join("probe.exe");
     let out = Command::new(TERRA)
         .current_dir(d.path())
         .args([
@@ -120,7 +121,7 @@ fn appcontainer_windows_dry_run_counts_objects_with_windows_paths() {
             "--policy",
             p.to_str().unwrap(),
             "--",
-            "probe.exe",
+            probe.to_str().unwrap(),
             "--version",
         ])
         .output()
