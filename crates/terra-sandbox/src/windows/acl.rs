@@ -19,8 +19,8 @@
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 
 use terra_appcontainer::objects::{Kind, Objects};
-use terra_appcontainer::DaclEntry;
-use windows_sys::Win32::Foundation::{LocalFree, HANDLE};
+use terra_appcontainer::{DaclEntry, Origin};
+use windows_sys::Win32::Foundation::{LocalFree, ERROR_ACCESS_DENIED, HANDLE};
 use windows_sys::Win32::Security::Authorization::{
     GetSecurityInfo, SetEntriesInAclW, DENY_ACCESS, EXPLICIT_ACCESS_W, GRANT_ACCESS,
     NO_MULTIPLE_TRUSTEE, SE_FILE_OBJECT, TRUSTEE_IS_SID, TRUSTEE_IS_UNKNOWN, TRUSTEE_W,
@@ -68,9 +68,16 @@ impl Drop for LocalBox {
     }
 }
 
+/// Why an open failed: the message, and whether it was ERROR_ACCESS_DENIED.
+struct OpenError(String, bool);
+
 /// Opens `path` for reading and writing its DACL, never through a reparse
 /// point; returns the handle, whether it is a directory and its identity.
 fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), String> {
+    open_or_denied(path).map_err(|e| e.0)
+}
+
+fn open_or_denied(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), OpenError> {
     let w = verbatim(path);
     // SAFETY: `w` is NUL-terminated and outlives the call; no security
     // attributes, no template.
@@ -85,16 +92,22 @@ fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), String> {
             std::ptr::null_mut(),
         )
     };
-    let h = owned(h, &format!("open {path} to change its DACL"))?;
+    let denied = std::io::Error::last_os_error().raw_os_error() == Some(ERROR_ACCESS_DENIED as i32);
+    let h =
+        owned(h, &format!("open {path} to change its DACL")).map_err(|e| OpenError(e, denied))?;
     // SAFETY: all-zero is a valid value of the structure the call fills.
     let mut info: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
     // SAFETY: the handle is valid; `info` is writable.
     if unsafe { GetFileInformationByHandle(h.as_raw_handle(), &mut info) } == 0 {
-        return Err(last_error(&format!("GetFileInformationByHandle {path}")));
+        return Err(OpenError(
+            last_error(&format!("GetFileInformationByHandle {path}")),
+            false,
+        ));
     }
     if info.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
-        return Err(format!(
-            "{path} is a reparse point now (it was not when walked): refusing to grant through it"
+        return Err(OpenError(
+            format!("{path} is a reparse point now (it was not when walked): refusing to grant through it"),
+            false,
         ));
     }
     let dir = info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY != 0;
@@ -180,7 +193,22 @@ pub fn apply(objects: &Objects, entries: &[DaclEntry], sid: &OwnedSid) -> Result
         changed: Vec::with_capacity(objects.objects.len()),
     };
     for object in &objects.objects {
-        let (h, dir, id) = open(&object.path)?;
+        // terra's own executable, granted only so the self-check worker can
+        // start: installed where this user may not change its DACL (Program
+        // Files), it is left as it is; if the worker then cannot run it, the
+        // self-check fails and the launch is refused.
+        let optional = object
+            .entries
+            .iter()
+            .all(|&i| entries[i].origin == Origin::Launcher);
+        let (h, dir, id) = match open_or_denied(&object.path) {
+            Ok(x) => x,
+            Err(OpenError(e, true)) if optional => {
+                tracing::debug!("not granting terra's executable: {e}");
+                continue;
+            }
+            Err(OpenError(e, _)) => return Err(e),
+        };
         if dir != (object.kind == Kind::Directory) {
             return Err(format!(
                 "{} changed between the walk and the grant (file or directory)",
