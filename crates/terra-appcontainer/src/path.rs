@@ -2,10 +2,10 @@
 //!
 //! A plan is resolved on the host that runs it. On Windows its paths are
 //! what terra-policy made of `std::fs::canonicalize`: verbatim
-//! (`\\?\C:\Users\me\proj`), with the rule's relative part joined by `/`.
+//! (`\\?\C:\Users\me\proj`), with the rule's relative part joined by `\`.
 //! [`windows_path`] turns that into the one form the launch spec carries
-//! (`C:\Users\me\proj\src`): the verbatim prefix dropped, `/` made `\` (NTFS
-//! names cannot hold `/`, so it is always a separator), the drive letter in
+//! (`C:\Users\me\proj\src`): the verbatim prefix dropped, any `/` made `\`
+//! (NTFS names cannot hold `/`, so it is always a separator), the drive letter in
 //! upper case, and every component checked. Anything else is refused:
 //! UNC and device paths, `.` and `..`, empty components, reserved names
 //! (CON, NUL, COM1, ...), names ending in a dot or a space (Windows would
