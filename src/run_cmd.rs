@@ -148,6 +148,13 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
                 .into(),
         )));
     }
+    if let Some(flag) = windows.then(|| windows_refused_option(&args)).flatten() {
+        return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
+            format!(
+                "{flag} is not built for the windows backend yet (its own build refuses it too)"
+            ),
+        )));
+    }
     let json = args.json;
     // The placeholders of runs killed before they could clean up go before
     // anything is resolved: a stale one would make its denied name look
@@ -291,6 +298,27 @@ fn after_run(
             tracing::warn!("cannot prune the run {f} in {}", base.path().display());
         }
     }
+}
+
+/// The first option given that the Windows build's `terra run` refuses
+/// (src/run_cmd_windows.rs), so the dry run here shows only what it would run.
+fn windows_refused_option(args: &RunArgs) -> Option<&'static str> {
+    [
+        (args.profile.is_some(), "--profile"),
+        (!args.preset.is_empty(), "--preset"),
+        (!args.read.is_empty(), "--read"),
+        (!args.write.is_empty(), "--write"),
+        (!args.deny.is_empty(), "--deny"),
+        (!args.allow_net.is_empty(), "--allow-net"),
+        (args.timeout.is_some(), "--timeout"),
+        (args.receipt.is_some(), "--receipt"),
+        (args.memory.is_some(), "--memory"),
+        (args.pids.is_some(), "--pids"),
+        (args.cpus.is_some(), "--cpus"),
+        (args.max_file_size.is_some(), "--max-file-size"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
 }
 
 /// Why `terra run --backend macos` (not a dry run) does not start here.

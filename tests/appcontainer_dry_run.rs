@@ -210,21 +210,24 @@ fn appcontainer_dry_run_refuses_what_the_backend_does_not_declare() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = terra(
-        dir.path(),
-        &[
-            "run",
-            "--backend",
-            "windows",
-            "--dry-run",
-            "--allow-net",
-            "example.com:443",
-            "--",
-            "true",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no network broker runs on Windows"));
+    // What the Windows build refuses, its dry run here refuses too.
+    for flag in [
+        &["--allow-net", "example.com:443"][..],
+        &["--read", "/usr"],
+        &["--memory", "1G"],
+        &["--timeout", "5"],
+    ] {
+        let mut args = vec!["run", "--backend", "windows", "--dry-run"];
+        args.extend_from_slice(flag);
+        args.extend(["--", "true"]);
+        let out = terra(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(125), "{flag:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("{} is not built for the windows backend", flag[0])),
+            "{err}"
+        );
+    }
 }
 
 #[test]
