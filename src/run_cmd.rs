@@ -79,7 +79,8 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     quiet: bool,
     /// The backend to run on: auto (linux where user namespaces work, else
-    /// landlock), linux, or landlock (see `terra backends`).
+    /// landlock), linux, or landlock (see `terra backends`); macos and
+    /// windows with --dry-run only.
     #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
