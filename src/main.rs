@@ -15,12 +15,17 @@ mod run_cmd;
 #[cfg(target_os = "macos")]
 #[path = "run_cmd_macos.rs"]
 mod run_cmd;
-#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+#[cfg(windows)]
+#[path = "run_cmd_windows.rs"]
+mod run_cmd;
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
 #[path = "run_cmd_elsewhere.rs"]
 mod run_cmd;
 #[cfg(target_os = "linux")]
 mod runs_cmd;
 mod shell_cmd;
+#[cfg(any(target_os = "linux", windows))]
+mod windows_dry_run;
 
 /// dlmalloc on Linux: the static build's musl allocator unmaps freed memory at
 /// once, which cost about 100 mmap/munmap pairs per `terra run`.

@@ -79,15 +79,16 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     quiet: bool,
     /// The backend to run on: auto (linux where user namespaces work, else
-    /// landlock), linux, or landlock (see `terra backends`).
+    /// landlock), linux, or landlock (see `terra backends`); macos and
+    /// windows with --dry-run only.
     #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
     /// filter program; run nothing.
     #[arg(long)]
     dry_run: bool,
-    /// With `--backend macos --dry-run`: print one JSON object
-    /// (backend, profile, parameters) instead of text.
+    /// With `--backend macos --dry-run` or `--backend windows --dry-run`:
+    /// print one JSON object (the profile, or the launch plan) instead of text.
     #[arg(long)]
     json: bool,
     /// Limit the box's memory to SIZE (e.g. 64M, 2G): a cgroup where one is
@@ -130,14 +131,29 @@ pub struct BackendsArgs {
 pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     let dry_run = args.dry_run;
     let macos = args.backend == "macos";
-    if args.json && !(macos && dry_run) {
+    let windows = args.backend == "windows";
+    if args.json && !((macos || windows) && dry_run) {
         return crate::fail(Failure::Run(&terra_supervisor::Error::Argument(
-            "--json is for `terra run --backend macos --dry-run` only".into(),
+            "--json is for `terra run --backend macos|windows --dry-run` only".into(),
         )));
     }
     if macos && !dry_run {
         return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
             macos_run_refusal().into(),
+        )));
+    }
+    if windows && !dry_run {
+        return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
+            "backend windows is not available on this OS (AppContainer exists only on Windows); \
+             `terra run --backend windows --dry-run` shows the launch plan it would use"
+                .into(),
+        )));
+    }
+    if let Some(flag) = windows.then(|| windows_refused_option(&args)).flatten() {
+        return crate::fail(Failure::Run(&terra_supervisor::Error::Unsupported(
+            format!(
+                "{flag} is not built for the windows backend yet (its own build refuses it too)"
+            ),
         )));
     }
     let json = args.json;
@@ -173,6 +189,11 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     };
     if dry_run && macos {
         let code = crate::macos_dry_run::print(&prepared.plan, json);
+        let _ = fs::remove_dir(&prepared.request.bindings.temp);
+        return code;
+    }
+    if dry_run && windows {
+        let code = crate::windows_dry_run::print_foreign(&prepared, json);
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return code;
     }
@@ -279,6 +300,27 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
             eprintln!("{note}");
         }
     }
+}
+
+/// The first option given that the Windows build's `terra run` refuses
+/// (src/run_cmd_windows.rs), so the dry run here shows only what it would run.
+fn windows_refused_option(args: &RunArgs) -> Option<&'static str> {
+    [
+        (args.profile.is_some(), "--profile"),
+        (!args.preset.is_empty(), "--preset"),
+        (!args.read.is_empty(), "--read"),
+        (!args.write.is_empty(), "--write"),
+        (!args.deny.is_empty(), "--deny"),
+        (!args.allow_net.is_empty(), "--allow-net"),
+        (args.timeout.is_some(), "--timeout"),
+        (args.receipt.is_some(), "--receipt"),
+        (args.memory.is_some(), "--memory"),
+        (args.pids.is_some(), "--pids"),
+        (args.cpus.is_some(), "--cpus"),
+        (args.max_file_size.is_some(), "--max-file-size"),
+    ]
+    .into_iter()
+    .find_map(|(given, name)| given.then_some(name))
 }
 
 /// Why `terra run --backend macos` (not a dry run) does not start here.
@@ -494,8 +536,8 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         (
             "windows",
             false,
-            Vec::new(),
-            "not supported on this host and not built for Windows yet (AppContainer backend planned)".to_string(),
+            terra_appcontainer::declared_capabilities().names(),
+            "not supported on this host (AppContainer, Windows only; `terra run --backend windows --dry-run` shows its launch plan)".to_string(),
         ),
     ];
     if args.json {

@@ -1,7 +1,8 @@
 //! `terra run`, `terra doctor`, `terra backends` on a host that is neither
-//! Linux nor macOS (Windows: its backend is not built yet).
+//! Linux, macOS nor Windows (a BSD, say).
 //!
-//! The linux and landlock backends need Linux, the macos backend macOS. So
+//! The linux and landlock backends need Linux, the macos backend macOS,
+//! the windows backend Windows. So
 //! these commands accept any arguments and refuse plainly, naming the OS,
 //! instead of calling code of another OS.
 
@@ -33,7 +34,7 @@ pub struct BackendsArgs {
 fn reason() -> String {
     format!(
         "no backend of this build runs on {os}: the linux and landlock backends need Linux, \
-         the macos backend macOS",
+         the macos backend macOS, the windows backend Windows",
         os = std::env::consts::OS
     )
 }

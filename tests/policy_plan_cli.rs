@@ -1,6 +1,8 @@
 //! End-to-end tests of the plan commands of `terra policy`: the permissions
 //! corpus through the binary (compile, resolve, evaluate), and the other
 //! commands' outputs, exit codes and refusals.
+// The corpus and refusals use Unix paths and symlinks: Unix only.
+#![cfg(unix)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

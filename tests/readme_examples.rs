@@ -6,6 +6,8 @@
 //! build`) and `make test` are not run here (they install packages, build
 //! the release binary, and run this very suite); the test checks that the
 //! script and the Makefile targets they name exist.
+// The README's commands run through sh: Unix only.
+#![cfg(unix)]
 
 use std::fs;
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! default (a current directory that is $HOME, /, /tmp or a parent of
 //! $HOME), `--allow-net` for private literals, `,private` and wildcards, and
 //! `terra runs` (list, show, prune, never following a planted symlink).
+// Unix run directories, users and symlinks: Unix only.
+#![cfg(unix)]
 
 mod common;
 

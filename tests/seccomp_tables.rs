@@ -4,6 +4,8 @@
 //! landlock backend; as root and as 65534) and fails when a role made a
 //! call its table lacks — or when a run failed, which is what a role
 //! killed by its allowlist looks like.
+// strace of the Linux roles: Unix only (it needs Linux to run).
+#![cfg(unix)]
 
 use std::process::Command;
 

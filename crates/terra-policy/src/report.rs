@@ -552,8 +552,10 @@ pub fn overlap(f: &Resolution, s: &Resolution) -> Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::tmp;
-    use crate::{compile_source, resolve, HostBindings};
+    use crate::compile_source;
+    // The tests that resolve on a canonical temp directory are Unix only.
+    #[cfg(unix)]
+    use crate::{resolve, testing::tmp, HostBindings};
 
     /// A source v3 policy with `rules` (a JSON array).
     fn policy(rules: &str) -> Mir {
@@ -569,6 +571,7 @@ mod tests {
         policy(r#"[{"access": "read", "path": {"special": "minimal-runtime"}}]"#)
     }
 
+    #[cfg(unix)]
     fn resolved_on(mir: &Mir, root: &str) -> Resolution {
         let host = HostBindings {
             minimal_roots: vec![root.into()],
@@ -672,6 +675,7 @@ mod tests {
         assert!(!capabilities(&mir, None).violations);
     }
 
+    #[cfg(unix)]
     #[test]
     fn containment_and_widening_are_violations() {
         let (_d, root) = tmp();
@@ -698,6 +702,8 @@ mod tests {
         assert_eq!(overlap(&narrow, &wide).json["overlapping"], false);
     }
 
+    // A canonical temp directory (terra-test-support's, Unix only).
+    #[cfg(unix)]
     #[test]
     fn evaluation_names_the_decisive_rule() {
         let (_d, root) = tmp();

@@ -338,13 +338,18 @@ fn inside(root: &str, path: &str) -> bool {
     crate::evaluate::is_same_or_ancestor(root, path)
 }
 
+/// The separator resolution joins a canonical base and a component with:
+/// `/`, and `\` on Windows, where the bases are verbatim (`\\?\C:\...`)
+/// paths, which take no `/` as a separator.
+const SEP: char = if cfg!(windows) { '\\' } else { '/' };
+
 fn join(base: &str, rest: &str) -> String {
     if rest.is_empty() {
         base.to_string()
-    } else if base.ends_with('/') {
+    } else if base.ends_with(SEP) {
         format!("{base}{rest}")
     } else {
-        format!("{base}/{rest}")
+        format!("{base}{SEP}{rest}")
     }
 }
 
@@ -370,7 +375,9 @@ fn protect_create_name(
         ))
     };
     match absence {
-        Absence::Absent { prefix, index } => Ok(join(&prefix, &components[index..].join("/"))),
+        Absence::Absent { prefix, index } => {
+            Ok(join(&prefix, &components[index..].join(&SEP.to_string())))
+        }
         Absence::NotDirectory { path } => Err(refuse(format!("{path} is not a directory"))),
         Absence::DanglingSymlink { path } => Err(refuse(format!("{path} is a dangling symlink"))),
     }
@@ -525,7 +532,8 @@ impl Resolution {
     }
 }
 
-#[cfg(test)]
+// Resolution's tests make Unix trees (symlinks, /proc, /sys): Unix only.
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use crate::error::ErrorClass;

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use crate::model::{Access, Destination, MirBuilder, Missing, RootKind, Scope};
 use crate::plan::ResolvedRule;
 
+#[cfg(unix)]
 pub(crate) use terra_test_support::dirs::canonical_tempdir as tmp;
 
 /// A resolved host rule (see [`ResolvedRule::host`]).

@@ -2,6 +2,8 @@
 //! say nothing: minimal-runtime rules with a relative path,
 //! the exact escaping of inspection JSON, and the rule cap counted after
 //! de-duplication. The repository's own vectors are in `tests/vectors`.
+// Unix trees (symlinks, absolute / paths): Unix only.
+#![cfg(unix)]
 
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;

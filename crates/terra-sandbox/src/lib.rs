@@ -2,7 +2,9 @@
 //!
 //! `linux/` holds the native Linux launcher (namespaces, mounts, seccomp,
 //! Landlock); `macos/` the Seatbelt launcher `terra __sandbox_launcher`
-//! (docs/sandbox-macos.md), built only for macOS.
+//! (docs/sandbox-macos.md), built only for macOS; `windows/` the
+//! AppContainer launcher of the same name (docs/sandbox-windows.md), built
+//! only for Windows.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -11,6 +13,8 @@ use std::process::ExitCode;
 pub mod linux;
 #[cfg(target_os = "macos")]
 pub mod macos;
+#[cfg(windows)]
+pub mod windows;
 
 /// The exit status of a box, launcher or role that refused to start what it
 /// was given (setup failure, activation failure, a parent already gone).
@@ -27,8 +31,15 @@ pub fn launcher_role_main(args: Vec<OsString>) -> ExitCode {
     macos::launcher_main(args)
 }
 
+/// Entry point of the hidden `terra __sandbox_launcher` role: on Windows
+/// the AppContainer launcher (`windows`, docs/sandbox-windows.md).
+#[cfg(windows)]
+pub fn launcher_role_main(args: Vec<OsString>) -> ExitCode {
+    windows::launcher_main(args)
+}
+
 /// Entry point of the hidden `terra __sandbox_launcher` role (see above).
-#[cfg(not(target_os = "macos"))]
+#[cfg(not(any(target_os = "macos", windows)))]
 pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
     eprintln!(
         "terra __sandbox_launcher: the Linux backend has no launcher process (the box is `terra __vm`); nothing to do"

@@ -17,6 +17,9 @@ pub enum Backend {
     /// Seatbelt (terra_seatbelt): resolved on every host so its profile can
     /// be reviewed with `--dry-run`; a real run needs a Mac.
     Macos,
+    /// AppContainer (terra_appcontainer): resolved on every host so its
+    /// launch plan can be reviewed with `--dry-run`; a real run needs Windows.
+    Windows,
 }
 
 impl Backend {
@@ -25,6 +28,7 @@ impl Backend {
             Backend::Linux => "linux",
             Backend::Landlock => nouserns::NAME,
             Backend::Macos => "macos",
+            Backend::Windows => "windows",
         }
     }
 
@@ -33,6 +37,7 @@ impl Backend {
             "linux" => Some(Backend::Linux),
             n if n == nouserns::NAME => Some(Backend::Landlock),
             "macos" => Some(Backend::Macos),
+            "windows" => Some(Backend::Windows),
             _ => None,
         }
     }
@@ -45,6 +50,8 @@ impl Backend {
             Backend::Landlock => nouserns::declared_capabilities(),
             // No broker is built for macOS yet: mediated plans are refused.
             Backend::Macos => terra_seatbelt::declared_capabilities(false),
+            // No broker runs on Windows: mediated plans are refused.
+            Backend::Windows => terra_appcontainer::declared_capabilities(),
         }
     }
 }
@@ -132,11 +139,12 @@ pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choi
             backend: Backend::Macos,
             reason: "--backend macos".into(),
         }),
-        "windows" => Err(Error::Unsupported(format!(
-            "backend {requested} is not supported on this host (see `terra backends`)"
-        ))),
+        "windows" => Ok(Choice {
+            backend: Backend::Windows,
+            reason: "--backend windows".into(),
+        }),
         other => Err(Error::Unsupported(format!(
-            "unknown backend {other:?}: auto, linux, landlock or macos (see `terra backends`)"
+            "unknown backend {other:?}: auto, linux, landlock, macos or windows (see `terra backends`)"
         ))),
     }
 }
@@ -189,6 +197,34 @@ mod tests {
         let e = choose("landlock", || facts(true, false)).unwrap_err();
         assert!(e.to_string().contains("landlock backend cannot run"), "{e}");
         assert!(choose("plan9", || facts(true, true)).is_err());
+        // Resolved on every host (for --dry-run), never probed.
+        let c = choose("windows", || panic!("windows is not probed here")).unwrap();
+        assert_eq!(c.backend, Backend::Windows);
+        assert_eq!(Backend::from_name("windows"), Some(Backend::Windows));
+    }
+
+    #[test]
+    fn the_windows_backend_declares_what_appcontainer_enforces() {
+        use terra_policy::Capability as C;
+        let d = Backend::Windows.declared(true);
+        for c in [
+            C::FsRead,
+            C::FsWrite,
+            C::FsDeny,
+            C::FsDenyWrite,
+            C::NetworkNone,
+            C::ProcessTree,
+        ] {
+            assert!(d.contains(c), "{c}");
+        }
+        for c in [
+            C::NetworkDirect,
+            C::NetworkMediated,
+            C::RootEphemeralWrite,
+            C::FsProtectCreate,
+        ] {
+            assert!(!d.contains(c), "{c}");
+        }
     }
 
     #[test]

@@ -37,6 +37,8 @@ mod pty;
 mod reaper;
 #[cfg(unix)]
 pub mod receipt;
+#[cfg(windows)]
+pub mod windows;
 // Arguments and environment travel as their bytes: Unix only.
 #[cfg(unix)]
 pub mod request;

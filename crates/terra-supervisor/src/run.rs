@@ -182,6 +182,7 @@ impl RunBuilder {
                 }
                 Backend::Linux => "this build has no network broker",
                 Backend::Macos => "no network broker is built for macOS yet",
+                Backend::Windows => "no network broker runs on Windows in this build",
             };
             return Err(Error::Unsupported(format!(
                 "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the {} \
@@ -241,7 +242,9 @@ impl RunBuilder {
             // TMPDIR name the run's temp directory at its host path.
             let tmp = match choice.backend {
                 Backend::Linux => OsString::from("/tmp"),
-                Backend::Landlock | Backend::Macos => temp.clone().into_os_string(),
+                Backend::Landlock | Backend::Macos | Backend::Windows => {
+                    temp.clone().into_os_string()
+                }
             };
             // Preset variables first, then the proxy's, then --env.
             let mut base: Vec<(OsString, OsString)> =
@@ -1141,7 +1144,6 @@ mod tests {
     #[test]
     fn unsupported_backends_are_refused_before_anything_is_made() {
         for (name, words) in [
-            ("windows", "backend windows is not supported on this host"),
             ("plan9", "unknown backend \"plan9\""),
             ("", "unknown backend \"\""),
         ] {
@@ -1156,5 +1158,20 @@ mod tests {
                 "{name}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn the_windows_backend_resolves_here_for_its_dry_run() {
+        // The default policy: what the windows backend declares covers it.
+        let p = RunBuilder {
+            backend: "windows".into(),
+            workspace: Some(std::env::temp_dir()),
+            ..RunBuilder::new(vec!["true".into()])
+        }
+        .build()
+        .unwrap();
+        let _ = fs::remove_dir(&p.request.bindings.temp);
+        assert_eq!(p.request.backend, "windows");
+        assert!(!p.request.declared.contains(&"network-mediated".to_string()));
     }
 }

@@ -388,6 +388,12 @@ impl Run {
                     &"backend macos runs only on macOS; this supervisor runs the linux and landlock backends",
                 )
             }
+            Some(crate::backend::Backend::Windows) => {
+                return self.refuse(
+                    None,
+                    &"backend windows runs only on Windows; this supervisor runs the linux and landlock backends",
+                )
+            }
             Some(b) => b == crate::backend::Backend::Landlock,
             None => {
                 return self.refuse(

@@ -1,0 +1,264 @@
+//! A launch plan: everything one launch does, as data. Made from a
+//! SandboxPlan by `terra run` (and its dry run), and again from the launch
+//! spec by the launcher, with the same code.
+
+use terra_policy::{Access, Capability, CapabilitySet, NetworkMode, RootKind, SandboxPlan};
+
+use crate::dacl::{dacl_entries, denied_by, readable, DaclEntry, Origin};
+use crate::error::{Error, Result};
+use crate::job::{JobLimits, LAUNCHER_JOB, WORKER_CREATION_FLAGS, WORKER_JOB};
+use crate::mitigation::WORKER_POLICY;
+use crate::path::PathStyle;
+use crate::rights::{ALLOW_READ, DENY_WRITE, NO_INHERITANCE};
+use crate::spec::{Grant, GrantKind, LaunchSpec, Peer, Role, Scope};
+
+/// The capabilities the windows backend enforces (docs/sandbox-windows.md
+/// says why each one is or is not declared):
+///
+/// - fs-read, fs-write, fs-deny, fs-deny-write: DACL entries for the
+///   per-launch package SID, walked by the launcher;
+/// - network-none: the worker's token has no network capability, and the
+///   self-check sees that;
+/// - process-tree: the worker's job admits one process and kills it when
+///   the launcher's handle closes; the launcher's own job kills the
+///   launcher with `terra run`.
+///
+/// Not declared: network-direct (the workload would need the internetClient
+/// capabilities, and would still reach no loopback service), network-mediated
+/// and its flags (no broker runs on Windows in this build),
+/// root-ephemeral-write (no overlay), fs-protect-create (not built).
+pub fn declared_capabilities() -> CapabilitySet {
+    CapabilitySet::EMPTY
+        .with(Capability::FsRead)
+        .with(Capability::FsWrite)
+        .with(Capability::FsDeny)
+        .with(Capability::FsDenyWrite)
+        .with(Capability::NetworkNone)
+        .with(Capability::ProcessTree)
+}
+
+/// A well-known AppContainer capability: its name and SID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppCapability {
+    pub name: &'static str,
+    pub sid: &'static str,
+}
+
+/// The capability SIDs a role's token carries: none for either.
+///
+/// The workload has no network, so no internetClient (S-1-15-3-1),
+/// internetClientServer (S-1-15-3-2) or privateNetworkClientServer
+/// (S-1-15-3-3). The broker has none either: it never opens a socket
+/// itself; its wrapper opens each approved one and duplicates it in
+/// (`crate::sockets`).
+pub fn role_capabilities(role: Role) -> &'static [AppCapability] {
+    match role {
+        Role::Workload => &[],
+        Role::Broker => &[],
+    }
+}
+
+/// One launch, as data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchPlan {
+    pub style: PathStyle,
+    pub role: Role,
+    /// The program the worker runs.
+    pub executable: String,
+    /// terra's own executable: the self-check worker.
+    pub launcher: String,
+    pub grants: Vec<Grant>,
+    pub peers: Vec<Peer>,
+    /// DACL entries in order: the grants', the ancestors kept in place,
+    /// then terra's executable when no grant covers it.
+    pub entries: Vec<DaclEntry>,
+    /// The plan's minimal-runtime read grants: on Windows the system's own
+    /// files, readable by every less-privileged AppContainer through the
+    /// ACEs Windows ships for ALL RESTRICTED APPLICATION PACKAGES. terra
+    /// changes no ACL there (it could not: they belong to TrustedInstaller),
+    /// so they are listed, not granted, and not in the launch spec.
+    pub baseline: Vec<String>,
+}
+
+/// What the job, process and token settings of a role are (the same for
+/// every launch of the role; no spec can change them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSettings {
+    pub capabilities: &'static [AppCapability],
+    pub job: JobLimits,
+    pub launcher_job: JobLimits,
+    pub mitigation: [u64; 2],
+    pub creation_flags: u32,
+    pub child_process_policy: u32,
+    pub all_application_packages_policy: u32,
+}
+
+impl WorkerSettings {
+    pub fn of(role: Role) -> WorkerSettings {
+        WorkerSettings {
+            capabilities: role_capabilities(role),
+            job: WORKER_JOB,
+            launcher_job: LAUNCHER_JOB,
+            mitigation: WORKER_POLICY,
+            creation_flags: WORKER_CREATION_FLAGS,
+            child_process_policy: crate::job::PROCESS_CREATION_CHILD_PROCESS_RESTRICTED,
+            all_application_packages_policy:
+                crate::job::PROCESS_CREATION_ALL_APPLICATION_PACKAGES_OPT_OUT,
+        }
+    }
+}
+
+impl LaunchPlan {
+    /// The plan of `role` running `executable` with `grants`; `launcher` is
+    /// terra's executable (granted read for the self-check when nothing
+    /// else grants it; refused when a deny covers it).
+    pub fn new(
+        style: PathStyle,
+        role: Role,
+        executable: &str,
+        launcher: &str,
+        grants: Vec<Grant>,
+        peers: Vec<Peer>,
+    ) -> Result<LaunchPlan> {
+        let executable = style.canonical(executable)?;
+        let launcher = style.canonical(launcher)?;
+        let grants = grants
+            .into_iter()
+            .map(|g| {
+                Ok(Grant {
+                    path: style.canonical(&g.path)?,
+                    ..g
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if role == Role::Workload && !peers.is_empty() {
+            return Err(Error::Unsupported(
+                "a workload has no peers: only the broker's wrapper opens sockets".into(),
+            ));
+        }
+        if let Some(d) = denied_by(&grants, style, &launcher) {
+            return Err(Error::Unsupported(format!(
+                "terra's own executable {launcher} is inside the deny rule on {}: the self-check worker could not start",
+                d.path
+            )));
+        }
+        let mut entries = dacl_entries(&grants, style);
+        if !readable(&grants, style, &launcher) {
+            entries.push(DaclEntry {
+                path: launcher.clone(),
+                scope: Scope::Exact,
+                origin: Origin::Launcher,
+                allow: ALLOW_READ,
+                deny: DENY_WRITE,
+                inheritance: NO_INHERITANCE,
+            });
+        }
+        Ok(LaunchPlan {
+            style,
+            role,
+            executable,
+            launcher,
+            grants,
+            peers,
+            entries,
+            baseline: Vec::new(),
+        })
+    }
+
+    /// The launcher's plan for a spec it read (paths already canonical).
+    pub fn from_spec(spec: &LaunchSpec, launcher: &str) -> Result<LaunchPlan> {
+        spec.validate()?;
+        LaunchPlan::new(
+            PathStyle::Windows,
+            spec.role,
+            &spec.executable,
+            launcher,
+            spec.grants.clone(),
+            spec.peers.clone(),
+        )
+    }
+
+    /// The spec handed to the launcher. Only a plan of Windows paths has one.
+    pub fn spec(&self) -> Result<LaunchSpec> {
+        if self.style != PathStyle::Windows {
+            return Err(Error::Unsupported(
+                "this plan was resolved on another host: its paths are not Windows paths, so it has no launch spec"
+                    .into(),
+            ));
+        }
+        let spec = LaunchSpec {
+            role: self.role,
+            executable: self.executable.clone(),
+            grants: self.grants.clone(),
+            peers: self.peers.clone(),
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    pub fn settings(&self) -> WorkerSettings {
+        WorkerSettings::of(self.role)
+    }
+}
+
+/// The workload's launch plan for `plan`, the program `executable` and
+/// terra's executable `launcher`, in `style`. Refuses what the windows
+/// backend does not build, naming it (compile_plan has already checked the
+/// declared capabilities; these are checked again here).
+pub fn lower_plan(
+    plan: &SandboxPlan,
+    style: PathStyle,
+    executable: &str,
+    launcher: &str,
+) -> Result<LaunchPlan> {
+    if plan.network() != NetworkMode::None {
+        return Err(Error::Unsupported(format!(
+            "network mode {} is not built for the windows backend (network-none only)",
+            plan.network()
+        )));
+    }
+    let mut grants = Vec::new();
+    let mut baseline = Vec::new();
+    for rule in plan.rules() {
+        if rule.source_root == RootKind::MinimalRuntime {
+            if rule.access != Access::Read {
+                return Err(Error::Unsupported(format!(
+                    "a {} rule on the minimal-runtime root {:?}: on Windows that is the system's own files, \
+                     whose ACLs terra does not change",
+                    rule.access, rule.path
+                )));
+            }
+            baseline.push(style.canonical(&rule.path)?);
+            continue;
+        }
+        if rule.protect_create {
+            return Err(Error::Unsupported(format!(
+                "rule on {:?} protects a path from creation (fs-protect-create), which the windows backend does not declare",
+                rule.path
+            )));
+        }
+        grants.push(Grant {
+            kind: match rule.access {
+                Access::Read => GrantKind::Read,
+                Access::Write => GrantKind::Write,
+                Access::Deny => GrantKind::Deny,
+                Access::DenyWrite => GrantKind::DenyWrite,
+            },
+            scope: match rule.scope {
+                terra_policy::Scope::Tree => Scope::Tree,
+                terra_policy::Scope::Exact => Scope::Exact,
+            },
+            path: rule.path.clone(),
+        });
+    }
+    let mut launch = LaunchPlan::new(
+        style,
+        Role::Workload,
+        executable,
+        launcher,
+        grants,
+        Vec::new(),
+    )?;
+    launch.baseline = baseline;
+    Ok(launch)
+}

@@ -1,0 +1,400 @@
+//! Setting and removing the DACL entries of a launch, object by object.
+//!
+//! Each object of the walk (`terra_appcontainer::objects`) is opened
+//! without following reparse points (and refused if it is one now, or is
+//! no longer the kind of object the walk saw), its DACL read, the launch's
+//! ACEs for the package SID merged in with SetEntriesInAclW (deny ACEs
+//! before allow ACEs, explicit before inherited), and written back with
+//! SetKernelObjectSecurity, which, unlike SetSecurityInfo, does not
+//! propagate anything to children on its own: the walk decided which
+//! objects change. Directories get the entry's inheritance flags, so what
+//! the workload creates inside inherits the ACEs; files get none.
+//!
+//! On an orderly end every object changed is opened again, checked to be
+//! the same file (volume serial number and file index), and every ACE
+//! naming the package SID removed. What the workload created keeps the
+//! ACEs it inherited; they name a SID that no token will carry again (the
+//! profile is deleted and its name never reused).
+
+use std::os::windows::io::{AsRawHandle, OwnedHandle};
+
+use terra_appcontainer::objects::{Kind, Objects};
+use terra_appcontainer::{DaclEntry, Origin};
+use windows_sys::Win32::Foundation::{LocalFree, ERROR_ACCESS_DENIED, HANDLE};
+use windows_sys::Win32::Security::Authorization::{
+    GetSecurityInfo, SetEntriesInAclW, DENY_ACCESS, EXPLICIT_ACCESS_W, GRANT_ACCESS,
+    NO_MULTIPLE_TRUSTEE, SE_FILE_OBJECT, TRUSTEE_IS_SID, TRUSTEE_IS_UNKNOWN, TRUSTEE_W,
+};
+use windows_sys::Win32::Security::{
+    DeleteAce, GetAce, GetSecurityDescriptorControl, InitializeSecurityDescriptor,
+    SetKernelObjectSecurity, SetSecurityDescriptorControl, SetSecurityDescriptorDacl, ACE_HEADER,
+    ACL, DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, SECURITY_DESCRIPTOR,
+    SE_DACL_AUTO_INHERITED, SE_DACL_PROTECTED,
+};
+use windows_sys::Win32::Storage::FileSystem::{
+    CreateFileW, GetFileInformationByHandle, BY_HANDLE_FILE_INFORMATION, FILE_ATTRIBUTE_DIRECTORY,
+    FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
+    FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, OPEN_EXISTING, READ_CONTROL, WRITE_DAC,
+};
+use windows_sys::Win32::System::SystemServices::{
+    ACCESS_ALLOWED_ACE_TYPE, ACCESS_DENIED_ACE_TYPE, SECURITY_DESCRIPTOR_REVISION,
+};
+
+use super::util::{last_error, owned, verbatim, win32_error, OwnedSid};
+
+/// One object whose DACL this launch changed.
+struct Changed {
+    path: String,
+    /// Volume serial number and file index when it was changed.
+    id: (u32, u64),
+}
+
+/// The objects changed so far; removes the package SID's ACEs when dropped.
+pub struct Applied {
+    sid: OwnedSid,
+    changed: Vec<Changed>,
+}
+
+/// A pointer the call allocated with LocalAlloc, freed on drop.
+struct LocalBox(*mut core::ffi::c_void);
+
+impl Drop for LocalBox {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: allocated by the Win32 call that returned it (with
+            // LocalAlloc), freed exactly once, here.
+            unsafe { LocalFree(self.0) };
+        }
+    }
+}
+
+/// Why an open failed: the message, and whether it was ERROR_ACCESS_DENIED.
+struct OpenError(String, bool);
+
+/// Opens `path` for reading and writing its DACL, never through a reparse
+/// point; returns the handle, whether it is a directory and its identity.
+fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), String> {
+    open_or_denied(path).map_err(|e| e.0)
+}
+
+fn open_or_denied(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), OpenError> {
+    let w = verbatim(path);
+    // SAFETY: `w` is NUL-terminated and outlives the call; no security
+    // attributes, no template.
+    let h = unsafe {
+        CreateFileW(
+            w.as_ptr(),
+            READ_CONTROL | WRITE_DAC,
+            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+            std::ptr::null(),
+            OPEN_EXISTING,
+            FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT,
+            std::ptr::null_mut(),
+        )
+    };
+    let denied = std::io::Error::last_os_error().raw_os_error() == Some(ERROR_ACCESS_DENIED as i32);
+    let h =
+        owned(h, &format!("open {path} to change its DACL")).map_err(|e| OpenError(e, denied))?;
+    // SAFETY: all-zero is a valid value of the structure the call fills.
+    let mut info: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
+    // SAFETY: the handle is valid; `info` is writable.
+    if unsafe { GetFileInformationByHandle(h.as_raw_handle(), &mut info) } == 0 {
+        return Err(OpenError(
+            last_error(&format!("GetFileInformationByHandle {path}")),
+            false,
+        ));
+    }
+    if info.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+        return Err(OpenError(
+            format!("{path} is a reparse point now (it was not when walked): refusing to grant through it"),
+            false,
+        ));
+    }
+    let dir = info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY != 0;
+    let index = (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow);
+    Ok((h, dir, (info.dwVolumeSerialNumber, index)))
+}
+
+/// The DACL of an open object and its control bits; the ACL pointer lives
+/// inside the returned LocalBox.
+fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String> {
+    let mut dacl: *mut ACL = std::ptr::null_mut();
+    let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    // SAFETY: the handle is valid; only the DACL is asked; `dacl` and `sd`
+    // receive pointers into one LocalAlloc'd descriptor, freed by LocalBox.
+    let rc = unsafe {
+        GetSecurityInfo(
+            h,
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut dacl,
+            std::ptr::null_mut(),
+            &mut sd,
+        )
+    };
+    if rc != 0 {
+        return Err(win32_error(&format!("GetSecurityInfo {path}"), rc));
+    }
+    let sd = LocalBox(sd);
+    if dacl.is_null() {
+        return Err(format!(
+            "{path} has no DACL (everyone has full access): refusing to give it one"
+        ));
+    }
+    let mut control = 0u16;
+    let mut revision = 0u32;
+    // SAFETY: `sd.0` is the valid descriptor the call returned.
+    if unsafe { GetSecurityDescriptorControl(sd.0, &mut control, &mut revision) } == 0 {
+        return Err(last_error(&format!("GetSecurityDescriptorControl {path}")));
+    }
+    Ok((sd, dacl, control))
+}
+
+/// Writes `acl` as the DACL of `h`, keeping the protected and
+/// auto-inherited bits of `control`; nothing is propagated.
+fn write_dacl(h: HANDLE, acl: *const ACL, control: u16, path: &str) -> Result<(), String> {
+    // SAFETY: all-zero is valid storage for InitializeSecurityDescriptor.
+    let mut sd: SECURITY_DESCRIPTOR = unsafe { std::mem::zeroed() };
+    let psd: PSECURITY_DESCRIPTOR = (&mut sd as *mut SECURITY_DESCRIPTOR).cast();
+    let bits = SE_DACL_PROTECTED | SE_DACL_AUTO_INHERITED;
+    // SAFETY: `psd` points at storage of the right size and alignment that
+    // outlives the calls; `acl` is a valid ACL that outlives them too.
+    let ok = unsafe {
+        InitializeSecurityDescriptor(psd, SECURITY_DESCRIPTOR_REVISION) != 0
+            && SetSecurityDescriptorDacl(psd, 1, acl, 0) != 0
+            && SetSecurityDescriptorControl(psd, bits, control & bits) != 0
+            && SetKernelObjectSecurity(h, DACL_SECURITY_INFORMATION, psd) != 0
+    };
+    if !ok {
+        return Err(last_error(&format!("set the DACL of {path}")));
+    }
+    Ok(())
+}
+
+fn trustee(sid: &OwnedSid) -> TRUSTEE_W {
+    TRUSTEE_W {
+        pMultipleTrustee: std::ptr::null_mut(),
+        MultipleTrusteeOperation: NO_MULTIPLE_TRUSTEE,
+        TrusteeForm: TRUSTEE_IS_SID,
+        TrusteeType: TRUSTEE_IS_UNKNOWN,
+        ptstrName: sid.as_psid().cast(),
+    }
+}
+
+/// Sets the ACEs of `entries` on every object of `objects`, in walk order.
+/// On failure what was set is removed again and the failure returned.
+pub fn apply(objects: &Objects, entries: &[DaclEntry], sid: &OwnedSid) -> Result<Applied, String> {
+    // SAFETY: `sid` is a valid SID by construction.
+    let copy = unsafe { OwnedSid::copy_from(sid.as_psid())? };
+    let mut applied = Applied {
+        sid: copy,
+        changed: Vec::with_capacity(objects.objects.len()),
+    };
+    for object in &objects.objects {
+        // terra's own executable, granted only so the self-check worker can
+        // start: installed where this user may not change its DACL (Program
+        // Files), it is left as it is; if the worker then cannot run it, the
+        // self-check fails and the launch is refused.
+        let optional = object
+            .entries
+            .iter()
+            .all(|&i| entries[i].origin == Origin::Launcher);
+        let (h, dir, id) = match open_or_denied(&object.path) {
+            Ok(x) => x,
+            Err(OpenError(e, true)) if optional => {
+                tracing::debug!("not granting terra's executable: {e}");
+                continue;
+            }
+            Err(OpenError(e, _)) => return Err(e),
+        };
+        if dir != (object.kind == Kind::Directory) {
+            return Err(format!(
+                "{} changed between the walk and the grant (file or directory)",
+                object.path
+            ));
+        }
+        let (_sd, old, control) = read_dacl(h.as_raw_handle(), &object.path)?;
+        let mut list = Vec::new();
+        for &i in &object.entries {
+            let e = &entries[i];
+            let inherit = if dir { e.inheritance } else { 0 };
+            for (mode, mask) in [(DENY_ACCESS, e.deny), (GRANT_ACCESS, e.allow)] {
+                if mask != 0 {
+                    list.push(EXPLICIT_ACCESS_W {
+                        grfAccessPermissions: mask,
+                        grfAccessMode: mode,
+                        grfInheritance: inherit,
+                        Trustee: trustee(&applied.sid),
+                    });
+                }
+            }
+        }
+        let mut new: *mut ACL = std::ptr::null_mut();
+        // SAFETY: `list` and `old` are valid for the call; `new` receives a
+        // LocalAlloc'd ACL, owned by `new_box`.
+        let rc = unsafe { SetEntriesInAclW(list.len() as u32, list.as_ptr(), old, &mut new) };
+        if rc != 0 {
+            return Err(win32_error(
+                &format!("SetEntriesInAclW {}", object.path),
+                rc,
+            ));
+        }
+        let _new_box = LocalBox(new.cast());
+        write_dacl(h.as_raw_handle(), new, control, &object.path)?;
+        applied.changed.push(Changed {
+            path: object.path.clone(),
+            id,
+        });
+    }
+    Ok(applied)
+}
+
+impl Applied {
+    /// Removes every ACE naming the package SID from the objects changed,
+    /// in reverse order; returns what could not be cleaned.
+    pub fn remove(mut self) -> Vec<String> {
+        self.clean()
+    }
+
+    fn clean(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        while let Some(c) = self.changed.pop() {
+            if let Err(e) = remove_one(&c, &self.sid) {
+                problems.push(e);
+            }
+        }
+        problems
+    }
+}
+
+impl Drop for Applied {
+    fn drop(&mut self) {
+        for p in self.clean() {
+            tracing::warn!("cleaning the launch's ACEs: {p}");
+        }
+    }
+}
+
+fn remove_one(c: &Changed, sid: &OwnedSid) -> Result<(), String> {
+    let (h, _, id) = match open(&c.path) {
+        Ok(x) => x,
+        // Removed or replaced by the workload: nothing of ours is left there.
+        Err(_) if std::fs::symlink_metadata(&c.path).is_err() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if id != c.id {
+        return Ok(()); // another file now; the one we changed is gone
+    }
+    let (_sd, old, control) = read_dacl(h.as_raw_handle(), &c.path)?;
+    // SAFETY: `old` is a valid ACL; its header says how many bytes it has.
+    let size = usize::from(unsafe { (*old).AclSize });
+    let mut copy = vec![0u32; size.div_ceil(4)];
+    // SAFETY: `copy` has at least `size` writable bytes and does not
+    // overlap the descriptor `old` points into.
+    unsafe {
+        std::ptr::copy_nonoverlapping(old.cast::<u8>(), copy.as_mut_ptr().cast::<u8>(), size)
+    };
+    let acl: *mut ACL = copy.as_mut_ptr().cast();
+    // SAFETY: `acl` is our copy of a valid ACL.
+    let count = u32::from(unsafe { (*acl).AceCount });
+    for i in (0..count).rev() {
+        let mut ace: *mut core::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `i` is below the ACE count of the valid ACL `acl`.
+        if unsafe { GetAce(acl, i, &mut ace) } == 0 {
+            return Err(last_error(&format!("GetAce {}", c.path)));
+        }
+        // SAFETY: GetAce returned a pointer to an ACE inside `copy`, which
+        // starts with an ACE_HEADER.
+        let kind = u32::from(unsafe { (*ace.cast::<ACE_HEADER>()).AceType });
+        if kind != ACCESS_ALLOWED_ACE_TYPE && kind != ACCESS_DENIED_ACE_TYPE {
+            continue;
+        }
+        // An allowed or denied ACE is the header (4 bytes), the mask (4
+        // bytes), then the SID.
+        // SAFETY: for these two ACE types the SID starts 8 bytes in and
+        // lies within the ACE, which lies within `copy`.
+        let ace_sid = unsafe { ace.cast::<u8>().add(8) };
+        // SAFETY: `ace_sid` points at the ACE's valid SID.
+        if unsafe { sid.equals(ace_sid.cast()) } {
+            // SAFETY: `i` is a valid index of the ACL we own.
+            if unsafe { DeleteAce(acl, i) } == 0 {
+                return Err(last_error(&format!("DeleteAce {}", c.path)));
+            }
+        }
+    }
+    write_dacl(h.as_raw_handle(), acl, control, &c.path)
+}
+
+// Windows only, and not run where this is written (Linux); they need a
+// Windows host that may create AppContainer profiles (any desktop user).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terra_appcontainer::{objects, Grant, GrantKind, PathStyle, Scope};
+
+    /// ACEs of `path`'s DACL that name `sid`.
+    fn aces_naming(path: &str, sid: &OwnedSid) -> usize {
+        let (h, _, _) = open(path).unwrap();
+        let (_sd, dacl, _) = read_dacl(h.as_raw_handle(), path).unwrap();
+        // SAFETY: `dacl` is a valid ACL inside `_sd`.
+        let count = u32::from(unsafe { (*dacl).AceCount });
+        (0..count)
+            .filter(|&i| {
+                let mut ace: *mut core::ffi::c_void = std::ptr::null_mut();
+                // SAFETY: `i` is below the ACE count; the ACE is an allowed
+                // or denied one when its type says so, with the SID 8 bytes in.
+                unsafe {
+                    GetAce(dacl, i, &mut ace);
+                    let kind = u32::from((*ace.cast::<ACE_HEADER>()).AceType);
+                    (kind == ACCESS_ALLOWED_ACE_TYPE || kind == ACCESS_DENIED_ACE_TYPE)
+                        && sid.equals(ace.cast::<u8>().add(8).cast())
+                }
+            })
+            .count()
+    }
+
+    #[test]
+    fn appcontainer_aces_are_set_for_the_package_and_removed_again() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let root = terra_appcontainer::path::windows_path(root.to_str().unwrap()).unwrap();
+        std::fs::create_dir(format!(r"{root}\sub")).unwrap();
+        std::fs::write(format!(r"{root}\sub\f.txt"), b"x").unwrap();
+        let grants = [
+            Grant {
+                kind: GrantKind::Write,
+                scope: Scope::Tree,
+                path: root.clone(),
+            },
+            Grant {
+                kind: GrantKind::Deny,
+                scope: Scope::Tree,
+                path: format!(r"{root}\sub"),
+            },
+        ];
+        let entries = terra_appcontainer::dacl::dacl_entries(&grants, PathStyle::Windows);
+        let objects = objects::walk(
+            &entries,
+            PathStyle::Windows,
+            &super::super::walk::HostTree,
+            100,
+        )
+        .unwrap();
+        let profile = super::super::profile::Profile::create().unwrap();
+        let applied = apply(&objects, &entries, profile.sid()).unwrap();
+        // The root: allow (write) and deny (permissions) and the deny of
+        // DELETE that keeps it in place; the file: write's two and deny's one.
+        assert!(aces_naming(&root, profile.sid()) >= 2);
+        assert!(aces_naming(&format!(r"{root}\sub\f.txt"), profile.sid()) >= 2);
+        assert!(applied.remove().is_empty());
+        for p in [
+            root.clone(),
+            format!(r"{root}\sub"),
+            format!(r"{root}\sub\f.txt"),
+        ] {
+            assert_eq!(aces_naming(&p, profile.sid()), 0, "{p}");
+        }
+    }
+}
