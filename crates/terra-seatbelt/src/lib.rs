@@ -17,6 +17,6 @@ pub mod spec;
 
 pub use activation::{probes, Probe};
 pub use error::{Error, Result};
-pub use lower::{declared_capabilities, lower_plan};
-pub use profile::{render, Profile};
+pub use lower::{declared_capabilities, lower_broker, lower_plan, MACOS_RESOLVER_FILES};
+pub use profile::{render, Profile, BROKER_PORT};
 pub use spec::{Grant, GrantKind, LaunchSpec, Network, Role, Scope};
