@@ -7,16 +7,16 @@
 //! run's temp directory and writes the receipt. Its exit status is the run's.
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod allow_net;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod backend;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod command_check;
 #[cfg(target_os = "linux")]
 mod confine;
 pub mod error;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod files;
 pub mod input;
 #[cfg(target_os = "linux")]
@@ -26,10 +26,9 @@ pub mod limits;
 #[cfg(target_os = "macos")]
 pub mod macos;
 #[cfg(target_os = "linux")]
-#[cfg(target_os = "linux")]
 pub mod placeholders;
 pub mod presets;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod profile;
 #[cfg(target_os = "linux")]
 mod pty;
@@ -42,11 +41,11 @@ pub mod receipt;
 pub mod request;
 #[cfg(target_os = "linux")]
 mod role_kill;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod run;
 #[cfg(target_os = "linux")]
 pub mod runs;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod state;
 #[cfg(target_os = "linux")]
 pub mod summary;
