@@ -607,6 +607,34 @@ pub fn write_file(
     OutDir::open(&dir, follow)?.write(&name, bytes, mode, existing, durable)
 }
 
+/// Removes the run's temp directory even when the workload left unreadable or
+/// unwritable directories in it.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    fn open_up(p: &Path) {
+        if let Ok(meta) = std::fs::symlink_metadata(p) {
+            if meta.is_dir() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+                if let Ok(rd) = std::fs::read_dir(p) {
+                    for e in rd.flatten() {
+                        open_up(&e.path());
+                    }
+                }
+            }
+        }
+    }
+    open_up(path);
+    if let Err(e) = std::fs::remove_dir_all(path) {
+        eprintln!(
+            "terra: cannot remove the run's temp directory {}: {e}",
+            path.display()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ pub mod input;
 pub mod launch;
 #[cfg(unix)]
 pub mod limits;
-#[cfg(target_os = "macos")]
+#[cfg(unix)]
 pub mod macos;
 #[cfg(target_os = "linux")]
 pub mod placeholders;

@@ -76,6 +76,10 @@ pub struct Receipt {
     /// How long the run took, on which host, under which limits.
     #[serde(flatten)]
     pub applied: Applied,
+    /// Backends without the process-tree capability (macos): which
+    /// processes terra could end, and which it could not. Absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_tree: Option<String>,
 }
 
 /// The network broker of a mediated run, for the run receipt.
@@ -161,6 +165,7 @@ impl Receipt {
                 mediated,
                 &req.limits,
             ),
+            process_tree: None,
         }
     }
 

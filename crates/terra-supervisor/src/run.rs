@@ -92,6 +92,11 @@ pub struct RunBuilder {
     pub max_file_size: Option<String>,
     /// Refuse the run when a limit asked cannot be enforced (`--require-limits`).
     pub require_limits: bool,
+    /// Relax the default policy's `process.treeConfinement` to `disabled`
+    /// (`--no-process-tree`): an explicit choice, recorded in the overlay and
+    /// so in the decision digest; like the grants, not with a policy file.
+    /// The macos backend cannot contain a process tree.
+    pub no_process_tree: bool,
     /// Where a mediated workload finds the proxy: None for the box's own
     /// 127.0.0.1:3128 (the linux backend's box service); on macOS the
     /// broker's loopback listener, bound before the run is built.
@@ -134,6 +139,7 @@ impl RunBuilder {
             cpus: None,
             max_file_size: None,
             require_limits: false,
+            no_process_tree: false,
             proxy: None,
         }
     }
@@ -183,6 +189,21 @@ impl RunBuilder {
         // built in, and when this host cannot start it (nor the box: both need
         // user namespaces), the supervisor refuses the run.
         let declared = choice.backend.declared(BROKER_BUILT_IN);
+        if choice.backend == Backend::Macos
+            && mir.process_tree() == terra_policy::ProcessTree::Required
+        {
+            let how = if origin.source == "default" {
+                "pass --no-process-tree to run without it (recorded in the receipt and the decision digest)"
+            } else {
+                "set \"process\": {\"treeConfinement\": \"disabled\"} in the policy to run without it"
+            };
+            return Err(Error::Unsupported(format!(
+                "the policy requires process-tree (process.treeConfinement \"required\"), which the macos backend \
+                 ({}) does not declare: a descendant that calls setsid and forks again outlives the run, since \
+                 macOS has no PID namespace, cgroup or parent-death signal; {how}",
+                choice.reason
+            )));
+        }
         let mediated = mir.network() == NetworkMode::Mediated;
         if mediated && !declared.contains(Capability::NetworkMediated) {
             let why = match choice.backend {
@@ -410,6 +431,12 @@ impl RunBuilder {
                          --allow-net and --preset grants in the policy file"
                     )));
                 }
+                if self.no_process_tree {
+                    return Err(Error::Argument(format!(
+                        "with a policy file ({label}) --no-process-tree is not added; write \
+                         \"process\": {{\"treeConfinement\": \"disabled\"}} in the policy file"
+                    )));
+                }
                 let bytes = crate::files::read_capped(p, self.max_policy_len)
                     .map_err(|e| Error::Input(e).context(label.clone()))?;
                 let context = || {
@@ -491,6 +518,10 @@ impl RunBuilder {
                     ""
                 }
             ));
+        }
+        if self.no_process_tree {
+            builder.set_process_tree(terra_policy::ProcessTree::Disabled);
+            overlay.push("process-tree disabled".into());
         }
         let mir = builder
             .build()

@@ -69,7 +69,14 @@ pub struct RunDir {
 }
 
 /// The files of the runtime directory, removed when the run ends.
-const RUNTIME_FILES: [&str; 3] = ["host.pid", "broker.pid", "supervisor.pid"];
+const RUNTIME_FILES: [&str; 5] = [
+    "host.pid",
+    "broker.pid",
+    "supervisor.pid",
+    // The macos backend's launch specs (terra_supervisor::macos).
+    "workload.spec",
+    "broker.spec",
+];
 
 /// The canary file: the run request without environment values.
 const CANARY: &str = "request.json";

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -816,14 +816,15 @@ impl Run {
         std::thread::scope(|s| {
             let mut inline = None;
             if let Some(t) = &temp {
-                let spawned = std::thread::Builder::new().spawn_scoped(s, move || remove_tree(t));
+                let spawned = std::thread::Builder::new()
+                    .spawn_scoped(s, move || crate::files::remove_tree(t));
                 if spawned.is_err() {
                     inline = Some(t);
                 }
             }
             let written = self.write_receipts(dir, &outcome);
             if let Some(t) = inline {
-                remove_tree(t);
+                crate::files::remove_tree(t);
             }
             written
         })
@@ -892,33 +893,6 @@ fn peak_rss_kb() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// Removes the run's temp directory even when the workload left unreadable or
-/// unwritable directories in it.
-fn remove_tree(path: &Path) {
-    if fs::remove_dir_all(path).is_ok() || !path.exists() {
-        return;
-    }
-    fn open_up(p: &Path) {
-        if let Ok(meta) = fs::symlink_metadata(p) {
-            if meta.is_dir() {
-                let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
-                if let Ok(rd) = fs::read_dir(p) {
-                    for e in rd.flatten() {
-                        open_up(&e.path());
-                    }
-                }
-            }
-        }
-    }
-    open_up(path);
-    if let Err(e) = fs::remove_dir_all(path) {
-        eprintln!(
-            "terra: cannot remove the run's temp directory {}: {e}",
-            path.display()
-        );
-    }
 }
 
 /// How long the broker may take to confirm it serves (startup message read,
