@@ -279,8 +279,8 @@ impl Run<'_> {
         // The signals to forward are blocked before any thread exists, so
         // every thread inherits the mask and only the signal thread takes
         // them; SIGTTOU too, so terra run may take the terminal back from
-        // the workload's group. Children start with an empty mask (std
-        // resets it in the child).
+        // the workload's group. A child inherits the mask (std resets only
+        // SIGPIPE): the launcher empties it first thing.
         let mut blocked = SigSet::empty();
         for s in FORWARDED {
             blocked.add(s);
@@ -885,5 +885,235 @@ mod tests {
     fn exit_statuses_in_words() {
         assert_eq!(code_words(0), "exit status 0");
         assert_eq!(code_words(137), "killed by signal 9 (SIGKILL)");
+    }
+}
+
+/// `MacosRun::run` on Linux, with a stand-in for `terra __sandbox_launcher`
+/// that speaks its status protocol (`--status-fd`) and execs the command
+/// unconfined: the supervision the Mac runs (status pipe, process group,
+/// deadline, the group's rest killed, the receipt), run here. What the
+/// stand-in cannot show (the profile, the activation probes, the broker) is
+/// for scripts/macos-acceptance.sh.
+#[cfg(all(test, target_os = "linux"))]
+mod supervision_tests {
+    use super::*;
+    use crate::run::RunBuilder;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::OnceLock;
+
+    /// The stand-in launcher (bash: dash redirects descriptors 0-9 only):
+    /// `STATUS` lines before the exec as the script
+    /// is told by `$TERRA_FAKE` (`pass`, `refuse`, `exec-fail`).
+    const FAKE: &str = r#"#!/bin/bash
+[ "$1" = __sandbox_launcher ] || exit 99
+shift
+# Ignored before the status pipe closes (the deadline starts then), and so
+# in everything exec'd from here on.
+[ "$TERRA_FAKE" = ignore-term ] && trap '' TERM
+status=
+while [ "$1" != -- ]; do
+  case "$1" in
+    --status-fd) status=$2; shift 2 ;;
+    --spec-fd|--canary) shift 2 ;;
+    --foreground) shift ;;
+    *) exit 98 ;;
+  esac
+done
+shift
+[ -n "$status" ] || exit 97
+case "$TERRA_FAKE" in
+  refuse) eval "echo 'refused activation check: the canary opened under the profile' >&$status"; exit 125 ;;
+  exec-fail) eval "echo 'activation passed' >&$status; echo 'exec-failed 126 exec /x: Permission denied' >&$status"; exit 126 ;;
+esac
+eval "echo 'activation passed' >&$status; exec $status>&-"
+# As the launcher: the role starts with an empty signal mask.
+exec python3 -c 'import os, signal, sys
+signal.pthread_sigmask(signal.SIG_SETMASK, [])
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+"#;
+
+    /// One directory for the state of every run of these tests (set once,
+    /// before any run reads it), the stand-in launcher inside it.
+    fn base() -> &'static Path {
+        static BASE: OnceLock<PathBuf> = OnceLock::new();
+        BASE.get_or_init(|| {
+            let d = tempfile::tempdir().unwrap().keep();
+            std::env::set_var("XDG_STATE_HOME", d.join("state"));
+            std::env::set_var("XDG_RUNTIME_DIR", d.join("runtime"));
+            fs::create_dir_all(d.join("runtime")).unwrap();
+            fs::set_permissions(d.join("runtime"), fs::Permissions::from_mode(0o700)).unwrap();
+            let fake = d.join("fake-terra");
+            fs::write(&fake, FAKE).unwrap();
+            fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+            d
+        })
+    }
+
+    struct Ran {
+        code: u8,
+        receipt: serde_json::Value,
+        _dir: tempfile::TempDir,
+    }
+
+    /// Runs `sh -c SCRIPT` as a macos run under the stand-in (`fake`: its
+    /// mode), network none, with `timeout`; returns the exit status and the
+    /// `--receipt` copy.
+    fn run(script: &str, fake: &str, timeout: Option<&str>) -> Ran {
+        let base = base();
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        fs::create_dir(&ws).unwrap();
+        let policy = dir.path().join("p.json");
+        fs::write(
+            &policy,
+            r#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[
+ {"access":"write","path":{"root":"workspace","relative":""},"scope":"tree"},
+ {"access":"read","path":{"special":"minimal-runtime"},"scope":"tree"}]},
+ "network":{"mode":"none"},"process":{"treeConfinement":"disabled"},"root":{"mode":"read-only"}}"#,
+        )
+        .unwrap();
+        let receipt = dir.path().join("receipt.json");
+        let prepared = RunBuilder {
+            backend: "macos".into(),
+            policy: Some(policy),
+            workspace: Some(ws),
+            env: vec![format!("TERRA_FAKE={fake}").into()],
+            timeout: timeout.map(str::to_owned),
+            receipt: Some(receipt.clone()),
+            ..RunBuilder::new(vec!["sh".into(), "-c".into(), script.into()])
+        }
+        .build()
+        .unwrap();
+        let code = MacosRun {
+            prepared,
+            listeners: None,
+            keep_temp: false,
+            terra_exe: Some(base.join("fake-terra")),
+        }
+        .run();
+        let receipt = serde_json::from_slice(&fs::read(&receipt).unwrap()).unwrap();
+        Ran {
+            code,
+            receipt,
+            _dir: dir,
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        // A zombie nobody reaps (no init in a container) is not alive.
+        match fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z')),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether `pid` is gone within a generous bound: a SIGKILL is
+    /// delivered asynchronously (a bound against hangs, not a timing claim).
+    fn gone(pid: i32) -> bool {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if !alive(pid) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    #[test]
+    fn the_workloads_status_and_the_receipt() {
+        let r = run("exit 7", "pass", None);
+        assert_eq!(r.code, 7);
+        let v = &r.receipt;
+        assert_eq!(v["backend"], "macos");
+        assert_eq!(v["activation"], "passed");
+        assert_eq!(v["outcome"]["exitCode"], 7);
+        assert_eq!(v["outcome"]["timedOut"], false);
+        assert!(v["runId"].as_str().is_some_and(|id| !id.is_empty()), "{v}");
+        assert!(v["processTree"].as_str().unwrap().contains("setsid"));
+        assert!(v["capabilities"]["declared"]
+            .as_array()
+            .unwrap()
+            .contains(&"network-mediated".into()));
+        // The state directory's copy is the same receipt.
+        let state = base()
+            .join("state/terra/runs")
+            .join(v["runId"].as_str().unwrap());
+        let kept: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.join("receipt.json")).unwrap()).unwrap();
+        assert_eq!(&kept, v);
+        // The launch spec and the pid files went with the run; the canary stays.
+        assert!(state.join("request.json").exists());
+        assert!(!state.join("workload.spec").exists());
+        assert!(!state.join("host.pid").exists());
+    }
+
+    #[test]
+    fn a_signal_ends_as_128_plus_n() {
+        let r = run("kill -USR1 $$; exit 3", "pass", None);
+        assert_eq!(r.code, 128 + 10);
+        assert_eq!(r.receipt["outcome"]["signal"], 10);
+    }
+
+    #[test]
+    fn the_deadline_stops_the_group_with_term_then_kill() {
+        let r = run("sleep 1000", "pass", Some("200ms"));
+        assert_eq!(r.code, 128 + 15);
+        assert_eq!(r.receipt["outcome"]["timedOut"], true);
+        assert_eq!(r.receipt["timeoutMs"], 200);
+        // A workload that ignores SIGTERM gets SIGKILL after the grace.
+        let r = run("sleep 1000", "ignore-term", Some("200ms"));
+        assert_eq!(r.code, 128 + 9);
+        assert_eq!(r.receipt["outcome"]["timedOut"], true);
+    }
+
+    #[test]
+    fn the_groups_rest_is_killed_a_process_that_left_it_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let stayed = dir.path().join("stayed");
+        let left = dir.path().join("left");
+        // The workload ends only once the escapee leads a session of its
+        // own (field 6 of /proc/PID/stat), so the group's kill cannot come
+        // first.
+        let script = format!(
+            "sleep 1000 & echo $! > {}; setsid sleep 1000 & p=$!; echo $p > {}; \
+             until [ \"$(cut -d' ' -f6 /proc/$p/stat)\" = \"$p\" ]; do sleep 0.01; done; exit 0",
+            stayed.display(),
+            left.display()
+        );
+        let r = run(&script, "pass", None);
+        assert_eq!(r.code, 0);
+        let pid = |p: &Path| -> i32 { fs::read_to_string(p).unwrap().trim().parse().unwrap() };
+        let (stayed, left) = (pid(&stayed), pid(&left));
+        let escaped = alive(left);
+        let _ = kill(Pid::from_raw(left), Signal::SIGKILL);
+        assert!(
+            gone(stayed),
+            "the group's background process {stayed} outlived the run"
+        );
+        // The documented limit: setsid left the group, terra cannot end it
+        // (checked before the test killed it above).
+        assert!(
+            escaped,
+            "expected the setsid process {left} to outlive the run (the documented limit)"
+        );
+    }
+
+    #[test]
+    fn a_launcher_refusal_and_an_exec_failure_are_reported() {
+        let r = run("exit 0", "refuse", None);
+        assert_eq!(r.code, 125);
+        let refused = r.receipt["outcome"]["refused"].as_str().unwrap();
+        assert!(refused.contains("the canary opened"), "{refused}");
+        assert_eq!(r.receipt["activation"], refused);
+        let r = run("exit 0", "exec-fail", None);
+        assert_eq!(r.code, 126);
+        assert_eq!(r.receipt["activation"], "passed");
+        assert!(r.receipt["outcome"]["execFailed"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"));
     }
 }

@@ -35,6 +35,14 @@ use crate::EXIT_REFUSED;
 
 /// Entry point of `terra __sandbox_launcher` on macOS.
 pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
+    // terra run blocks the signals it forwards (and SIGTTOU) while it
+    // supervises, and a process keeps its parent's signal mask across fork
+    // and exec (std's spawn and exec reset only SIGPIPE's disposition): the
+    // role must not start with SIGINT or SIGTERM blocked.
+    if let Err(e) = nix::sys::signal::SigSet::empty().thread_set_mask() {
+        eprintln!("terra __sandbox_launcher: cannot empty the signal mask: {e}");
+        return ExitCode::from(EXIT_REFUSED);
+    }
     let args = match LauncherArgs::parse(argv) {
         Ok(a) => a,
         Err(why) => {
