@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// Allow TCP to HOST:PORT through the network broker (switches the network to mediated). Not with --policy.
     #[arg(long, value_name = "HOST:PORT")]
     allow_net: Vec<String>,
+    /// Relax the default policy's process.treeConfinement to "disabled"
+    /// (recorded in the receipt and the decision digest). The macos backend
+    /// needs it: it cannot contain a process tree. Not with --policy.
+    #[arg(long)]
+    no_process_tree: bool,
     /// The workspace directory (default: the current directory).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
@@ -169,6 +174,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         write: args.write,
         deny: args.deny,
         allow_net: args.allow_net,
+        no_process_tree: args.no_process_tree,
         workspace: args.workspace,
         env: args.env,
         timeout: args.timeout,
@@ -188,7 +194,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         Err(e) => return crate::fail(Failure::Run(&e)),
     };
     if dry_run && macos {
-        let code = crate::macos_dry_run::print(&prepared.plan, json);
+        let code = crate::macos_dry_run::print(&prepared, json);
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return code;
     }

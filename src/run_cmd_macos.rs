@@ -1,16 +1,20 @@
 //! `terra run`, `terra doctor`, `terra backends` on macOS: the macos backend
 //! (`terra_supervisor::macos`), the workload under the Seatbelt launcher.
 //!
-//! The options the macos backend does not carry out yet are accepted by the
-//! parser and refused by name, so a command line written for Linux fails
-//! plainly instead of running with less than it asked for.
+//! The run is built by the same `RunBuilder` as on Linux (policy, command
+//! line rules, environment, `--timeout`, `--receipt`); the options the
+//! macos backend does not carry out (presets, host-side profiles by name,
+//! resource limits, the temp directory policy of Linux) are not part of
+//! this command line.
 
 use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use terra_policy::Capability;
+use terra_policy::{Capability, NetworkMode};
 use terra_supervisor::macos::MacosRun;
+use terra_supervisor::run::{RunBuilder, BROKER_BUILT_IN};
 use terra_supervisor::Error;
 
 use crate::Failure;
@@ -21,28 +25,40 @@ pub struct RunArgs {
     /// Without it, terra's embedded default policy.
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
-    /// Not on the macos backend yet (refused).
+    /// Grant read access to PATH (and below). Not with --policy.
     #[arg(long, value_name = "PATH")]
     read: Vec<PathBuf>,
-    /// Not on the macos backend yet (refused).
+    /// Grant write access to PATH (and below). Not with --policy.
     #[arg(long, value_name = "PATH")]
     write: Vec<PathBuf>,
-    /// Not on the macos backend yet (refused).
+    /// Deny every access to PATH (and below), even inside a grant.
     #[arg(long, value_name = "PATH")]
     deny: Vec<PathBuf>,
-    /// Not on the macos backend yet: it has no network broker (refused).
+    /// Allow TCP to HOST:PORT through the network broker (switches the
+    /// network to mediated: the workload reaches the broker's loopback
+    /// proxy and nothing else). Not with --policy.
     #[arg(long, value_name = "HOST:PORT")]
     allow_net: Vec<String>,
+    /// Relax the default policy's process.treeConfinement to "disabled"
+    /// (recorded in the receipt and the decision digest). The macos backend
+    /// needs it: it cannot contain a process tree. Not with --policy.
+    #[arg(long)]
+    no_process_tree: bool,
     /// The workspace directory (default: the current directory).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
     /// Pass NAME=VALUE, or NAME copied from terra's environment, to the workload.
     #[arg(long, value_name = "NAME[=VALUE]")]
     env: Vec<OsString>,
-    /// Not on the macos backend yet (refused).
+    /// Stop the workload after DURATION (e.g. 30s, 500ms, 5m, 1h; a bare
+    /// number is seconds): SIGTERM to its process group, then SIGKILL 2 s
+    /// later. A descendant that left the group is not reached (no
+    /// process-tree containment on macOS).
     #[arg(long, value_name = "DURATION")]
     timeout: Option<String>,
-    /// Not on the macos backend yet (refused).
+    /// Also write the run's receipt (JSON) to FILE (`-`: standard output, after
+    /// the workload's output). FILE must be absent or a regular file (replaced);
+    /// no component of its path may be a symlink.
     #[arg(long, value_name = "FILE")]
     receipt: Option<PathBuf>,
     /// Keep the run's private temp directory.
@@ -54,7 +70,8 @@ pub struct RunArgs {
     /// Print the Seatbelt profile and its parameters; run nothing.
     #[arg(long)]
     dry_run: bool,
-    /// With --dry-run: one JSON object (backend, profile, parameters).
+    /// With --dry-run: one JSON object (backend, profile, parameters; broker
+    /// for a mediated plan).
     #[arg(long)]
     json: bool,
     /// The command to run, after `--`.
@@ -76,62 +93,68 @@ pub struct BackendsArgs {
     json: bool,
 }
 
-/// The first option given that the macos backend does not carry out.
-fn unsupported_option(args: &RunArgs) -> Option<&'static str> {
-    [
-        (!args.read.is_empty(), "--read"),
-        (!args.write.is_empty(), "--write"),
-        (!args.deny.is_empty(), "--deny"),
-        (!args.allow_net.is_empty(), "--allow-net"),
-        (args.timeout.is_some(), "--timeout"),
-        (args.receipt.is_some(), "--receipt"),
-    ]
-    .into_iter()
-    .find_map(|(given, name)| given.then_some(name))
-}
-
 pub fn run(args: RunArgs, _log_level: Option<&str>) -> ExitCode {
     let refuse = |e: Error| crate::fail(Failure::Run(&e));
-    if !matches!(args.backend.as_str(), "auto" | "macos") {
-        return refuse(Error::Unsupported(format!(
-            "backend {} is not available on this OS (macOS runs the macos backend only)",
-            args.backend
-        )));
-    }
     if args.json && !args.dry_run {
         return refuse(Error::Argument("--json is for --dry-run only".into()));
     }
-    if let Some(flag) = unsupported_option(&args) {
-        return refuse(Error::Unsupported(format!(
-            "{flag} is not built for the macos backend yet; refusing rather than running without it"
-        )));
-    }
-    let prepared = MacosRun {
+    // The broker's listeners are bound before the run is built: a mediated
+    // run's proxy environment names their port. They are dropped at once
+    // when the plan is not mediated; a dry run binds nothing.
+    let listeners = if args.dry_run {
+        None
+    } else {
+        match terra_netd::standalone::bind_loopback() {
+            Ok(l) => Some(l),
+            Err(e) => {
+                return refuse(Error::op(
+                    "cannot bind the network broker's loopback listener",
+                    e,
+                ))
+            }
+        }
+    };
+    let built = RunBuilder {
+        backend: args.backend,
         policy: args.policy,
         max_policy_len: crate::policy_cmd::MAX_INPUT_LEN,
+        read: args.read,
+        write: args.write,
+        deny: args.deny,
+        allow_net: args.allow_net,
+        no_process_tree: args.no_process_tree,
         workspace: args.workspace,
         env: args.env,
-        keep_temp: args.keep_temp,
-        command: args.command,
+        timeout: args.timeout,
+        receipt: args.receipt,
+        proxy: listeners
+            .as_ref()
+            .map(|l| SocketAddr::from((Ipv4Addr::LOCALHOST, l.port))),
+        ..RunBuilder::new(args.command)
     }
-    .prepare();
-    let prepared = match prepared {
+    .build();
+    let prepared = match built {
         Ok(p) => p,
         Err(e) => return refuse(e),
     };
     if args.dry_run {
-        let code = crate::macos_dry_run::print_spec(&prepared.plan, &prepared.spec, args.json);
-        let _ = std::fs::remove_dir(&prepared.temp);
+        let code = crate::macos_dry_run::print(&prepared, args.json);
+        let _ = std::fs::remove_dir(&prepared.request.bindings.temp);
         return code;
     }
-    match prepared.run() {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => refuse(e),
+    let mediated = prepared.plan.network() == NetworkMode::Mediated;
+    let code = MacosRun {
+        prepared,
+        listeners: listeners.filter(|_| mediated),
+        keep_temp: args.keep_temp,
+        terra_exe: None,
     }
+    .run();
+    ExitCode::from(code)
 }
 
 fn declared() -> Vec<&'static str> {
-    terra_seatbelt::declared_capabilities(false)
+    terra_seatbelt::declared_capabilities(BROKER_BUILT_IN)
         .iter()
         .map(Capability::name)
         .collect()
@@ -139,7 +162,8 @@ fn declared() -> Vec<&'static str> {
 
 pub fn doctor(args: DoctorArgs) -> ExitCode {
     let detail = "the macos backend: the workload under a Seatbelt profile applied by terra __sandbox_launcher, \
-                  checked by its activation check before the command runs";
+                  checked by its activation check before the command runs; mediated networking through \
+                  terra __network under the broker profile";
     if args.json {
         let v = serde_json::json!({"backend": "macos", "ok": true, "detail": detail, "declaredCapabilities": declared()});
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -151,7 +175,7 @@ pub fn doctor(args: DoctorArgs) -> ExitCode {
 }
 
 pub fn backends(args: BackendsArgs) -> ExitCode {
-    let note = "Seatbelt; no process-tree containment, no broker yet (see docs/sandbox-macos.md)";
+    let note = "Seatbelt; no process-tree containment (see docs/sandbox-macos.md)";
     if args.json {
         let v = serde_json::json!([
             {"name": "macos", "supported": true, "declaredCapabilities": declared(), "note": note, "auto": true},

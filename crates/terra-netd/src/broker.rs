@@ -5,7 +5,9 @@
 //! Concurrency: std threads for negotiation. A connection gets a thread
 //! (small stack) while it is parsed, judged, resolved and connected; once
 //! admitted, the flow goes to the relay engine ([`crate::relay`]: one thread,
-//! epoll, splice) and the connection thread ends. The number of flows is
+//! epoll, splice) and the connection thread ends; where there is no epoll
+//! (macOS), or when a broker is made with [`Relay::Copy`], the connection
+//! thread relays itself with one more thread ([`crate::copy_relay`]). The number of flows is
 //! capped, connections above the cap get a short-lived refuser thread (itself
 //! capped) that answers with `flow-limit`, and anything beyond that is closed
 //! at once. Memory is therefore bounded by the caps.
@@ -60,6 +62,27 @@ impl Default for Limits {
 /// Stack of a connection thread (parsing, judging, connecting).
 const CONN_STACK: usize = 128 * 1024;
 
+/// How an admitted flow's bytes are moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// The event-driven relay ([`crate::relay`]: one epoll thread, splice):
+    /// the default on Linux, which alone has it.
+    Events,
+    /// Two threads per flow copying through buffers ([`crate::copy_relay`]):
+    /// every other host; on Linux only when asked (its tests).
+    Copy,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        if cfg!(target_os = "linux") {
+            Relay::Events
+        } else {
+            Relay::Copy
+        }
+    }
+}
+
 /// The broker's state, shared by every connection thread.
 pub struct Broker {
     pub(crate) mode: NetworkMode,
@@ -69,6 +92,9 @@ pub struct Broker {
     pub(crate) limits: Limits,
     pub(crate) flows: AtomicUsize,
     refusers: AtomicUsize,
+    /// How admitted flows are relayed.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    relay: Relay,
     /// What the box's DNS stub handed out this run (see `handoff`).
     #[cfg(target_os = "linux")]
     pub(crate) pins: std::sync::Mutex<crate::handoff::Pins>,
@@ -236,6 +262,24 @@ impl Broker {
         receipts: ReceiptSink,
         limits: Limits,
     ) -> Arc<Broker> {
+        Broker::with_relay(mode, patterns, resolver, receipts, limits, Relay::default())
+    }
+
+    /// [`Broker::new`] with the relay named (a host without epoll always
+    /// copies: there [`Relay::Events`] is taken as [`Relay::Copy`]).
+    pub fn with_relay(
+        mode: NetworkMode,
+        patterns: Vec<Pattern>,
+        resolver: Arc<dyn Resolver>,
+        receipts: ReceiptSink,
+        limits: Limits,
+        relay: Relay,
+    ) -> Arc<Broker> {
+        let relay = if cfg!(target_os = "linux") {
+            relay
+        } else {
+            Relay::Copy
+        };
         Arc::new(Broker {
             mode,
             patterns,
@@ -244,6 +288,7 @@ impl Broker {
             limits,
             flows: AtomicUsize::new(0),
             refusers: AtomicUsize::new(0),
+            relay,
             #[cfg(target_os = "linux")]
             pins: Default::default(),
             #[cfg(target_os = "linux")]
@@ -264,12 +309,23 @@ impl Broker {
         receipts: ReceiptSink,
         limits: Limits,
     ) -> Arc<Broker> {
+        Broker::from_mir_with_relay(mir, resolver, receipts, limits, Relay::default())
+    }
+
+    /// [`Broker::from_mir`] with the relay named (see [`Broker::with_relay`]).
+    pub fn from_mir_with_relay(
+        mir: &Mir,
+        resolver: Arc<dyn Resolver>,
+        receipts: ReceiptSink,
+        limits: Limits,
+        relay: Relay,
+    ) -> Arc<Broker> {
         let patterns = mir
             .destinations()
             .iter()
             .map(Pattern::from_destination)
             .collect();
-        Broker::new(mir.network(), patterns, resolver, receipts, limits)
+        Broker::with_relay(mir.network(), patterns, resolver, receipts, limits, relay)
     }
 
     /// Flows currently negotiating or relaying.
@@ -729,6 +785,9 @@ impl Broker {
         slot: FlowSlot,
     ) {
         use crate::relay::{Flow, Totals};
+        if self.relay == Relay::Copy {
+            return self.copy_relay(client, upstream, replay, attempt, start, slot);
+        }
         let done = Box::new(move |t: Totals| {
             attempt.bytes_up = t.up;
             attempt.bytes_down = t.down;
@@ -767,9 +826,9 @@ impl Broker {
     }
 
     /// Relays on this thread (and one more) until the flow ends, then writes
-    /// the receipt line: the relay where there is no epoll.
-    #[cfg(not(target_os = "linux"))]
-    fn relay(
+    /// the receipt line ([`crate::copy_relay`]): the relay where there is no
+    /// epoll, and on Linux a broker made with [`Relay::Copy`].
+    fn copy_relay(
         &self,
         client: TcpStream,
         upstream: TcpStream,
@@ -779,147 +838,26 @@ impl Broker {
         slot: FlowSlot,
     ) {
         let idle = Duration::from_millis(self.limits.idle_timeout_ms.max(1));
-        let (up, down) = threaded::relay(client, upstream, replay, idle);
-        attempt.bytes_up = up;
-        attempt.bytes_down = down;
+        let moved = crate::copy_relay::relay(client, upstream, replay, idle);
+        attempt.bytes_up = moved.up;
+        attempt.bytes_down = moved.down;
         attempt.duration_ms = start.elapsed().as_millis() as u64;
         self.receipts.record(&attempt);
         drop(slot);
     }
-}
 
-/// The relay where there is no epoll: two threads per flow, each copying
-/// one way through a buffer.
-#[cfg(not(target_os = "linux"))]
-mod threaded {
-    use super::*;
-    use std::sync::atomic::AtomicU64;
-
-    /// Stack of the server-to-client relay thread.
-    const RELAY_STACK: usize = 64 * 1024;
-    /// Relay buffers start small (idle flows stay cheap) and grow once busy.
-    const RELAY_BUF_MIN: usize = 8 * 1024;
-    const RELAY_BUF_MAX: usize = 128 * 1024;
-
-    /// Relays until both directions ended or the flow was idle too long.
-    /// Returns (bytes client->server, bytes server->client).
-    pub(super) fn relay(
+    /// Relays on the copy relay: every host but Linux.
+    #[cfg(not(target_os = "linux"))]
+    fn relay(
+        &self,
         client: TcpStream,
         upstream: TcpStream,
         replay: Vec<u8>,
-        idle: Duration,
-    ) -> (u64, u64) {
-        let tick = (idle / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
-        let epoch = Instant::now();
-        let last = Arc::new(AtomicU64::new(0));
-        let _ = client.set_write_timeout(Some(idle));
-        let _ = upstream.set_write_timeout(Some(idle));
-        let mut up_w = &upstream;
-        if !replay.is_empty() && up_w.write_all(&replay).is_err() {
-            let _ = client.shutdown(Shutdown::Both);
-            return (0, 0);
-        }
-        let sent_replay = replay.len() as u64;
-        drop(replay);
-        let (c2, u2) = match (client.try_clone(), upstream.try_clone()) {
-            (Ok(c), Ok(u)) => (c, u),
-            _ => {
-                let _ = client.shutdown(Shutdown::Both);
-                let _ = upstream.shutdown(Shutdown::Both);
-                return (sent_replay, 0);
-            }
-        };
-        let last2 = Arc::clone(&last);
-        let down = std::thread::Builder::new()
-            .name("terra-netd-relay".into())
-            .stack_size(RELAY_STACK)
-            .spawn(move || pump(&u2, &c2, epoch, &last2, idle, tick));
-        let down = match down {
-            Ok(h) => h,
-            Err(_) => {
-                let _ = client.shutdown(Shutdown::Both);
-                let _ = upstream.shutdown(Shutdown::Both);
-                return (sent_replay, 0);
-            }
-        };
-        let up = pump(&client, &upstream, epoch, &last, idle, tick);
-        let down = down.join().unwrap_or(0);
-        (sent_replay + up, down)
-    }
-
-    /// Copies `from` -> `to` until end of stream (then half-closes `to`), an
-    /// error, or `idle` without traffic in either direction (then closes both).
-    /// The bytes go through a small buffer that grows once the flow is busy.
-    fn pump(
-        from: &TcpStream,
-        to: &TcpStream,
-        epoch: Instant,
-        last: &AtomicU64,
-        idle: Duration,
-        tick: Duration,
-    ) -> u64 {
-        let _ = from.set_read_timeout(Some(tick));
-        copy_pump(from, to, epoch, last, idle, 0)
-    }
-
-    /// Ends a flow after an error or the idle timeout: both sockets shut down, so
-    /// the other direction's thread wakes up and ends too.
-    fn close_both(a: &TcpStream, b: &TcpStream) {
-        let _ = a.shutdown(Shutdown::Both);
-        let _ = b.shutdown(Shutdown::Both);
-    }
-
-    /// True when the flow has been quiet for `idle` (both directions).
-    fn idle_for(epoch: Instant, last: &AtomicU64, idle: Duration) -> bool {
-        let quiet =
-            (epoch.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
-        quiet >= idle.as_millis() as u64
-    }
-
-    fn copy_pump(
-        from: &TcpStream,
-        to: &TcpStream,
-        epoch: Instant,
-        last: &AtomicU64,
-        idle: Duration,
-        mut total: u64,
-    ) -> u64 {
-        let mut buf = vec![0u8; RELAY_BUF_MIN];
-        let mut reader = from;
-        let mut writer = to;
-        loop {
-            match reader.read(&mut buf) {
-                Ok(0) => {
-                    let _ = to.shutdown(Shutdown::Write);
-                    return total;
-                }
-                Ok(n) => {
-                    last.store(epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    if writer.write_all(&buf[..n]).is_err() {
-                        close_both(from, to);
-                        return total;
-                    }
-                    total += n as u64;
-                    if n == buf.len() && buf.len() < RELAY_BUF_MAX {
-                        buf.resize(RELAY_BUF_MAX, 0);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::TimedOut =>
-                {
-                    if idle_for(epoch, last, idle) {
-                        close_both(from, to);
-                        return total;
-                    }
-                }
-                Err(_) => {
-                    close_both(from, to);
-                    return total;
-                }
-            }
-        }
+        attempt: Attempt,
+        start: Instant,
+        slot: FlowSlot,
+    ) {
+        self.copy_relay(client, upstream, replay, attempt, start, slot)
     }
 }
 

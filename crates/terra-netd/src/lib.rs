@@ -22,6 +22,7 @@ pub mod boxside;
 pub mod broker;
 #[cfg(target_os = "linux")]
 pub mod confine;
+pub mod copy_relay;
 pub mod dns;
 #[cfg(target_os = "linux")]
 pub mod fdpass;
@@ -36,6 +37,8 @@ pub mod receipt;
 pub mod relay;
 pub mod resolvconf;
 pub mod resolve;
+#[cfg(unix)]
+pub mod standalone;
 pub mod startup;
 pub mod stub;
 pub mod tls;
@@ -52,10 +55,10 @@ pub const MEDIATOR: &str = "terra-netd/1";
 pub use address::is_private;
 #[cfg(target_os = "linux")]
 pub use boxside::{box_proxy, box_service};
-pub use broker::{Broker, Limits};
+pub use broker::{Broker, Limits, Relay};
 pub use matcher::{judge, HostPattern, Pattern, Reason, Request, Verdict};
 pub use receipt::{Attempt, MemoryReceipt, ReceiptSink};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub use resolve::DnsResolver;
 pub use resolve::{
     resolver_files, resolver_sources, ResolveError, ResolveErrorKind, Resolver, ResolverConfig,
@@ -158,6 +161,11 @@ fn broker_run() -> Result<(), BrokerError> {
     let startup_fd = fdpass::adopt_fd(STARTUP_FD)?;
     let mut startup_file = std::fs::File::from(startup_fd);
     let (mir, config) = startup::read_startup(&mut startup_file)?;
+    if !config.listen_fds.is_empty() {
+        return Err(BrokerError::Startup(startup::StartupError::Listeners(
+            "listener descriptors were given, but the Linux broker takes its connections from the box over fd 7",
+        )));
+    }
     let receipt_fd = config.receipt_fd.unwrap_or(RECEIPT_FD);
     let receipts = match fdpass::adopt_fd(receipt_fd) {
         Ok(fd) => ReceiptSink::new(Box::new(std::fs::File::from(fd))),
@@ -283,10 +291,24 @@ pub fn describe() -> String {
 /// connections to end and write their receipt lines before it exits.
 pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(1500);
 
-/// Entry point of the hidden `terra __network` role: the broker, exec'd by
-/// the supervisor (`spawn_confined_role`) as PID 1 of its own namespaces;
-/// its input is on descriptors 3 (its root), 7, 8 and 9.
+/// Entry point of the hidden `terra __network` role. On Linux the broker,
+/// exec'd by the supervisor (`spawn_confined_role`) as PID 1 of its own
+/// namespaces; its input is on descriptors 3 (its root), 7, 8 and 9. On
+/// macOS the listener-fed broker ([`standalone`]: `terra __network
+/// --startup-fd N`, exec'd by the Seatbelt launcher under the broker profile).
 pub fn role_main(args: Vec<OsString>) -> ExitCode {
+    #[cfg(target_os = "macos")]
+    {
+        ExitCode::from(standalone::role_main(&args))
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        role_main_fixed_fds(args)
+    }
+}
+
+#[cfg(not(target_os = "macos"))]
+fn role_main_fixed_fds(args: Vec<OsString>) -> ExitCode {
     if !args.is_empty() {
         eprintln!("terra __network: takes no arguments (its input is fd 8)");
         return ExitCode::from(EXIT_REFUSED);
@@ -305,7 +327,7 @@ pub fn role_main(args: Vec<OsString>) -> ExitCode {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        eprintln!("terra __network: only on Linux");
+        eprintln!("terra __network: only on Linux and macOS");
         ExitCode::from(EXIT_REFUSED)
     }
 }

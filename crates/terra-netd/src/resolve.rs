@@ -21,17 +21,17 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 use std::sync::atomic::{AtomicUsize, Ordering};
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 use std::time::{Duration, Instant};
 
 use terra_policy::host::{classify_host, HostKind};
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 use crate::dns::{self, Answer, Name, Response};
 pub use crate::resolvconf::ResolverConfig;
 
@@ -105,7 +105,7 @@ pub fn ipv4_literal(name: &str) -> Option<IpAddr> {
 }
 
 /// terra's own stub resolver (see the module documentation).
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 pub struct DnsResolver {
     config: ResolverConfig,
     budget: Duration,
@@ -113,9 +113,9 @@ pub struct DnsResolver {
     max_in_flight: usize,
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 struct InFlight<'a>(&'a AtomicUsize);
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
@@ -123,7 +123,7 @@ impl Drop for InFlight<'_> {
 }
 
 /// What one query (one name, one type) came to.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 #[derive(Debug)]
 enum Got {
     /// A definitive answer (NOERROR).
@@ -133,7 +133,7 @@ enum Got {
 }
 
 /// Why a query got no definitive answer from one server.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 #[derive(Debug, Clone)]
 enum Fail {
     Timeout(String),
@@ -141,7 +141,7 @@ enum Fail {
 }
 
 /// What one record type of one name came to, aliases followed.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 enum TypeResult {
     Addresses(Vec<IpAddr>),
     NoData,
@@ -150,7 +150,7 @@ enum TypeResult {
 }
 
 /// What one candidate name came to (A and AAAA together).
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 enum Outcome {
     Addresses(Vec<IpAddr>),
     NxDomain,
@@ -159,10 +159,10 @@ enum Outcome {
     Server(String),
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 const QTYPES: [u16; 2] = [dns::TYPE_A, dns::TYPE_AAAA];
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn rcode_name(rcode: u8) -> String {
     match rcode {
         dns::RCODE_FORMERR => "FORMERR".into(),
@@ -174,10 +174,15 @@ fn rcode_name(rcode: u8) -> String {
 }
 
 /// The kernel gave no random bytes for a query id.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 #[derive(Debug, thiserror::Error)]
-#[error("no random query id (getrandom: {})", io_text(.0))]
+#[error("no random query id ({RANDOM_CALL}: {})", io_text(.0))]
 struct NoRandom(std::io::Error);
+
+#[cfg(target_os = "linux")]
+const RANDOM_CALL: &str = "getrandom";
+#[cfg(target_os = "macos")]
+const RANDOM_CALL: &str = "getentropy";
 
 /// `n` random message ids from the kernel (getrandom(2)).
 #[cfg(target_os = "linux")]
@@ -191,28 +196,65 @@ fn random_ids(n: usize) -> Result<Vec<u16>, NoRandom> {
             Err(e) => return Err(NoRandom(e.into())),
         }
     }
-    Ok(buf
+    Ok(ids_of(&buf))
+}
+
+/// `n` random message ids from the kernel (getentropy(2): a system call,
+/// no file, so it works under the broker's profile).
+#[cfg(target_os = "macos")]
+fn random_ids(n: usize) -> Result<Vec<u16>, NoRandom> {
+    let mut buf = vec![0u8; n * 2];
+    // getentropy fills at most 256 bytes per call.
+    for chunk in buf.chunks_mut(256) {
+        // SAFETY: `chunk` is a valid, writable buffer of `chunk.len()` bytes
+        // (at most 256, the call's limit), alive for the whole call.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::getentropy(chunk.as_mut_ptr().cast(), chunk.len()) };
+        if rc != 0 {
+            return Err(NoRandom(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(ids_of(&buf))
+}
+
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn ids_of(bytes: &[u8]) -> Vec<u16> {
+    bytes
         .chunks_exact(2)
         .map(|c| u16::from_be_bytes([c[0], c[1]]))
-        .collect())
+        .collect()
 }
 
 /// A UDP socket connect()ed to `server`, never bound: connect() gives it a
 /// random ephemeral port, and the kernel delivers it only `server`'s datagrams.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn connected_udp(server: SocketAddr) -> std::io::Result<UdpSocket> {
-    use rustix::net::{connect, socket_with, AddressFamily, SocketFlags, SocketType};
+    use rustix::net::{connect, AddressFamily, SocketType};
     let family = match server {
         SocketAddr::V4(_) => AddressFamily::INET,
         SocketAddr::V6(_) => AddressFamily::INET6,
     };
-    let fd = socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+    #[cfg(target_os = "linux")]
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // No SOCK_CLOEXEC on macOS: the flag follows at once (the broker starts
+    // no process, so nothing could inherit the socket in between).
+    #[cfg(target_os = "macos")]
+    let fd = {
+        let fd = rustix::net::socket(family, SocketType::DGRAM, None)?;
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+        fd
+    };
     connect(&fd, &server)?;
     Ok(UdpSocket::from(fd))
 }
 
 /// Fills `buf` from `s` before `deadline` (each read bounded by what is left).
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
     use std::io::Read;
     let mut done = 0;
@@ -233,7 +275,7 @@ fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::i
 }
 
 /// A UDP exchange's I/O error as a server failure, in words.
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn udp_fail(server: SocketAddr, e: &std::io::Error) -> Fail {
     Fail::Server(if e.kind() == std::io::ErrorKind::ConnectionRefused {
         // An ICMP port unreachable from the server.
@@ -244,7 +286,7 @@ fn udp_fail(server: SocketAddr, e: &std::io::Error) -> Fail {
 }
 
 /// An I/O error in words, without the bare "(os error N)".
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn io_text(e: &std::io::Error) -> String {
     let text = e.to_string();
     match text.find(" (os error ") {
@@ -253,7 +295,7 @@ fn io_text(e: &std::io::Error) -> String {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn is_timeout(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -261,7 +303,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
     )
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 impl DnsResolver {
     /// A resolver with `config`; one lookup takes at most `budget`; at most
     /// `max_in_flight` lookups run at once.
@@ -538,7 +580,7 @@ impl DnsResolver {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 impl Resolver for DnsResolver {
     fn resolve(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
         use ResolveErrorKind as K;
@@ -688,7 +730,7 @@ mod tests {
         assert_eq!(ipv4_literal("127.1"), None);
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
     #[test]
     fn literals_and_hosts_need_no_query() {
         // The nameserver is a closed port on loopback: any query would fail.
@@ -707,7 +749,7 @@ mod tests {
         );
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
     #[test]
     fn ids_are_random() {
         let a = random_ids(64).unwrap();

@@ -39,6 +39,12 @@ pub struct StartupConfig {
     pub resolv_conf: Option<String>,
     #[serde(default)]
     pub hosts: Option<String>,
+    /// Descriptors of the broker's own listeners: the loopback sockets terra
+    /// run bound and the workload reaches directly (the macOS broker,
+    /// `standalone`). Empty for the Linux broker, which takes its
+    /// connections from the box over fd 7 and refuses listeners.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listen_fds: Vec<i32>,
 }
 
 impl Default for StartupConfig {
@@ -52,6 +58,7 @@ impl Default for StartupConfig {
             max_resolves: 64,
             resolv_conf: resolv_conf.and_then(|p| p.to_str().map(str::to_owned)),
             hosts: hosts.and_then(|p| p.to_str().map(str::to_owned)),
+            listen_fds: Vec::new(),
         }
     }
 }
@@ -77,6 +84,9 @@ pub enum StartupError {
     NotMediated(NetworkMode),
     #[error("startup message: read failed: {0}")]
     Io(#[from] std::io::Error),
+    /// Listeners where the broker takes none, or none where it needs them.
+    #[error("startup message: {0}")]
+    Listeners(&'static str),
 }
 
 /// The bytes the supervisor writes to fd 8.

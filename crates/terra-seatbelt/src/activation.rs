@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::error::{Error, Result};
 use crate::path::seatbelt_path;
-use crate::spec::{GrantKind, LaunchSpec, Network, Scope};
+use crate::spec::{GrantKind, LaunchSpec, Network, Role, Scope};
 
 /// One operation the profile must deny.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +46,15 @@ pub fn probes(spec: &LaunchSpec, canary: &str) -> Result<Vec<Probe>> {
         IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(Ipv6Addr::LOCALHOST),
     ];
+    if spec.role == Role::Broker {
+        // The broker connects anywhere (it is the judge), so a connect
+        // proves nothing; but it binds nothing: its listeners were bound by
+        // terra run and handed over.
+        for ip in loopbacks {
+            out.push(Probe::Listen(SocketAddr::new(ip, 0)));
+        }
+        return Ok(out);
+    }
     match spec.network {
         Network::None => {
             for ip in loopbacks {
@@ -157,6 +166,21 @@ mod tests {
         assert!(p.contains(&Probe::Connect("[::1]:4001".parse().unwrap())));
         let top = probes(&spec(Network::Mediated { port: u16::MAX }, vec![]), "/c").unwrap();
         assert!(top.contains(&Probe::Connect("127.0.0.1:65534".parse().unwrap())));
+    }
+
+    #[test]
+    fn seatbelt_activation_broker_tries_listening_never_connecting() {
+        let mut s = spec(Network::Mediated { port: 4000 }, vec![]);
+        s.role = Role::Broker;
+        let p = probes(&s, "/c").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                Probe::OpenCanary("/c".into()),
+                Probe::Listen("127.0.0.1:0".parse().unwrap()),
+                Probe::Listen("[::1]:0".parse().unwrap()),
+            ]
+        );
     }
 
     #[test]

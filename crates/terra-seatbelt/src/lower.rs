@@ -11,7 +11,16 @@ use crate::spec::{Grant, GrantKind, LaunchSpec, Network, Role, Scope};
 /// declared: process-tree (a descendant that calls setsid and forks again
 /// outlives the supervisor: macOS has no PID namespace or cgroup to end it),
 /// root-ephemeral-write (no overlay), fs-protect-create (not verified on a
-/// Mac yet). The mediated bits come with the broker.
+/// Mac yet).
+///
+/// With `broker` (the macOS build, which starts `terra __network` under the
+/// broker profile): network-mediated, because the workload's profile lets
+/// it reach nothing but the broker's loopback port; and
+/// network-require-tls-sni and network-private-addresses, because every
+/// connection the workload can make is a proxy request that terra-netd's
+/// broker judges with the same code as on Linux (the ClientHello read
+/// before connecting, the resolved addresses classified before
+/// connecting).
 pub fn declared_capabilities(broker: bool) -> CapabilitySet {
     let mut set = CapabilitySet::EMPTY
         .with(Capability::FsRead)
@@ -22,8 +31,37 @@ pub fn declared_capabilities(broker: bool) -> CapabilitySet {
         .with(Capability::NetworkDirect);
     if broker {
         set.insert(Capability::NetworkMediated);
+        set.insert(Capability::NetworkRequireTlsSni);
+        set.insert(Capability::NetworkPrivateAddresses);
     }
     set
+}
+
+/// Where macOS keeps the resolver files the broker reads (their resolved
+/// paths: /etc/resolv.conf links to /var/run/resolv.conf). What a dry run
+/// renders; a run on a Mac uses what `terra_netd::resolver_sources` finds.
+pub const MACOS_RESOLVER_FILES: [&str; 2] = ["/private/var/run/resolv.conf", "/private/etc/hosts"];
+
+/// The broker's launch spec: `executable` (terra itself, exec'd as `terra
+/// __network`), the loopback `port` terra run bound for it, and read-only
+/// grants on exactly the resolver files it reads (canonical paths).
+pub fn lower_broker(executable: &str, port: u16, resolver_files: &[&str]) -> Result<LaunchSpec> {
+    let grants = resolver_files
+        .iter()
+        .map(|p| {
+            Ok(Grant {
+                kind: GrantKind::Read,
+                scope: Scope::Exact,
+                path: seatbelt_path(p)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LaunchSpec {
+        role: Role::Broker,
+        network: Network::Mediated { port },
+        executable: seatbelt_path(executable)?,
+        grants,
+    })
 }
 
 /// The workload's launch spec for `plan`, exec'ing `executable`;

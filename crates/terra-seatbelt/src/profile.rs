@@ -28,12 +28,10 @@ const WORKLOAD_DEVICES: [(&str, &str); 3] = [
     ("DEV_ZERO", "/dev/zero"),
     ("DEV_TTY", "/dev/tty"),
 ];
-/// Files the broker reads to resolve names (the /private forms).
-const BROKER_RESOLVER_FILES: [(&str, &str); 3] = [
-    ("RESOLV_CONF", "/private/var/run/resolv.conf"),
-    ("HOSTS", "/private/etc/hosts"),
-    ("SERVICES", "/private/etc/services"),
-];
+/// The parameter naming the broker's loopback port (decimal), in the
+/// workload's and the broker's network rules. The port is chosen when the
+/// run starts, so it is a parameter like every path.
+pub const BROKER_PORT: &str = "BROKER_PORT";
 
 struct Builder {
     text: String,
@@ -138,16 +136,19 @@ fn render_workload(b: &mut Builder, spec: &LaunchSpec) {
             "; network none: no network rule, so deny default refuses every socket operation",
         ),
         Network::Mediated { port } => {
+            let p = b.param(BROKER_PORT.into(), &port.to_string());
             b.line(&format!(
-                "(allow network-outbound (remote tcp \"localhost:{port}\"))"
+                "(allow network-outbound (remote tcp (string-append \"localhost:\" {p})))"
             ));
         }
         Network::Direct => b.line("(allow network*)"),
     }
 }
 
-/// The broker: reads its resolver files, talks to the network and listens on
-/// its loopback port; writes no file and starts no process.
+/// The broker: reads its resolver files (its grants, all read-only), talks
+/// to the network as a client and accepts on its loopback port; writes no
+/// file, binds nothing, forks nothing and execs nothing (the only
+/// `process-exec` rule is the launcher's exec of the broker itself, above).
 fn render_broker(b: &mut Builder, spec: &LaunchSpec) -> Result<()> {
     let Network::Mediated { port } = spec.network else {
         return Err(Error::Unsupported(
@@ -162,25 +163,21 @@ fn render_broker(b: &mut Builder, spec: &LaunchSpec) -> Result<()> {
         )));
     }
     let mut read = Vec::new();
-    for (name, path) in BROKER_RESOLVER_FILES {
-        let p = b.param(name.into(), path);
-        b.line(&format!("(allow file-read* (literal {p}))"));
-        read.push(path.to_string());
-    }
     for (i, g) in spec.grants.iter().enumerate() {
         let p = b.param(format!("GRANT_{i}"), &g.path);
         b.line(&format!("(allow file-read* {})", matcher(g.scope, &p)));
         read.push(g.path.clone());
     }
     render_ancestors(b, read.iter().map(String::as_str));
-    b.line("(allow mach-lookup (global-name \"com.apple.dnssd.service\"))");
-    b.line("(allow system-socket)");
-    b.line("(allow network-outbound)");
+    // Connections to the judged addresses and the queries to the
+    // nameservers (internet sockets only, never a Unix socket).
+    b.line("(allow network-outbound (remote ip \"*:*\"))");
+    // The answers of those queries come back to its connected UDP sockets.
+    b.line("(allow network-inbound (local udp \"*:*\"))");
+    // Accepting the workload's connections on the listeners terra run bound.
+    let p = b.param(BROKER_PORT.into(), &port.to_string());
     b.line(&format!(
-        "(allow network-bind (local tcp \"localhost:{port}\"))"
-    ));
-    b.line(&format!(
-        "(allow network-inbound (local tcp \"localhost:{port}\"))"
+        "(allow network-inbound (local tcp (string-append \"localhost:\" {p})))"
     ));
     Ok(())
 }

@@ -3,7 +3,10 @@
 
 use proptest::prelude::*;
 use terra_seatbelt::path::seatbelt_path;
-use terra_seatbelt::{render, Grant, GrantKind, LaunchSpec, Network, Profile, Role, Scope};
+use terra_seatbelt::{
+    lower_broker, render, Grant, GrantKind, LaunchSpec, Network, Profile, Role, Scope, BROKER_PORT,
+    MACOS_RESOLVER_FILES,
+};
 
 fn grant(kind: GrantKind, scope: Scope, path: &str) -> Grant {
     Grant {
@@ -68,19 +71,13 @@ fn seatbelt_golden_workload_network_direct() {
     );
 }
 
+fn broker(port: u16) -> LaunchSpec {
+    lower_broker("/usr/local/bin/terra", port, &MACOS_RESOLVER_FILES).unwrap()
+}
+
 #[test]
 fn seatbelt_golden_broker() {
-    let spec = LaunchSpec {
-        role: Role::Broker,
-        network: Network::Mediated { port: 41234 },
-        executable: "/usr/local/bin/terra".into(),
-        grants: vec![grant(
-            GrantKind::Read,
-            Scope::Exact,
-            "/private/etc/ssl/cert.pem",
-        )],
-    };
-    golden("broker", &render(&spec).unwrap());
+    golden("broker", &render(&broker(41234)).unwrap());
 }
 
 #[test]
@@ -114,7 +111,128 @@ fn seatbelt_network_mediated_allows_only_the_broker_port() {
     let net: Vec<&str> = text.lines().filter(|l| l.contains("network")).collect();
     assert_eq!(
         net,
-        ["(allow network-outbound (remote tcp \"localhost:41234\"))"]
+        ["(allow network-outbound (remote tcp (string-append \"localhost:\" (param \"BROKER_PORT\"))))"]
+    );
+}
+
+#[test]
+fn seatbelt_mediated_port_is_a_parameter_not_text() {
+    type Make = fn(u16) -> LaunchSpec;
+    let makers: [(&str, Make); 2] = [
+        ("workload", |port| workload(Network::Mediated { port })),
+        ("broker", broker),
+    ];
+    for (role, make) in makers {
+        // The text is the same whatever the port; only the parameter differs.
+        let first = render(&make(1)).unwrap();
+        for port in [2, 3128, 41234, u16::MAX] {
+            let p = render(&make(port)).unwrap();
+            assert_eq!(
+                p.text, first.text,
+                "{role}: the port {port} changed the text"
+            );
+            let value: Vec<&str> = p
+                .parameters
+                .iter()
+                .filter(|(k, _)| k == BROKER_PORT)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert_eq!(value, [port.to_string()], "{role}");
+        }
+        assert!(first.text.contains("(param \"BROKER_PORT\")"), "{role}");
+    }
+    // Only a mediated workload names the broker's port.
+    for net in [Network::None, Network::Direct] {
+        let p = render(&workload(net)).unwrap();
+        assert!(!p.parameters.iter().any(|(k, _)| k == BROKER_PORT));
+        assert!(!p.text.contains(BROKER_PORT));
+    }
+}
+
+#[test]
+fn seatbelt_broker_writes_no_file_and_starts_no_process() {
+    let text = render(&broker(41234)).unwrap().text;
+    assert!(!text.contains("file-write"), "{text}");
+    assert!(!text.contains("process-fork"), "{text}");
+    // The one exec is the launcher's exec of the broker itself.
+    let exec: Vec<&str> = text.lines().filter(|l| l.contains("process")).collect();
+    assert_eq!(
+        exec,
+        ["(allow process-exec (literal (param \"EXECUTABLE\")))"]
+    );
+    for absent in [
+        "(allow default)",
+        "signal",
+        "mach-lookup",
+        "system-socket",
+        "sysctl",
+    ] {
+        assert!(!text.contains(absent), "{absent}: {text}");
+    }
+}
+
+#[test]
+fn seatbelt_broker_network_is_client_and_its_own_port_only() {
+    let text = render(&broker(41234)).unwrap().text;
+    let net: Vec<&str> = text.lines().filter(|l| l.contains("network")).collect();
+    assert_eq!(
+        net,
+        [
+            "(allow network-outbound (remote ip \"*:*\"))",
+            "(allow network-inbound (local udp \"*:*\"))",
+            "(allow network-inbound (local tcp (string-append \"localhost:\" (param \"BROKER_PORT\"))))",
+        ]
+    );
+    // It binds nothing (terra run bound its listeners) and reaches no Unix socket.
+    assert!(!text.contains("network-bind"), "{text}");
+    assert!(!text.contains("unix-socket"), "{text}");
+    assert!(!text.contains("network*"), "{text}");
+}
+
+#[test]
+fn seatbelt_broker_reads_only_its_resolver_files() {
+    let p = render(&broker(41234)).unwrap();
+    let reads: Vec<&str> = p
+        .text
+        .lines()
+        .filter(|l| l.starts_with("(allow file-read"))
+        .collect();
+    let mut want = vec!["(allow file-read* (literal (param \"EXECUTABLE\")))".to_string()];
+    for (i, f) in MACOS_RESOLVER_FILES.iter().enumerate() {
+        want.push(format!(
+            "(allow file-read* (literal (param \"GRANT_{i}\")))"
+        ));
+        assert!(p
+            .parameters
+            .contains(&(format!("GRANT_{i}"), f.to_string())));
+    }
+    // The rest is metadata of the files' ancestors.
+    let (rules, meta): (Vec<&str>, Vec<&str>) = reads
+        .into_iter()
+        .partition(|l| !l.starts_with("(allow file-read-metadata"));
+    assert_eq!(rules, want);
+    assert!(meta
+        .iter()
+        .all(|l| l.starts_with("(allow file-read-metadata (literal (param \"ANCESTOR_")));
+    // A write grant, a deny or a tree grant of another kind is refused.
+    let mut spec = broker(41234);
+    for kind in [GrantKind::Write, GrantKind::Deny, GrantKind::DenyWrite] {
+        spec.grants[0].kind = kind;
+        assert!(render(&spec).is_err(), "{kind:?}");
+    }
+    assert!(lower_broker("/usr/local/bin/terra", 1, &["etc/hosts"]).is_err());
+    assert!(lower_broker("bin/terra", 1, &[]).is_err());
+    // /etc and /var are rendered in their /private form.
+    let s = lower_broker(
+        "/usr/local/bin/terra",
+        1,
+        &["/etc/hosts", "/var/run/resolv.conf"],
+    )
+    .unwrap();
+    let paths: Vec<&str> = s.grants.iter().map(|g| g.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/private/etc/hosts", "/private/var/run/resolv.conf"]
     );
 }
 
@@ -251,6 +369,23 @@ fn arb_spec() -> impl Strategy<Value = LaunchSpec> {
 }
 
 proptest! {
+    #[test]
+    fn seatbelt_broker_profile_has_no_path_text(
+        exe in arb_path(),
+        files in prop::collection::vec(arb_path(), 0..4),
+        port in 1u16..,
+    ) {
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        let spec = lower_broker(&exe, port, &files).unwrap();
+        let p = render(&spec).unwrap();
+        prop_assert!(!p.text.contains('/'), "{}", p.text);
+        for (i, g) in spec.grants.iter().enumerate() {
+            let name = format!("GRANT_{i}");
+            prop_assert!(p.parameters.iter().any(|(k, v)| *k == name && *v == g.path));
+        }
+        prop_assert!(!p.text.contains("file-write"));
+    }
+
     #[test]
     fn seatbelt_profile_has_no_path_text(spec in arb_spec()) {
         let p = render(&spec).unwrap();

@@ -4,9 +4,14 @@
 //! reasons. The choice and why travel in the request and the receipt.
 
 use terra_policy::CapabilitySet;
+#[cfg(target_os = "linux")]
 use terra_sandbox::linux::nouserns;
 
 use crate::error::{Error, Result};
+
+/// The landlock backend's name (`terra_sandbox::linux::nouserns::NAME`,
+/// which exists on Linux only).
+pub const LANDLOCK: &str = "landlock";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -26,7 +31,7 @@ impl Backend {
     pub fn name(self) -> &'static str {
         match self {
             Backend::Linux => "linux",
-            Backend::Landlock => nouserns::NAME,
+            Backend::Landlock => LANDLOCK,
             Backend::Macos => "macos",
             Backend::Windows => "windows",
         }
@@ -35,7 +40,7 @@ impl Backend {
     pub fn from_name(name: &str) -> Option<Backend> {
         match name {
             "linux" => Some(Backend::Linux),
-            n if n == nouserns::NAME => Some(Backend::Landlock),
+            LANDLOCK => Some(Backend::Landlock),
             "macos" => Some(Backend::Macos),
             "windows" => Some(Backend::Windows),
             _ => None,
@@ -43,13 +48,18 @@ impl Backend {
     }
 
     /// The capabilities the backend declares (`broker`: the network broker
-    /// is built in, for the linux backend's mediated networking).
+    /// is built in: the linux backend's mediated networking, and on macOS
+    /// the listener-fed broker, `terra_netd::standalone`).
     pub fn declared(self, broker: bool) -> CapabilitySet {
         match self {
+            #[cfg(target_os = "linux")]
             Backend::Linux => terra_sandbox::linux::declared_capabilities(broker),
+            #[cfg(target_os = "linux")]
             Backend::Landlock => nouserns::declared_capabilities(),
-            // No broker is built for macOS yet: mediated plans are refused.
-            Backend::Macos => terra_seatbelt::declared_capabilities(false),
+            // Never chosen off Linux (`choose` refuses them there).
+            #[cfg(not(target_os = "linux"))]
+            Backend::Linux | Backend::Landlock => CapabilitySet::EMPTY,
+            Backend::Macos => terra_seatbelt::declared_capabilities(broker),
             // No broker runs on Windows: mediated plans are refused.
             Backend::Windows => terra_appcontainer::declared_capabilities(),
         }
@@ -74,9 +84,20 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
+    /// Off Linux neither Linux backend can run.
+    #[cfg(not(target_os = "linux"))]
+    pub fn probe() -> HostFacts {
+        let why = || format!("Linux only; this is {}", std::env::consts::OS);
+        HostFacts {
+            user_namespaces: Err(why()),
+            landlock: Err(why()),
+        }
+    }
+
     /// This host's facts: without a fork when nothing on the host can
     /// restrict user namespaces (`nothing_restricts_userns`), else with the
     /// namespace probe (two forks, namespaces, a procfs mount).
+    #[cfg(target_os = "linux")]
     pub fn probe() -> HostFacts {
         if nouserns::nothing_restricts_userns() {
             return HostFacts {
@@ -100,14 +121,17 @@ impl HostFacts {
 }
 
 /// The backend for `requested`; `facts` is called only for the choices that
-/// depend on the host (`auto`, `landlock`).
+/// depend on the host (`auto`, `landlock`). On macOS: [`choose_on_macos`].
 pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choice> {
+    if cfg!(target_os = "macos") {
+        return choose_on_macos(requested);
+    }
     match requested {
         "linux" => Ok(Choice {
             backend: Backend::Linux,
             reason: "--backend linux".into(),
         }),
-        n if n == nouserns::NAME => match facts().landlock {
+        LANDLOCK => match facts().landlock {
             Ok(abi) => Ok(Choice {
                 backend: Backend::Landlock,
                 reason: format!("--backend landlock (Landlock ABI {abi})"),
@@ -149,10 +173,57 @@ pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choi
     }
 }
 
+/// The backend for `requested` on macOS: the macos backend for `auto` and
+/// `macos`; the Linux backends refused by name, never swapped.
+pub fn choose_on_macos(requested: &str) -> Result<Choice> {
+    match requested {
+        "auto" => Ok(Choice {
+            backend: Backend::Macos,
+            reason: "auto: macOS runs the macos backend (Seatbelt)".into(),
+        }),
+        "macos" => Ok(Choice {
+            backend: Backend::Macos,
+            reason: "--backend macos".into(),
+        }),
+        "linux" | LANDLOCK => Err(Error::Unsupported(format!(
+            "backend {requested} runs on Linux only; on macOS terra runs the macos backend (see `terra backends`)"
+        ))),
+        "windows" => Err(Error::Unsupported(format!(
+            "backend {requested} is not supported on this host (see `terra backends`)"
+        ))),
+        other => Err(Error::Unsupported(format!(
+            "unknown backend {other:?}: auto or macos on macOS (see `terra backends`)"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[test]
+    fn on_macos_auto_is_macos_and_linux_backends_are_refused() {
+        assert_eq!(choose_on_macos("auto").unwrap().backend, Backend::Macos);
+        assert_eq!(choose_on_macos("macos").unwrap().backend, Backend::Macos);
+        for b in ["linux", "landlock", "windows", "plan9"] {
+            assert!(
+                matches!(choose_on_macos(b), Err(Error::Unsupported(_))),
+                "{b}"
+            );
+        }
+        // The macOS build declares mediated networking (its broker is built in).
+        assert!(Backend::Macos
+            .declared(true)
+            .contains(terra_policy::Capability::NetworkMediated));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_landlock_name_is_the_launchers() {
+        assert_eq!(LANDLOCK, nouserns::NAME);
+    }
+
+    #[cfg(target_os = "linux")]
     fn facts(userns: bool, landlock: bool) -> HostFacts {
         HostFacts {
             user_namespaces: if userns {
@@ -168,6 +239,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn auto_prefers_namespaces_then_landlock_then_refuses() {
         let c = choose("auto", || facts(true, true)).unwrap();
@@ -188,6 +260,7 @@ mod tests {
         );
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_named_backend_is_taken_or_refused_never_swapped() {
         let c = choose("linux", || panic!("linux is not probed here")).unwrap();
@@ -227,6 +300,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn the_landlock_backend_declares_no_deny_and_no_mediation() {
         use terra_policy::Capability as C;

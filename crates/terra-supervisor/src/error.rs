@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use terra_policy::PolicyError;
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 use crate::files::{OutError, ReadError};
 
 /// Why a run was refused or failed before its workload started (exit
@@ -41,7 +41,7 @@ pub enum Error {
         source: io::Error,
     },
     /// A system call failed (nix's `Errno`, shown as `ENAME: text`).
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     #[error("{}", io_text(op, path.as_deref(), errno))]
     Sys {
         /// What was being done, e.g. `cannot lock`.
@@ -78,11 +78,11 @@ pub enum Error {
     #[error("{0}")]
     Request(String),
     /// An input file was not read.
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     #[error(transparent)]
     Input(#[from] ReadError),
     /// An output file was not written.
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     #[error(transparent)]
     Output(#[from] OutError),
 }
@@ -137,7 +137,7 @@ impl Error {
     }
 
     /// A failed system call that names no path.
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     pub fn sys(op: impl Into<String>, errno: nix::errno::Errno) -> Error {
         Error::Sys {
             op: op.into(),
@@ -147,7 +147,7 @@ impl Error {
     }
 
     /// A failed system call on `path`.
-    #[cfg(target_os = "linux")]
+    #[cfg(unix)]
     pub fn sys_at(op: impl Into<String>, path: &Path, errno: nix::errno::Errno) -> Error {
         Error::Sys {
             op: op.into(),
@@ -168,7 +168,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } => source.raw_os_error(),
-            #[cfg(target_os = "linux")]
+            #[cfg(unix)]
             Error::Sys { errno, .. } => Some(*errno as i32),
             Error::Context { source, .. } => source.errno(),
             _ => None,
@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(e.errno(), Some(24));
         assert!(e.to_string().starts_with("read: "), "{e}");
         // nix's errno keeps its name in the message, as before the error type.
-        #[cfg(target_os = "linux")]
+        #[cfg(unix)]
         {
             let e = Error::sys("pipe", nix::errno::Errno::EMFILE).context("--flag x");
             assert_eq!(e.errno(), Some(nix::libc::EMFILE));

@@ -14,15 +14,21 @@
 //! replaced); a symlink, FIFO, device, socket or directory there is refused
 //! and left untouched.
 //!
-//! A file is written into an anonymous `O_TMPFILE` in that directory and
-//! linked into place once complete, so a writer killed half-way leaves no
-//! name behind. Without replacing, it is linked under the final name itself
+//! On Linux a file is written into an anonymous `O_TMPFILE` in that
+//! directory and linked into place once complete, so a writer killed
+//! half-way leaves no name behind. Without replacing, it is linked under the final name itself
 //! (`linkat` fails if the name appeared meanwhile, so nothing is clobbered).
 //! With replacing, it is linked under an unpredictable temporary name and
-//! renamed over the final one. File systems without `O_TMPFILE` get a named
-//! temporary file instead (`.NAME.terra-tmp-PID-RANDOM`, `O_EXCL|O_NOFOLLOW`),
-//! and temporary files of this pattern left by processes that no longer exist
-//! are removed before a new one is made.
+//! renamed over the final one. File systems without `O_TMPFILE`, and macOS,
+//! which has none, get a named temporary file instead
+//! (`.NAME.terra-tmp-PID-RANDOM`, `O_EXCL|O_NOFOLLOW`), renamed into place
+//! (`RENAME_NOREPLACE`, on macOS `RENAME_EXCL`, when nothing may be
+//! replaced); temporary files of this pattern left by processes that no
+//! longer exist are removed before a new one is made.
+//!
+//! Directories are held by an `O_PATH` descriptor on Linux and by an
+//! `O_RDONLY` one elsewhere (macOS has no `O_PATH`: the directory must then
+//! be readable by its owner, which every directory terra writes into is).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -33,6 +39,13 @@ use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, CWD};
 use rustix::io::Errno;
+
+/// How a directory is held: `O_PATH` where it exists (no read permission
+/// needed), else read-only.
+#[cfg(target_os = "linux")]
+const DIR_HOLD: OFlags = OFlags::PATH;
+#[cfg(not(target_os = "linux"))]
+const DIR_HOLD: OFlags = OFlags::RDONLY;
 
 pub use crate::input::{read_capped, ReadError};
 
@@ -131,7 +144,7 @@ impl OutDir {
             Follow::DirComponents => rustix::fs::openat(
                 CWD,
                 dir,
-                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                DIR_HOLD | OFlags::DIRECTORY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
             .map_err(fail)?,
@@ -139,7 +152,7 @@ impl OutDir {
                 let mut cur = rustix::fs::openat(
                     CWD,
                     if dir.is_absolute() { "/" } else { "." },
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    DIR_HOLD | OFlags::DIRECTORY | OFlags::CLOEXEC,
                     Mode::empty(),
                 )
                 .map_err(fail)?;
@@ -158,7 +171,7 @@ impl OutDir {
                     cur = match rustix::fs::openat(
                         &cur,
                         name,
-                        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        DIR_HOLD | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                         Mode::empty(),
                     ) {
                         Ok(fd) => fd,
@@ -288,7 +301,8 @@ impl OutDir {
         let io = |what: &str, p: &Path, e: io::Error| {
             OutError::Io(format!("cannot {what} {}: {e}", p.display()))
         };
-        let mode = Mode::from_raw_mode(mode);
+        let mode = mode_bits(mode);
+        #[cfg(target_os = "linux")]
         match rustix::fs::openat(
             &self.fd,
             ".",
@@ -314,6 +328,12 @@ impl OutDir {
             }
             Err(e) => return Err(io("create a file in", &self.path, errno_io(e))),
         }
+        // No O_TMPFILE outside Linux: a named temporary file.
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = io;
+            self.write_named(name, bytes, mode, existing, durable)?;
+        }
         if durable {
             if let Ok(d) = rustix::fs::openat(
                 &self.fd,
@@ -329,6 +349,7 @@ impl OutDir {
 
     /// Gives the anonymous file `file` the name `name` (see the module doc).
     /// Ok(false): it could not be linked at all (the caller falls back).
+    #[cfg(target_os = "linux")]
     fn link_tmpfile(
         &self,
         file: &File,
@@ -447,7 +468,7 @@ impl OutDir {
                     Ok(()) => return Ok(()),
                     Err(Errno::EXIST) => Err(self.appeared(name)),
                     // No RENAME_NOREPLACE here: a hard link never clobbers either.
-                    Err(Errno::INVAL | Errno::NOSYS) => {
+                    Err(e) if no_exclusive_rename(e) => {
                         match rustix::fs::linkat(&self.fd, &tmp, &self.fd, name, AtFlags::empty()) {
                             Ok(()) => Ok(()),
                             Err(Errno::EXIST) => Err(self.appeared(name)),
@@ -481,8 +502,16 @@ impl OutDir {
     /// An unpredictable temporary name for `name` in this directory.
     fn temp_name(&self, name: &OsStr) -> Result<OsString, OutError> {
         let mut rnd = [0u8; 12];
+        #[cfg(target_os = "linux")]
         rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty())
             .map_err(|e| OutError::Io(format!("getrandom: {}", errno_io(e))))?;
+        #[cfg(not(target_os = "linux"))]
+        {
+            use std::io::Read;
+            File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut rnd))
+                .map_err(|e| OutError::Io(format!("/dev/urandom: {e}")))?;
+        }
         let mut s = Self::temp_prefix(name, std::process::id());
         s.push(crate::request::hex(&rnd));
         Ok(s)
@@ -540,6 +569,30 @@ impl OutDir {
     }
 }
 
+/// A file mode as rustix takes it (`mode_t` is 16 bits on macOS).
+#[cfg(target_os = "linux")]
+fn mode_bits(mode: u32) -> Mode {
+    Mode::from_raw_mode(mode)
+}
+#[cfg(not(target_os = "linux"))]
+fn mode_bits(mode: u32) -> Mode {
+    Mode::from_bits_truncate(u16::try_from(mode & 0o7777).unwrap_or(0o600))
+}
+
+/// The file system (or kernel) has no exclusive rename: renameat2 without
+/// RENAME_NOREPLACE on Linux, renameatx_np without RENAME_EXCL on macOS.
+#[cfg(target_os = "linux")]
+fn no_exclusive_rename(e: Errno) -> bool {
+    matches!(e, Errno::INVAL | Errno::NOSYS)
+}
+#[cfg(not(target_os = "linux"))]
+fn no_exclusive_rename(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::INVAL | Errno::NOSYS | Errno::NOTSUP | Errno::OPNOTSUPP
+    )
+}
+
 /// Writes `bytes` to `path` (see [`OutDir::write`]): the directory is opened
 /// with `follow`, then the file is written relative to it.
 pub fn write_file(
@@ -552,6 +605,34 @@ pub fn write_file(
 ) -> Result<(), OutError> {
     let (dir, name) = split_output(path)?;
     OutDir::open(&dir, follow)?.write(&name, bytes, mode, existing, durable)
+}
+
+/// Removes the run's temp directory even when the workload left unreadable or
+/// unwritable directories in it.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    fn open_up(p: &Path) {
+        if let Ok(meta) = std::fs::symlink_metadata(p) {
+            if meta.is_dir() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+                if let Ok(rd) = std::fs::read_dir(p) {
+                    for e in rd.flatten() {
+                        open_up(&e.path());
+                    }
+                }
+            }
+        }
+    }
+    open_up(path);
+    if let Err(e) = std::fs::remove_dir_all(path) {
+        eprintln!(
+            "terra: cannot remove the run's temp directory {}: {e}",
+            path.display()
+        );
+    }
 }
 
 #[cfg(test)]
@@ -640,7 +721,9 @@ mod tests {
             .file_type()
             .is_fifo());
         // A character device (made here as root, like /dev/null: 1,3): refused, untouched.
+        #[cfg(target_os = "linux")]
         let dev = d.join("null");
+        #[cfg(target_os = "linux")]
         if terra_test_support::users::make_null_device(&dev) {
             let r = write_file(
                 &dev,
@@ -707,6 +790,7 @@ mod tests {
         fs::remove_dir_all(&d).unwrap();
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn an_unfinished_file_has_no_name() {
         // What `write` does before linking: an O_TMPFILE in the directory is

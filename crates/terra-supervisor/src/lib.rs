@@ -7,29 +7,28 @@
 //! run's temp directory and writes the receipt. Its exit status is the run's.
 #![forbid(unsafe_code)]
 
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod allow_net;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod backend;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod command_check;
 #[cfg(target_os = "linux")]
 mod confine;
 pub mod error;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod files;
 pub mod input;
 #[cfg(target_os = "linux")]
 pub mod launch;
 #[cfg(unix)]
 pub mod limits;
-#[cfg(target_os = "macos")]
+#[cfg(unix)]
 pub mod macos;
-#[cfg(target_os = "linux")]
 #[cfg(target_os = "linux")]
 pub mod placeholders;
 pub mod presets;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod profile;
 #[cfg(target_os = "linux")]
 mod pty;
@@ -44,11 +43,11 @@ pub mod windows;
 pub mod request;
 #[cfg(target_os = "linux")]
 mod role_kill;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod run;
 #[cfg(target_os = "linux")]
 pub mod runs;
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 pub mod state;
 #[cfg(target_os = "linux")]
 pub mod summary;

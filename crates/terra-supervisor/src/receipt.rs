@@ -4,13 +4,17 @@
 //! Its times are RFC 3339 UTC from `terra_netd::receipt::rfc3339`, as in the
 //! network receipt.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use serde::Serialize;
 
+use crate::error::{Error, Result};
+use crate::files::{split_output, Existing, Follow, OutDir};
 pub use crate::request::Bindings;
-use crate::request::PolicyOrigin;
+use crate::request::{PolicyOrigin, RunRequest};
+use terra_netd::receipt::rfc3339;
 
 pub const RECEIPT_VERSION: u32 = 1;
 
@@ -72,6 +76,10 @@ pub struct Receipt {
     /// How long the run took, on which host, under which limits.
     #[serde(flatten)]
     pub applied: Applied,
+    /// Backends without the process-tree capability (macos): which
+    /// processes terra could end, and which it could not. Absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_tree: Option<String>,
 }
 
 /// The network broker of a mediated run, for the run receipt.
@@ -102,7 +110,65 @@ pub struct NetworkSummary {
     pub broker_ended: String,
 }
 
+/// What a supervisor learned while running the request, for its receipt.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    pub run_id: &'a str,
+    /// The capabilities the plan required (names).
+    pub required: &'a [String],
+    pub started: SystemTime,
+    pub landlock_abi: Option<i32>,
+    pub supervisor_landlock_abi: Option<i32>,
+    /// "passed", why the activation check failed, or "not run".
+    pub activation: &'a str,
+    pub network: Option<NetworkSummary>,
+    pub host_name: Option<String>,
+}
+
 impl Receipt {
+    /// The receipt of `req`, ended at `ended` with `outcome`.
+    pub fn new(
+        req: &RunRequest,
+        seen: Observed<'_>,
+        outcome: Outcome,
+        ended: SystemTime,
+    ) -> Receipt {
+        let mediated = seen.network.is_some();
+        Receipt {
+            receipt_version: RECEIPT_VERSION,
+            terra_version: env!("CARGO_PKG_VERSION").into(),
+            run_id: seen.run_id.to_string(),
+            backend: req.backend.clone(),
+            backend_reason: req.backend_reason.clone(),
+            policy: req.policy.clone(),
+            decision_digest: req.decision_digest.clone(),
+            capabilities: Capabilities {
+                required: seen.required.to_vec(),
+                declared: req.declared.clone(),
+            },
+            host_bindings: req.bindings.clone(),
+            landlock_abi: seen.landlock_abi,
+            supervisor_landlock_abi: seen.supervisor_landlock_abi,
+            activation: seen.activation.to_string(),
+            started_at: rfc3339(seen.started),
+            ended_at: rfc3339(ended),
+            argv: req.argv_display(),
+            cwd: req.cwd.clone(),
+            timeout_ms: req.timeout_ms,
+            outcome,
+            network: seen.network,
+            applied: Applied::collect(
+                seen.started,
+                ended,
+                seen.host_name,
+                req.timeout_ms,
+                mediated,
+                &req.limits,
+            ),
+            process_tree: None,
+        }
+    }
+
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".into());
         s.push('\n');
@@ -170,16 +236,182 @@ impl Applied {
     }
 }
 
+/// Where `--receipt` goes, opened before the box starts.
+pub enum ReceiptOut {
+    /// `--receipt -`: standard output, after the workload's output.
+    Stdout,
+    /// A file: its directory held open, the final name.
+    File(OutDir, OsString),
+}
+
+impl ReceiptOut {
+    /// Opens the receipt's directory (no symlink in any component) and checks
+    /// the name: absent or a regular file (which is replaced).
+    pub fn open(path: &Path) -> Result<ReceiptOut> {
+        let flag = || format!("--receipt {}", path.display());
+        if path == Path::new("-") {
+            return match nix::sys::stat::fstat(1) {
+                Ok(_) => Ok(ReceiptOut::Stdout),
+                Err(e) => Err(Error::sys("standard output is not open", e).context(flag())),
+            };
+        }
+        let opened = split_output(path).and_then(|(dir, name)| {
+            let dir = OutDir::open(&dir, Follow::Nothing)?;
+            dir.check(&name, Existing::ReplaceRegular)
+                .map_err(|e| match e {
+                    crate::files::OutError::NotRegular(m) => crate::files::OutError::NotRegular(
+                        format!("{m} (`--receipt -` writes it to standard output)"),
+                    ),
+                    e => e,
+                })?;
+            Ok(ReceiptOut::File(dir, name))
+        });
+        opened.map_err(|e| Error::Output(e).context(flag()))
+    }
+
+    pub fn write(&self, json: &str) -> Result<()> {
+        match self {
+            ReceiptOut::Stdout => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                out.write_all(json.as_bytes())
+                    .and_then(|_| out.flush())
+                    .map_err(|e| Error::op("cannot write the receipt to standard output", e))
+            }
+            ReceiptOut::File(dir, name) => dir
+                .write(
+                    name,
+                    json.as_bytes(),
+                    0o600,
+                    Existing::ReplaceRegular,
+                    false,
+                )
+                .map_err(|e| Error::Output(e).context("cannot write the receipt")),
+        }
+    }
+}
+
+/// Longest network receipt line read as one; a longer one counts as unreadable.
+pub const MAX_RECEIPT_LINE: usize = 64 << 10;
+
+/// Counts the network receipt line by line and hashes it, in memory bounded
+/// by [`MAX_RECEIPT_LINE`] whatever its size.
+pub fn count_network_receipt(file: &std::fs::File, s: &mut NetworkSummary) -> std::io::Result<()> {
+    use sha2::{Digest, Sha256};
+    use std::io::BufRead;
+    let mut hasher = Sha256::new();
+    let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let mut overlong = false;
+        // One line, at most MAX_RECEIPT_LINE bytes kept.
+        let ended = loop {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                break line.is_empty() && !overlong;
+            }
+            let (chunk, found) = match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (&buf[..=i], true),
+                None => (buf, false),
+            };
+            hasher.update(chunk);
+            if line.len() + chunk.len() <= MAX_RECEIPT_LINE + 1 {
+                line.extend_from_slice(chunk);
+            } else {
+                overlong = true;
+            }
+            let n = chunk.len();
+            reader.consume(n);
+            if found {
+                break false;
+            }
+        };
+        if ended {
+            break;
+        }
+        if overlong {
+            s.unreadable_lines += 1;
+            continue;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = match serde_json::from_slice(text) {
+            Ok(v) => v,
+            Err(_) => {
+                s.unreadable_lines += 1;
+                continue;
+            }
+        };
+        s.attempts += 1;
+        match v["verdict"].as_str() {
+            Some("allowed") => s.admitted += 1,
+            Some("refused") => {
+                s.refused += 1;
+                let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
+                *s.refused_by_reason.entry(reason).or_default() += 1;
+            }
+            _ => s.unreadable_lines += 1,
+        }
+    }
+    s.receipt_sha256 = Some(crate::request::hex(&hasher.finalize()));
+    Ok(())
+}
+
 /// This host's name (`uname -n`), or None when it is not UTF-8 or cannot be read.
-#[cfg(target_os = "linux")]
 pub fn host_name() -> Option<String> {
     nix::unistd::gethostname().ok()?.into_string().ok()
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Seek, Write};
     use std::time::Duration;
+
+    fn counted(bytes: &[u8]) -> NetworkSummary {
+        let mut f = tempfile_in_tmp();
+        f.write_all(bytes).unwrap();
+        f.rewind().unwrap();
+        let mut s = NetworkSummary::default();
+        count_network_receipt(&f, &mut s).unwrap();
+        s
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        tempfile::tempfile().unwrap()
+    }
+
+    #[test]
+    fn network_receipt_counts_and_digest() {
+        let text = b"{\"verdict\":\"allowed\"}\n{\"verdict\":\"refused\",\"reason\":\"not-allowed\"}\nnot json\n\n";
+        let s = counted(text);
+        assert_eq!(
+            (s.attempts, s.admitted, s.refused, s.unreadable_lines),
+            (2, 1, 1, 1)
+        );
+        assert_eq!(s.refused_by_reason.get("not-allowed"), Some(&1));
+        assert_eq!(
+            s.receipt_sha256.as_deref(),
+            Some(terra_policy::digest::artifact_digest(text).as_str())
+        );
+        // A last line without a newline counts too.
+        assert_eq!(counted(b"{\"verdict\":\"allowed\"}").admitted, 1);
+    }
+
+    #[test]
+    fn an_overlong_line_is_unreadable_not_buffered() {
+        let mut text = vec![b'x'; MAX_RECEIPT_LINE * 3];
+        text.extend_from_slice(b"\n{\"verdict\":\"allowed\"}\n");
+        let s = counted(&text);
+        assert_eq!((s.attempts, s.admitted, s.unreadable_lines), (1, 1, 1));
+        assert_eq!(
+            s.receipt_sha256.as_deref(),
+            Some(terra_policy::digest::artifact_digest(&text).as_str())
+        );
+    }
 
     #[test]
     fn applied_fields() {

@@ -14,9 +14,9 @@ use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use terra_policy::digest::artifact_digest;
-use terra_policy::{
-    Access, Capability, CapabilitySet, Mir, Missing, NetworkMode, RootKind, SandboxPlan, Scope,
-};
+#[cfg(target_os = "linux")]
+use terra_policy::CapabilitySet;
+use terra_policy::{Access, Capability, Mir, Missing, NetworkMode, RootKind, SandboxPlan, Scope};
 use tracing::debug;
 
 use crate::backend::Backend;
@@ -24,14 +24,16 @@ use crate::error::{Error, Result};
 use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VERSION};
 
 /// The network broker role (`terra __network`, crate terra-netd) is part of
-/// this binary on Linux.
-pub const BROKER_BUILT_IN: bool = cfg!(target_os = "linux");
+/// this binary on Linux and on macOS (there fed by its own loopback
+/// listeners, `terra_netd::standalone`).
+pub const BROKER_BUILT_IN: bool = cfg!(any(target_os = "linux", target_os = "macos"));
 /// The mediator id this host binds for mediated plans: the built-in broker.
 pub const MEDIATOR: &str = terra_netd::MEDIATOR;
 
 /// Whether the linux backend can start the broker on this host: it is built
 /// in, and the host can create the namespaces its confined role needs (the
 /// launcher's `user-namespaces` check, the same the box needs).
+#[cfg(target_os = "linux")]
 pub fn broker_available(support: &terra_sandbox::linux::HostSupport) -> bool {
     BROKER_BUILT_IN && support.passed(terra_sandbox::linux::CheckId::UserNamespaces)
 }
@@ -88,6 +90,15 @@ pub struct RunBuilder {
     pub max_file_size: Option<String>,
     /// Refuse the run when a limit asked cannot be enforced (`--require-limits`).
     pub require_limits: bool,
+    /// Relax the default policy's `process.treeConfinement` to `disabled`
+    /// (`--no-process-tree`): an explicit choice, recorded in the overlay and
+    /// so in the decision digest; like the grants, not with a policy file.
+    /// The macos backend cannot contain a process tree.
+    pub no_process_tree: bool,
+    /// Where a mediated workload finds the proxy: None for the box's own
+    /// 127.0.0.1:3128 (the linux backend's box service); on macOS the
+    /// broker's loopback listener, bound before the run is built.
+    pub proxy: Option<std::net::SocketAddr>,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -126,6 +137,8 @@ impl RunBuilder {
             cpus: None,
             max_file_size: None,
             require_limits: false,
+            no_process_tree: false,
+            proxy: None,
         }
     }
 
@@ -174,14 +187,32 @@ impl RunBuilder {
         // built in, and when this host cannot start it (nor the box: both need
         // user namespaces), the supervisor refuses the run.
         let declared = choice.backend.declared(BROKER_BUILT_IN);
+        if choice.backend == Backend::Macos
+            && mir.process_tree() == terra_policy::ProcessTree::Required
+        {
+            let how = if origin.source == "default" {
+                "pass --no-process-tree to run without it (recorded in the receipt and the decision digest)"
+            } else {
+                "set \"process\": {\"treeConfinement\": \"disabled\"} in the policy to run without it"
+            };
+            return Err(Error::Unsupported(format!(
+                "the policy requires process-tree (process.treeConfinement \"required\"), which the macos backend \
+                 ({}) does not declare: a descendant that calls setsid and forks again outlives the run, since \
+                 macOS has no PID namespace, cgroup or parent-death signal; {how}",
+                choice.reason
+            )));
+        }
         let mediated = mir.network() == NetworkMode::Mediated;
         if mediated && !declared.contains(Capability::NetworkMediated) {
             let why = match choice.backend {
+                #[cfg(target_os = "linux")]
                 Backend::Landlock => {
                     terra_sandbox::linux::nouserns::missing_reason(Capability::NetworkMediated)
                 }
+                #[cfg(not(target_os = "linux"))]
+                Backend::Landlock => "the landlock backend runs on Linux only",
                 Backend::Linux => "this build has no network broker",
-                Backend::Macos => "no network broker is built for macOS yet",
+                Backend::Macos => "this build has no network broker for macOS",
                 Backend::Windows => "no network broker runs on Windows in this build",
             };
             return Err(Error::Unsupported(format!(
@@ -216,6 +247,7 @@ impl RunBuilder {
             mediator: mediator.clone(),
         };
         let result = (|| {
+            #[cfg(target_os = "linux")]
             if choice.backend == Backend::Landlock {
                 refuse_missing_on_landlock(&mir, &bindings, declared, &choice.reason)?;
             }
@@ -237,7 +269,11 @@ impl RunBuilder {
             );
             // The proxy environment comes before --env, which may override it
             // (harmless: the box has no other route out).
-            let proxy = if mediated { proxy_env() } else { Vec::new() };
+            let proxy = if mediated {
+                proxy_env(self.proxy.unwrap_or_else(terra_netd::proxy_listen_addr))
+            } else {
+                Vec::new()
+            };
             // The landlock and macos backends have no private /tmp: HOME and
             // TMPDIR name the run's temp directory at its host path.
             let tmp = match choice.backend {
@@ -396,6 +432,12 @@ impl RunBuilder {
                          --allow-net and --preset grants in the policy file"
                     )));
                 }
+                if self.no_process_tree {
+                    return Err(Error::Argument(format!(
+                        "with a policy file ({label}) --no-process-tree is not added; write \
+                         \"process\": {{\"treeConfinement\": \"disabled\"}} in the policy file"
+                    )));
+                }
                 let bytes = crate::files::read_capped(p, self.max_policy_len)
                     .map_err(|e| Error::Input(e).context(label.clone()))?;
                 let context = || {
@@ -478,6 +520,10 @@ impl RunBuilder {
                 }
             ));
         }
+        if self.no_process_tree {
+            builder.set_process_tree(terra_policy::ProcessTree::Disabled);
+            overlay.push("process-tree disabled".into());
+        }
         let mir = builder
             .build()
             .map_err(|e| Error::policy("the policy with the command line's rules", e))?;
@@ -527,6 +573,7 @@ pub fn refuse_broad_workspace(ws: &Path, home: Option<PathBuf>) -> Result<()> {
 /// On the landlock backend, a plan needing a capability it does not declare
 /// is refused with each capability, why it is missing, and the rules (or
 /// modes) that need it, quoted.
+#[cfg(target_os = "linux")]
 fn refuse_missing_on_landlock(
     mir: &Mir,
     bindings: &Bindings,
@@ -580,9 +627,10 @@ fn refuse_missing_on_landlock(
     )))
 }
 
-/// The proxy environment of a mediated run (the box's service address).
-fn proxy_env() -> Vec<(OsString, OsString)> {
-    terra_netd::proxy_env(terra_netd::proxy_listen_addr())
+/// The proxy environment of a mediated run: the box's service address, or
+/// on macOS the broker's loopback listener.
+fn proxy_env(addr: std::net::SocketAddr) -> Vec<(OsString, OsString)> {
+    terra_netd::proxy_env(addr)
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
         .collect()
@@ -869,6 +917,7 @@ impl PreparedRun {
     /// What `--dry-run` prints: the resolved plan, its decision digest, the
     /// environment and argv, and the backend's program (for a mediated plan
     /// also the broker's, generated from the tables its filters are built from).
+    #[cfg(target_os = "linux")]
     pub fn dry_run_text(&self) -> String {
         use std::fmt::Write as _;
         let r = &self.request;
@@ -1133,7 +1182,12 @@ mod tests {
         )
         .is_err());
         // The proxy environment of a mediated run, overridable by --env.
-        let env = box_env(&proxy_env(), &["NO_PROXY=x".into()], OsStr::new("/tmp")).unwrap();
+        let env = box_env(
+            &proxy_env(terra_netd::proxy_listen_addr()),
+            &["NO_PROXY=x".into()],
+            OsStr::new("/tmp"),
+        )
+        .unwrap();
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("HTTPS_PROXY").unwrap(), "http://127.0.0.1:3128");
         assert_eq!(get("all_proxy").unwrap(), "http://127.0.0.1:3128");

@@ -68,7 +68,14 @@ pub struct RunDir {
 }
 
 /// The files of the runtime directory, removed when the run ends.
-const RUNTIME_FILES: [&str; 3] = ["host.pid", "broker.pid", "supervisor.pid"];
+const RUNTIME_FILES: [&str; 5] = [
+    "host.pid",
+    "broker.pid",
+    "supervisor.pid",
+    // The macos backend's launch specs (terra_supervisor::macos).
+    "workload.spec",
+    "broker.spec",
+];
 
 /// The canary file: the run request without environment values.
 const CANARY: &str = "request.json";
@@ -80,6 +87,17 @@ impl RunDir {
     /// [`reserve_lock_fd`]) and writes `supervisor.pid`. The state directory is
     /// named, and made by `create_state_dir`.
     pub fn create(plan: &SandboxPlan, lock_slot: File) -> Result<RunDir> {
+        RunDir::create_with(plan, Some(lock_slot))
+    }
+
+    /// [`RunDir::create`] with the run lock left on the descriptor it was
+    /// opened on (close-on-exec), for a supervisor that does not own fd 3:
+    /// the macos backend's `terra run`, which is its own supervisor.
+    pub fn create_unpinned(plan: &SandboxPlan) -> Result<RunDir> {
+        RunDir::create_with(plan, None)
+    }
+
+    fn create_with(plan: &SandboxPlan, lock_slot: Option<File>) -> Result<RunDir> {
         let uid = nix::unistd::geteuid().as_raw();
         let state = match pick_base(plan, candidates(uid), uid) {
             Ok(b) => Base::Shared(b),
@@ -124,7 +142,11 @@ impl RunDir {
     /// With a runtime base of its own, the state directory is only named
     /// here; `create_state_dir` makes it (the supervisor does that while the
     /// box builds its root). A fresh directory is the run's directory itself.
-    fn create_in(state: Base, runtime_base: Option<Base>, lock_slot: File) -> Result<RunDir> {
+    fn create_in(
+        state: Base,
+        runtime_base: Option<Base>,
+        lock_slot: Option<File>,
+    ) -> Result<RunDir> {
         let run_id = new_run_id();
         let state_is_fresh = matches!(state, Base::Fresh(_));
         let path = state.run_dir(&run_id);
@@ -145,22 +167,25 @@ impl RunDir {
         let lock_path = runtime.join("lock");
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
             .map_err(|(_, e)| Error::sys_at("cannot lock", &lock_path, e))?;
-        // The lock belongs to the open file description, so fd 3 holds it
-        // too. dup2 replaces what is on fd 3: only the placeholder may be.
-        if lock_slot.as_raw_fd() != LOCK_FD {
-            return Err(Error::Host(format!(
-                "fd {LOCK_FD} is not reserved for the run lock"
-            )));
+        if let Some(lock_slot) = lock_slot {
+            // The lock belongs to the open file description, so fd 3 holds it
+            // too. dup2 replaces what is on fd 3: only the placeholder may be.
+            if lock_slot.as_raw_fd() != LOCK_FD {
+                return Err(Error::Host(format!(
+                    "fd {LOCK_FD} is not reserved for the run lock"
+                )));
+            }
+            if lock.as_raw_fd() != LOCK_FD {
+                nix::unistd::dup2(lock.as_raw_fd(), LOCK_FD).map_err(|e| {
+                    Error::sys(format!("cannot move the run lock to fd {LOCK_FD}"), e)
+                })?;
+            }
+            fcntl(LOCK_FD, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+                .map_err(|e| Error::sys(format!("cannot mark fd {LOCK_FD} close-on-exec"), e))?;
+            // fd 3 now holds the lock: the placeholder's descriptor number is
+            // no longer its own, so it must not be closed when the placeholder goes.
+            std::mem::forget(lock_slot);
         }
-        if lock.as_raw_fd() != LOCK_FD {
-            nix::unistd::dup2(lock.as_raw_fd(), LOCK_FD)
-                .map_err(|e| Error::sys(format!("cannot move the run lock to fd {LOCK_FD}"), e))?;
-        }
-        fcntl(LOCK_FD, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
-            .map_err(|e| Error::sys(format!("cannot mark fd {LOCK_FD} close-on-exec"), e))?;
-        // fd 3 now holds the lock: the placeholder's descriptor number is no
-        // longer its own, so it must not be closed when the placeholder goes.
-        std::mem::forget(lock_slot);
         let state_dir = OnceLock::new();
         if path == runtime || state_is_fresh {
             let _ = state_dir.set(OutDir::open(&path, Follow::Nothing)?);

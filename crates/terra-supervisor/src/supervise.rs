@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -21,12 +21,12 @@ use terra_sandbox::linux::{
 use tracing::{debug, warn};
 
 use crate::error::{Error, Result};
-use crate::files::{split_output, Existing, Follow, OutDir};
-use crate::receipt::{Capabilities, NetworkSummary, Outcome, Receipt, RECEIPT_VERSION};
+use crate::receipt::{
+    count_network_receipt, NetworkSummary, Observed, Outcome, Receipt, ReceiptOut,
+};
 use crate::request::{RunRequest, MAX_REQUEST_LEN, REQUEST_VERSION};
 use crate::state::RunDir;
 use crate::{forwarded_signals, EXIT_REFUSED, SI_KERNEL, TIMEOUT_GRACE};
-use terra_netd::receipt::rfc3339;
 
 struct Args {
     request_fd: i32,
@@ -247,61 +247,6 @@ fn declared_set(names: &[String]) -> Result<CapabilitySet> {
 
 fn cap_names(set: CapabilitySet) -> Vec<String> {
     set.iter().map(|c| c.name().to_string()).collect()
-}
-
-/// Where `--receipt` goes, opened before the box starts.
-enum ReceiptOut {
-    /// `--receipt -`: standard output, after the workload's output.
-    Stdout,
-    /// A file: its directory held open, the final name.
-    File(OutDir, OsString),
-}
-
-impl ReceiptOut {
-    /// Opens the receipt's directory (no symlink in any component) and checks
-    /// the name: absent or a regular file (which is replaced).
-    fn open(path: &Path) -> Result<ReceiptOut> {
-        let flag = || format!("--receipt {}", path.display());
-        if path == Path::new("-") {
-            return match nix::sys::stat::fstat(1) {
-                Ok(_) => Ok(ReceiptOut::Stdout),
-                Err(e) => Err(Error::sys("standard output is not open", e).context(flag())),
-            };
-        }
-        let opened = split_output(path).and_then(|(dir, name)| {
-            let dir = OutDir::open(&dir, Follow::Nothing)?;
-            dir.check(&name, Existing::ReplaceRegular)
-                .map_err(|e| match e {
-                    crate::files::OutError::NotRegular(m) => crate::files::OutError::NotRegular(
-                        format!("{m} (`--receipt -` writes it to standard output)"),
-                    ),
-                    e => e,
-                })?;
-            Ok(ReceiptOut::File(dir, name))
-        });
-        opened.map_err(|e| Error::Output(e).context(flag()))
-    }
-
-    fn write(&self, json: &str) -> Result<()> {
-        match self {
-            ReceiptOut::Stdout => {
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                out.write_all(json.as_bytes())
-                    .and_then(|_| out.flush())
-                    .map_err(|e| Error::op("cannot write the receipt to standard output", e))
-            }
-            ReceiptOut::File(dir, name) => dir
-                .write(
-                    name,
-                    json.as_bytes(),
-                    0o600,
-                    Existing::ReplaceRegular,
-                    false,
-                )
-                .map_err(|e| Error::Output(e).context("cannot write the receipt")),
-        }
-    }
 }
 
 struct Run {
@@ -926,14 +871,15 @@ impl Run {
         std::thread::scope(|s| {
             let mut inline = None;
             if let Some(t) = &temp {
-                let spawned = std::thread::Builder::new().spawn_scoped(s, move || remove_tree(t));
+                let spawned = std::thread::Builder::new()
+                    .spawn_scoped(s, move || crate::files::remove_tree(t));
                 if spawned.is_err() {
                     inline = Some(t);
                 }
             }
             let written = self.write_receipts(dir, &outcome);
             if let Some(t) = inline {
-                remove_tree(t);
+                crate::files::remove_tree(t);
             }
             written
         })
@@ -952,39 +898,21 @@ impl Run {
     /// Writes the receipt to the state directory and to `--receipt`, and
     /// removes the runtime files. Err: a receipt could not be written.
     fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<()> {
-        let ended = SystemTime::now();
-        let receipt = Receipt {
-            receipt_version: RECEIPT_VERSION,
-            terra_version: env!("CARGO_PKG_VERSION").into(),
-            run_id: self.run_id.clone(),
-            backend: self.req.backend.clone(),
-            backend_reason: self.req.backend_reason.clone(),
-            policy: self.req.policy.clone(),
-            decision_digest: self.req.decision_digest.clone(),
-            capabilities: Capabilities {
-                required: self.required.clone(),
-                declared: self.req.declared.clone(),
+        let receipt = Receipt::new(
+            &self.req,
+            Observed {
+                run_id: &self.run_id,
+                required: &self.required,
+                started: self.started,
+                landlock_abi: self.landlock_abi,
+                supervisor_landlock_abi: self.supervisor_landlock_abi,
+                activation: &self.activation,
+                network: self.network.clone(),
+                host_name: self.host_name.clone(),
             },
-            host_bindings: self.req.bindings.clone(),
-            landlock_abi: self.landlock_abi,
-            supervisor_landlock_abi: self.supervisor_landlock_abi,
-            activation: self.activation.clone(),
-            started_at: rfc3339(self.started),
-            ended_at: rfc3339(ended),
-            argv: self.req.argv_display(),
-            cwd: self.req.cwd.clone(),
-            timeout_ms: self.req.timeout_ms,
-            outcome: outcome.clone(),
-            network: self.network.clone(),
-            applied: crate::receipt::Applied::collect(
-                self.started,
-                ended,
-                self.host_name.clone(),
-                self.req.timeout_ms,
-                self.network.is_some(),
-                &self.req.limits,
-            ),
-        };
+            outcome.clone(),
+            SystemTime::now(),
+        );
         let json = receipt.to_json();
         let mut failed = Vec::new();
         if let Some(dir) = dir {
@@ -1020,33 +948,6 @@ fn peak_rss_kb() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// Removes the run's temp directory even when the workload left unreadable or
-/// unwritable directories in it.
-fn remove_tree(path: &Path) {
-    if fs::remove_dir_all(path).is_ok() || !path.exists() {
-        return;
-    }
-    fn open_up(p: &Path) {
-        if let Ok(meta) = fs::symlink_metadata(p) {
-            if meta.is_dir() {
-                let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
-                if let Ok(rd) = fs::read_dir(p) {
-                    for e in rd.flatten() {
-                        open_up(&e.path());
-                    }
-                }
-            }
-        }
-    }
-    open_up(path);
-    if let Err(e) = fs::remove_dir_all(path) {
-        eprintln!(
-            "terra: cannot remove the run's temp directory {}: {e}",
-            path.display()
-        );
-    }
 }
 
 /// How long the broker may take to confirm it serves (startup message read,
@@ -1356,75 +1257,6 @@ impl Broker {
     }
 }
 
-/// Longest network receipt line read as one; a longer one counts as unreadable.
-const MAX_RECEIPT_LINE: usize = 64 << 10;
-
-/// Counts the network receipt line by line and hashes it, in memory bounded
-/// by [`MAX_RECEIPT_LINE`] whatever its size.
-fn count_network_receipt(file: &fs::File, s: &mut NetworkSummary) -> std::io::Result<()> {
-    use sha2::{Digest, Sha256};
-    use std::io::BufRead;
-    let mut hasher = Sha256::new();
-    let mut reader = std::io::BufReader::with_capacity(64 << 10, file);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let mut overlong = false;
-        // One line, at most MAX_RECEIPT_LINE bytes kept.
-        let ended = loop {
-            let buf = reader.fill_buf()?;
-            if buf.is_empty() {
-                break line.is_empty() && !overlong;
-            }
-            let (chunk, found) = match buf.iter().position(|b| *b == b'\n') {
-                Some(i) => (&buf[..=i], true),
-                None => (buf, false),
-            };
-            hasher.update(chunk);
-            if line.len() + chunk.len() <= MAX_RECEIPT_LINE + 1 {
-                line.extend_from_slice(chunk);
-            } else {
-                overlong = true;
-            }
-            let n = chunk.len();
-            reader.consume(n);
-            if found {
-                break false;
-            }
-        };
-        if ended {
-            break;
-        }
-        if overlong {
-            s.unreadable_lines += 1;
-            continue;
-        }
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
-        if text.is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = match serde_json::from_slice(text) {
-            Ok(v) => v,
-            Err(_) => {
-                s.unreadable_lines += 1;
-                continue;
-            }
-        };
-        s.attempts += 1;
-        match v["verdict"].as_str() {
-            Some("allowed") => s.admitted += 1,
-            Some("refused") => {
-                s.refused += 1;
-                let reason = v["reason"].as_str().unwrap_or("unknown").to_string();
-                *s.refused_by_reason.entry(reason).or_default() += 1;
-            }
-            _ => s.unreadable_lines += 1,
-        }
-    }
-    s.receipt_sha256 = Some(crate::request::hex(&hasher.finalize()));
-    Ok(())
-}
-
 /// An exit status in words (128+N: killed by signal N, as `RoleHandle::wait` reports it).
 fn status_words(code: i32) -> String {
     if code > 128 {
@@ -1444,61 +1276,5 @@ fn rlimits(r: &crate::limits::Rlimits) -> terra_sandbox::linux::Rlimits {
         address_space: r.address_space,
         processes: r.processes,
         file_size: r.file_size,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Seek, Write};
-
-    fn counted(bytes: &[u8]) -> NetworkSummary {
-        let mut f = tempfile_in_tmp();
-        f.write_all(bytes).unwrap();
-        f.rewind().unwrap();
-        let mut s = NetworkSummary::default();
-        count_network_receipt(&f, &mut s).unwrap();
-        s
-    }
-
-    fn tempfile_in_tmp() -> fs::File {
-        let d = OutDir::open(&std::env::temp_dir(), Follow::DirComponents).unwrap();
-        let fd = rustix::fs::openat(
-            d.fd(),
-            ".",
-            rustix::fs::OFlags::TMPFILE | rustix::fs::OFlags::RDWR,
-            rustix::fs::Mode::from_raw_mode(0o600),
-        )
-        .unwrap();
-        fs::File::from(fd)
-    }
-
-    #[test]
-    fn network_receipt_counts_and_digest() {
-        let text = b"{\"verdict\":\"allowed\"}\n{\"verdict\":\"refused\",\"reason\":\"not-allowed\"}\nnot json\n\n";
-        let s = counted(text);
-        assert_eq!(
-            (s.attempts, s.admitted, s.refused, s.unreadable_lines),
-            (2, 1, 1, 1)
-        );
-        assert_eq!(s.refused_by_reason.get("not-allowed"), Some(&1));
-        assert_eq!(
-            s.receipt_sha256.as_deref(),
-            Some(terra_policy::digest::artifact_digest(text).as_str())
-        );
-        // A last line without a newline counts too.
-        assert_eq!(counted(b"{\"verdict\":\"allowed\"}").admitted, 1);
-    }
-
-    #[test]
-    fn an_overlong_line_is_unreadable_not_buffered() {
-        let mut text = vec![b'x'; MAX_RECEIPT_LINE * 3];
-        text.extend_from_slice(b"\n{\"verdict\":\"allowed\"}\n");
-        let s = counted(&text);
-        assert_eq!((s.attempts, s.admitted, s.unreadable_lines), (1, 1, 1));
-        assert_eq!(
-            s.receipt_sha256.as_deref(),
-            Some(terra_policy::digest::artifact_digest(&text).as_str())
-        );
     }
 }

@@ -1,0 +1,57 @@
+//! The launcher's status pipe to terra run, and the terminal hand-over.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileTypeExt;
+
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use terra_seatbelt::Status;
+
+/// The write end of terra run's status pipe, close-on-exec (so the exec of
+/// the role closes it: end of file tells terra run the role runs).
+pub struct Pipe(File);
+
+impl Pipe {
+    /// Adopts descriptor `fd`: it must be open and a pipe.
+    pub fn adopt(fd: i32) -> Result<Pipe, String> {
+        fcntl(fd, FcntlArg::F_GETFD).map_err(|e| format!("status descriptor {fd}: {e}"))?;
+        // SAFETY: the descriptor is open (checked above), terra run handed
+        // it to this process for the status, and nothing else here owns or
+        // closes it; it is adopted once, at the start.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let is_pipe = file
+            .metadata()
+            .map(|m| m.file_type().is_fifo())
+            .unwrap_or(false);
+        if !is_pipe {
+            return Err(format!("status descriptor {fd}: not a pipe"));
+        }
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+            .map_err(|e| format!("status descriptor {fd}: close-on-exec: {e}"))?;
+        Ok(Pipe(file))
+    }
+
+    /// Writes one status line; terra run may be gone (then it is lost).
+    pub fn say(&mut self, status: &Status) {
+        let _ = self.0.write_all(status.line().as_bytes());
+    }
+}
+
+/// Makes this process's group the foreground group of the terminal on
+/// standard input. SIGTTOU is blocked meanwhile (a background group may
+/// change the foreground group only then) and unblocked before the exec.
+pub fn take_terminal() -> Result<(), String> {
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old))
+        .map_err(|e| format!("cannot block SIGTTOU: {e}"))?;
+    let stdin = std::io::stdin();
+    let r = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp())
+        .map_err(|e| format!("cannot take the terminal's foreground: {e}"));
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None)
+        .map_err(|e| format!("cannot restore the signal mask: {e}"))?;
+    r
+}
