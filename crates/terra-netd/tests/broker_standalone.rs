@@ -5,6 +5,7 @@
 //! file, the proxy protocols, the judge, the copy relay, the receipt lines,
 //! and the end when the supervisor closes its end. On Linux this is the code
 //! the Mac runs, run here.
+#![cfg(unix)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

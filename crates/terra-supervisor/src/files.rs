@@ -502,16 +502,7 @@ impl OutDir {
     /// An unpredictable temporary name for `name` in this directory.
     fn temp_name(&self, name: &OsStr) -> Result<OsString, OutError> {
         let mut rnd = [0u8; 12];
-        #[cfg(target_os = "linux")]
-        rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty())
-            .map_err(|e| OutError::Io(format!("getrandom: {}", errno_io(e))))?;
-        #[cfg(not(target_os = "linux"))]
-        {
-            use std::io::Read;
-            File::open("/dev/urandom")
-                .and_then(|mut f| f.read_exact(&mut rnd))
-                .map_err(|e| OutError::Io(format!("/dev/urandom: {e}")))?;
-        }
+        random_bytes(&mut rnd).map_err(|e| OutError::Io(format!("random bytes: {e}")))?;
         let mut s = Self::temp_prefix(name, std::process::id());
         s.push(crate::request::hex(&rnd));
         Ok(s)
@@ -632,6 +623,26 @@ pub fn remove_tree(path: &Path) {
             "terra: cannot remove the run's temp directory {}: {e}",
             path.display()
         );
+    }
+}
+
+/// Unpredictable bytes for names: getrandom(2) on Linux (no file to
+/// open), /dev/urandom elsewhere.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut filled = 0;
+        while filled < buf.len() {
+            filled +=
+                rustix::rand::getrandom(&mut buf[filled..], rustix::rand::GetRandomFlags::empty())
+                    .map_err(std::io::Error::from)?;
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use std::io::Read;
+        File::open("/dev/urandom").and_then(|mut f| f.read_exact(buf))
     }
 }
 

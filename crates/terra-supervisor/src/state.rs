@@ -336,8 +336,7 @@ fn fresh_private_dir(plan: &SandboxPlan, parent: &Path, prefix: &str) -> Result<
 pub(crate) fn new_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf> {
     for _ in 0..16 {
         let mut rnd = [0u8; 8];
-        rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty())
-            .map_err(|e| Error::op("getrandom", std::io::Error::from(e)))?;
+        crate::files::random_bytes(&mut rnd).map_err(|e| Error::op("random bytes", e))?;
         let dir = parent.join(format!("{prefix}-{}", crate::request::hex(&rnd)));
         match DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {
@@ -553,7 +552,7 @@ fn new_run_id() -> String {
         .filter(|c| c.is_ascii_digit() || *c == 'T')
         .collect();
     let mut rnd = [0u8; 4];
-    let _ = rustix::rand::getrandom(&mut rnd, rustix::rand::GetRandomFlags::empty());
+    let _ = crate::files::random_bytes(&mut rnd);
     format!(
         "{compact}Z-{}-{}",
         std::process::id(),
