@@ -79,7 +79,8 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     quiet: bool,
     /// The backend to run on: auto (linux where user namespaces work, else
-    /// landlock), linux, or landlock (see `terra backends`).
+    /// landlock), linux, landlock, or vm (a guest kernel in QEMU; see
+    /// `terra backends`).
     #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
@@ -107,6 +108,14 @@ pub struct RunArgs {
     /// Refuse the run (exit 125) when a limit asked cannot be enforced here.
     #[arg(long)]
     require_limits: bool,
+    /// With `--backend vm`: the guest's kernel (a bzImage whose modules are
+    /// installed under /lib/modules). Default: the newest /boot/vmlinuz-*
+    /// with modules.
+    #[arg(long, value_name = "PATH")]
+    kernel: Option<PathBuf>,
+    /// With `--backend vm`: the guest's memory (default 256M).
+    #[arg(long, value_name = "SIZE")]
+    vm_memory: Option<String>,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -164,6 +173,8 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         cpus: args.cpus,
         max_file_size: args.max_file_size,
         require_limits: args.require_limits,
+        kernel: args.kernel,
+        vm_memory: args.vm_memory,
         ..RunBuilder::new(args.command)
     }
     .build();

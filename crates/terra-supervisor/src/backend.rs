@@ -17,6 +17,8 @@ pub enum Backend {
     /// Seatbelt (terra_seatbelt): resolved on every host so its profile can
     /// be reviewed with `--dry-run`; a real run needs a Mac.
     Macos,
+    /// A guest kernel in QEMU inside the namespace box (terra_vm, docs/vm.md).
+    Vm,
 }
 
 impl Backend {
@@ -25,6 +27,7 @@ impl Backend {
             Backend::Linux => "linux",
             Backend::Landlock => nouserns::NAME,
             Backend::Macos => "macos",
+            Backend::Vm => "vm",
         }
     }
 
@@ -33,6 +36,7 @@ impl Backend {
             "linux" => Some(Backend::Linux),
             n if n == nouserns::NAME => Some(Backend::Landlock),
             "macos" => Some(Backend::Macos),
+            "vm" => Some(Backend::Vm),
             _ => None,
         }
     }
@@ -45,8 +49,31 @@ impl Backend {
             Backend::Landlock => nouserns::declared_capabilities(),
             // No broker is built for macOS yet: mediated plans are refused.
             Backend::Macos => terra_seatbelt::declared_capabilities(false),
+            Backend::Vm => vm_declared(),
         }
     }
+}
+
+/// What the vm backend enforces: the box's tree through the 9p share (read,
+/// write, deny, deny-write), no network or one route to the broker, the
+/// whole process tree inside the guest. Not network-direct (the guest has
+/// no host network by design), not root-ephemeral-write, not
+/// fs-protect-create (placeholders are the namespace box's), not the
+/// broker's TLS SNI and private-address flags (not yet tested through the
+/// guest).
+pub fn vm_declared() -> CapabilitySet {
+    use terra_policy::Capability as C;
+    [
+        C::FsRead,
+        C::FsWrite,
+        C::FsDeny,
+        C::FsDenyWrite,
+        C::NetworkNone,
+        C::NetworkMediated,
+        C::ProcessTree,
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// A backend and why it was chosen.
@@ -132,11 +159,15 @@ pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choi
             backend: Backend::Macos,
             reason: "--backend macos".into(),
         }),
+        "vm" => Ok(Choice {
+            backend: Backend::Vm,
+            reason: "--backend vm".into(),
+        }),
         "windows" => Err(Error::Unsupported(format!(
             "backend {requested} is not supported on this host (see `terra backends`)"
         ))),
         other => Err(Error::Unsupported(format!(
-            "unknown backend {other:?}: auto, linux, landlock or macos (see `terra backends`)"
+            "unknown backend {other:?}: auto, linux, landlock, vm or macos (see `terra backends`)"
         ))),
     }
 }

@@ -90,6 +90,10 @@ pub struct RunBuilder {
     pub max_file_size: Option<String>,
     /// Refuse the run when a limit asked cannot be enforced (`--require-limits`).
     pub require_limits: bool,
+    /// The vm backend's kernel (`--kernel`, a bzImage; default: the newest
+    /// /boot/vmlinuz-* with modules) and guest memory (`--vm-memory`).
+    pub kernel: Option<PathBuf>,
+    pub vm_memory: Option<String>,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -128,6 +132,8 @@ impl RunBuilder {
             cpus: None,
             max_file_size: None,
             require_limits: false,
+            kernel: None,
+            vm_memory: None,
         }
     }
 
@@ -182,7 +188,7 @@ impl RunBuilder {
                 Backend::Landlock => {
                     terra_sandbox::linux::nouserns::missing_reason(Capability::NetworkMediated)
                 }
-                Backend::Linux => "this build has no network broker",
+                Backend::Linux | Backend::Vm => "this build has no network broker",
                 Backend::Macos => "no network broker is built for macOS yet",
             };
             return Err(Error::Unsupported(format!(
@@ -238,11 +244,18 @@ impl RunBuilder {
             );
             // The proxy environment comes before --env, which may override it
             // (harmless: the box has no other route out).
-            let proxy = if mediated { proxy_env() } else { Vec::new() };
+            let proxy = match (mediated, choice.backend) {
+                (false, _) => Vec::new(),
+                // The guest reaches the box's proxy through QEMU's forward.
+                (true, Backend::Vm) => {
+                    proxy_env_at(std::net::SocketAddr::V4(terra_vm::qemu::PROXY))
+                }
+                (true, _) => proxy_env(),
+            };
             // The landlock and macos backends have no private /tmp: HOME and
             // TMPDIR name the run's temp directory at its host path.
             let tmp = match choice.backend {
-                Backend::Linux => OsString::from("/tmp"),
+                Backend::Linux | Backend::Vm => OsString::from("/tmp"),
                 Backend::Landlock | Backend::Macos => temp.clone().into_os_string(),
             };
             // Preset variables first, then the proxy's, then --env.
@@ -266,6 +279,10 @@ impl RunBuilder {
                     absolute_lexical(r, &cwd)
                 }
             });
+            let vm = match choice.backend {
+                Backend::Vm => Some(self.vm_boot()?),
+                _ => None,
+            };
             let request = RunRequest {
                 version: REQUEST_VERSION,
                 parent_pid: std::process::id() as i32,
@@ -286,6 +303,7 @@ impl RunBuilder {
                 // run's outcome (temp.rs).
                 keep_temp: true,
                 limits: crate::limits::LimitPlan::default(),
+                vm,
             };
             Ok(PreparedRun {
                 plan,
@@ -299,6 +317,43 @@ impl RunBuilder {
             let _ = fs::remove_dir(&temp);
         }
         result
+    }
+
+    /// The vm backend's guest: QEMU, the kernel, the cached vmlinux and
+    /// initramfs (made now when absent), the accelerator. A host without
+    /// QEMU or a kernel is refused with what to install.
+    #[cfg(target_os = "linux")]
+    fn vm_boot(&self) -> Result<terra_vm::Boot> {
+        let memory_mib = self
+            .vm_memory
+            .as_deref()
+            .map(|s| {
+                crate::limits::parse_size(s)
+                    .ok()
+                    .map(|b| b >> 20)
+                    .filter(|m| (64..=65_536).contains(m))
+                    .map(|m| m as u32)
+                    .ok_or_else(|| {
+                        Error::Argument(format!(
+                            "--vm-memory {s}: between 64M and 64G (e.g. 256M, 1G)"
+                        ))
+                    })
+            })
+            .transpose()?;
+        let wishes = terra_vm::assets::Wishes {
+            kernel: self.kernel.clone(),
+            memory_mib,
+            ready_ms: None,
+        };
+        terra_vm::assets::prepare(&wishes)
+            .map_err(|e| Error::Unsupported(format!("the vm backend cannot run here: {e}")))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn vm_boot(&self) -> Result<terra_vm::Boot> {
+        Err(Error::Unsupported(
+            "the vm backend runs on Linux only in this build".into(),
+        ))
     }
 
     /// The limit flags, parsed (each refusal names its flag).
@@ -581,7 +636,11 @@ fn refuse_missing_on_landlock(
 
 /// The proxy environment of a mediated run (the box's service address).
 fn proxy_env() -> Vec<(OsString, OsString)> {
-    terra_netd::proxy_env(terra_netd::proxy_listen_addr())
+    proxy_env_at(terra_netd::proxy_listen_addr())
+}
+
+fn proxy_env_at(addr: std::net::SocketAddr) -> Vec<(OsString, OsString)> {
+    terra_netd::proxy_env(addr)
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
         .collect()
@@ -1049,6 +1108,7 @@ impl PreparedRun {
             },
             hostname: "terra".into(),
             rlimits: Default::default(),
+            vm: r.vm.clone(),
         };
         let _ = writeln!(s, "backend program ({}):", r.backend);
         let program = if landlock {
@@ -1058,6 +1118,49 @@ impl PreparedRun {
         };
         for line in program.lines() {
             let _ = writeln!(s, "  {line}");
+        }
+        if let Some(boot) = &r.vm {
+            let _ = writeln!(
+                s,
+                "vm (terra __vm runs QEMU in the box above; the box's tree, without its /proc and /dev, is QEMU's 9p \
+                 share {}):",
+                terra_vm::qemu::SHARE_TAG
+            );
+            let _ = writeln!(s, "  engine:      {}", boot.qemu_version);
+            let _ = writeln!(
+                s,
+                "  accelerator: {} ({})",
+                boot.accel.name(),
+                boot.accel_reason
+            );
+            let _ = writeln!(
+                s,
+                "  kernel:      {} ({}, sha256 {})",
+                boot.kernel, boot.kernel_release, boot.kernel_sha256
+            );
+            let _ = writeln!(s, "  vmlinux:     {}", boot.vmlinux);
+            let _ = writeln!(s, "  initramfs:   {}", boot.initramfs);
+            let _ = writeln!(
+                s,
+                "  QEMU's root: {} (read-only), terra at {}, /dev, /proc, the share at /export",
+                boot.host_paths.join(" "),
+                boot.terra_in_root
+            );
+            let proxy =
+                (plan.network() == NetworkMode::Mediated).then(terra_netd::proxy_listen_addr);
+            let _ = writeln!(s, "  command line:");
+            for a in terra_vm::qemu::argv(boot, proxy, "/export") {
+                let _ = writeln!(s, "    {a}");
+            }
+            let _ = writeln!(
+                s,
+                "  guest: terra is init; 9p share at /newroot with its own /proc and /dev; the workload runs chrooted \
+                 there as uid {} gid {}, every capability dropped, no_new_privs, the workload's seccomp deny lists, \
+                 after the activation check; ready within {} ms or the run is refused",
+                nix::unistd::geteuid(),
+                nix::unistd::getegid(),
+                boot.ready_ms
+            );
         }
         if plan.network() == NetworkMode::Mediated {
             let _ = writeln!(s, "network broker (terra __network):");

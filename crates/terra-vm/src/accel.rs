@@ -46,9 +46,15 @@ pub fn decide(f: &Facts) -> (Accel, String) {
         );
     }
     if !f.cpu_virt {
-        return (Accel::Tcg, "tcg: the CPU flags have neither vmx nor svm".into());
+        return (
+            Accel::Tcg,
+            "tcg: the CPU flags have neither vmx nor svm".into(),
+        );
     }
-    (Accel::Kvm, "kvm: /dev/kvm opens and the CPU has hardware virtualization".into())
+    (
+        Accel::Kvm,
+        "kvm: /dev/kvm opens and the CPU has hardware virtualization".into(),
+    )
 }
 
 /// Paravirtual KVM modules: their guests need a kernel of their own.

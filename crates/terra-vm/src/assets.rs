@@ -103,13 +103,18 @@ pub fn choose_kernel(wished: Option<&Path>) -> Result<Candidate, AssetError> {
     match wished {
         Some(p) => {
             let bytes = std::fs::read(p).map_err(|e| io(p, e))?;
-            let release = kernel::bzimage_version(&bytes).ok_or_else(|| kernel::KernelError::NotBzImage {
-                path: p.display().to_string(),
-            })?;
+            let release =
+                kernel::bzimage_version(&bytes).ok_or_else(|| kernel::KernelError::NotBzImage {
+                    path: p.display().to_string(),
+                })?;
             let modules = Path::new("/lib/modules").join(&release);
             if !has_modules(&modules) {
                 return Err(AssetError::Missing {
-                    what: format!("{}/modules.dep for kernel {release} ({})", modules.display(), p.display()),
+                    what: format!(
+                        "{}/modules.dep for kernel {release} ({})",
+                        modules.display(),
+                        p.display()
+                    ),
                     advice: format!("install that kernel's modules, then run `depmod {release}`"),
                 });
             }
@@ -160,7 +165,10 @@ fn module_bytes(path: &Path) -> Result<Vec<u8>, AssetError> {
     } else if name.ends_with(b".ko") {
         Ok(raw)
     } else {
-        Err(io(path, "a compression terra does not read (only .ko, .ko.xz, .ko.zst)"))
+        Err(io(
+            path,
+            "a compression terra does not read (only .ko, .ko.xz, .ko.zst)",
+        ))
     }
 }
 
@@ -222,7 +230,10 @@ fn module_files(k: &Candidate) -> Result<Vec<(String, Vec<u8>)>, AssetError> {
         .enumerate()
         .map(|(i, rel)| {
             let bytes = module_bytes(&k.modules.join(rel))?;
-            Ok((format!("/modules/{i:02}-{}.ko", modules::name_of(rel)), bytes))
+            Ok((
+                format!("/modules/{i:02}-{}.ko", modules::name_of(rel)),
+                bytes,
+            ))
         })
         .collect()
 }
@@ -287,7 +298,10 @@ fn check_owned(fd: &OwnedFd) -> Result<(), String> {
         return Err(format!("belongs to uid {}, not to the caller", st.st_uid));
     }
     if st.st_mode & 0o022 != 0 {
-        return Err(format!("mode {:o} lets others write it", st.st_mode & 0o7777));
+        return Err(format!(
+            "mode {:o} lets others write it",
+            st.st_mode & 0o7777
+        ));
     }
     Ok(())
 }
@@ -328,14 +342,21 @@ fn write_atomic(dir: &OwnedFd, name: &str, bytes: &[u8], shown: &Path) -> Result
         use std::io::Write;
         (&file).write_all(bytes).and_then(|_| file.sync_all())
     };
-    let renamed = written
-        .map_err(|e| io(shown.join(&tmp), e))
-        .and_then(|_| {
-            renameat(Some(dir.as_raw_fd()), tmp.as_str(), Some(dir.as_raw_fd()), name)
-                .map_err(|e| io(shown.join(name), e))
-        });
+    let renamed = written.map_err(|e| io(shown.join(&tmp), e)).and_then(|_| {
+        renameat(
+            Some(dir.as_raw_fd()),
+            tmp.as_str(),
+            Some(dir.as_raw_fd()),
+            name,
+        )
+        .map_err(|e| io(shown.join(name), e))
+    });
     if renamed.is_err() {
-        let _ = nix::unistd::unlinkat(Some(dir.as_raw_fd()), tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        let _ = nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            tmp.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
     }
     renamed
 }

@@ -167,8 +167,7 @@ pub fn has_pvh_note(b: &[u8]) -> Result<bool, ElfError> {
             if next > n.len() {
                 break;
             }
-            if namesz == 4 && &n[12..16] == b"Xen\0" && kind == XEN_ELFNOTE_PHYS32_ENTRY
-            {
+            if namesz == 4 && &n[12..16] == b"Xen\0" && kind == XEN_ELFNOTE_PHYS32_ENTRY {
                 return Ok(true);
             }
             n = &n[next..];
@@ -212,7 +211,12 @@ mod tests {
         let strtab = b"\0libc.so.6\0libm.so.6\0";
         let dyn_at = strtab_at + strtab.len();
         let mut dynamic = Vec::new();
-        for (t, v) in [(DT_NEEDED, 1u64), (DT_STRTAB, 0x1000 + strtab_at as u64), (DT_NEEDED, 11), (DT_NULL, 0)] {
+        for (t, v) in [
+            (DT_NEEDED, 1u64),
+            (DT_STRTAB, 0x1000 + strtab_at as u64),
+            (DT_NEEDED, 11),
+            (DT_NULL, 0),
+        ] {
             dynamic.extend(t.to_le_bytes());
             dynamic.extend(v.to_le_bytes());
         }
@@ -225,7 +229,12 @@ mod tests {
             &[
                 (PT_INTERP, body_at as u64, 0, interp.len() as u64),
                 (PT_LOAD, 0, 0x1000, total),
-                (PT_DYNAMIC, dyn_at as u64, 0x1000 + dyn_at as u64, dynamic.len() as u64),
+                (
+                    PT_DYNAMIC,
+                    dyn_at as u64,
+                    0x1000 + dyn_at as u64,
+                    dynamic.len() as u64,
+                ),
             ],
             &body,
         );
@@ -252,7 +261,12 @@ mod tests {
         other[8] = 6;
         let b = elf(&[(PT_NOTE, at as u64, 0, other.len() as u64)], &other);
         assert!(!has_pvh_note(&b).unwrap());
-        assert_eq!(interpreter(b"not an elf at all, not at all, no......................................."), Err(ElfError::NotElf64));
+        assert_eq!(
+            interpreter(
+                b"not an elf at all, not at all, no......................................."
+            ),
+            Err(ElfError::NotElf64)
+        );
         // A program header pointing past the end.
         let b = elf(&[(PT_INTERP, 10_000, 0, 5)], &[]);
         assert!(interpreter(&b).is_err());

@@ -32,12 +32,17 @@ pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
         _ => None,
     };
     let Some(addr) = addr.filter(|a| a.ip().is_loopback()) else {
-        eprintln!("terra __vm_forward: takes one loopback address (it is spawned by QEMU in the vm box)");
+        eprintln!(
+            "terra __vm_forward: takes one loopback address (it is spawned by QEMU in the vm box)"
+        );
         return ExitCode::from(125);
     };
-    let is_socket = nix::sys::stat::fstat(0).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
+    let is_socket =
+        nix::sys::stat::fstat(0).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
     if !is_socket {
-        eprintln!("terra __vm_forward: standard input is not a socket: QEMU starts this, not a person");
+        eprintln!(
+            "terra __vm_forward: standard input is not a socket: QEMU starts this, not a person"
+        );
         return ExitCode::from(125);
     }
     let Ok(upstream) = TcpStream::connect(addr) else {

@@ -103,16 +103,27 @@ fn on_initramfs() -> bool {
     root_ok && !std::path::Path::new("/proc/self").exists()
 }
 
-fn mnt(src: &str, target: &str, fstype: &str, flags: MsFlags, data: Option<&str>) -> Result<(), String> {
+fn mnt(
+    src: &str,
+    target: &str,
+    fstype: &str,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<(), String> {
     let _ = std::fs::create_dir_all(target);
-    mount(Some(src), target, Some(fstype), flags, data).map_err(|e| format!("mount {fstype} on {target}: {e}"))
+    mount(Some(src), target, Some(fstype), flags, data)
+        .map_err(|e| format!("mount {fstype} on {target}: {e}"))
 }
 
 /// Its own /dev, /proc, /sys; stdio on the console; the modules.
 fn early() -> Result<(), String> {
     let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
     mnt("devtmpfs", "/dev", "devtmpfs", MsFlags::MS_NOSUID, None)?;
-    if let Ok(c) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/console") {
+    if let Ok(c) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/console")
+    {
         let _ = nix::unistd::dup2(c.as_raw_fd(), 1);
         let _ = nix::unistd::dup2(c.as_raw_fd(), 2);
     }
@@ -157,7 +168,11 @@ fn find_port(within: Duration) -> Result<OwnedFd, String> {
                 let name = std::fs::read_to_string(e.path().join("name")).unwrap_or_default();
                 if name.trim() == crate::qemu::PORT_NAME {
                     let dev = format!("/dev/{}", e.file_name().to_string_lossy());
-                    if let Ok(f) = std::fs::OpenOptions::new().read(true).write(true).open(&dev) {
+                    if let Ok(f) = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&dev)
+                    {
                         return Ok(f.into());
                     }
                 }
@@ -201,7 +216,9 @@ impl Channel {
         loop {
             match self.dec.next_to_guest().map_err(|e| e.to_string())? {
                 Some(ToGuest::Config(c)) => return Ok(*c),
-                Some(other) => return Err(format!("expected the configuration first, got {other:?}")),
+                Some(other) => {
+                    return Err(format!("expected the configuration first, got {other:?}"))
+                }
                 None => {
                     if !self.fill()? {
                         return Err("the host closed the control channel".into());
@@ -215,10 +232,22 @@ impl Channel {
 /// The box's tree over 9p at /newroot, its /proc and /dev, the network.
 fn prepare_root(c: &GuestConfig) -> Result<(), String> {
     let opts = format!("trans=virtio,version=9p2000.L,msize={}", c.msize);
-    mnt(&c.share_tag, NEWROOT, "9p", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(&opts))?;
+    mnt(
+        &c.share_tag,
+        NEWROOT,
+        "9p",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(&opts),
+    )?;
     let proc_ = format!("{NEWROOT}/proc");
     if std::path::Path::new(&proc_).is_dir() {
-        mnt("proc", &proc_, "proc", MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC, None)?;
+        mnt(
+            "proc",
+            &proc_,
+            "proc",
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None,
+        )?;
     }
     let dev = format!("{NEWROOT}/dev");
     if std::path::Path::new(&dev).is_dir() {
@@ -235,18 +264,58 @@ fn prepare_root(c: &GuestConfig) -> Result<(), String> {
 /// tmpfs with null zero full random urandom tty, a private devpts, shm.
 fn small_dev(dev: &str) -> Result<(), String> {
     use nix::sys::stat::{makedev, mknod, Mode, SFlag};
-    mnt("tmpfs", dev, "tmpfs", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("mode=0755,size=64k"))?;
-    for (n, major, minor) in [("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)] {
+    mnt(
+        "tmpfs",
+        dev,
+        "tmpfs",
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )?;
+    for (n, major, minor) in [
+        ("null", 1, 3),
+        ("zero", 1, 5),
+        ("full", 1, 7),
+        ("random", 1, 8),
+        ("urandom", 1, 9),
+        ("tty", 5, 0),
+    ] {
         let p = format!("{dev}/{n}");
-        mknod(p.as_str(), SFlag::S_IFCHR, Mode::from_bits_truncate(0o666), makedev(major, minor))
-            .map_err(|e| format!("mknod {p}: {e}"))?;
+        mknod(
+            p.as_str(),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(major, minor),
+        )
+        .map_err(|e| format!("mknod {p}: {e}"))?;
         // mknod applies the umask: make the mode exact.
-        let _ = nix::sys::stat::fchmodat(None, p.as_str(), Mode::from_bits_truncate(0o666), nix::sys::stat::FchmodatFlags::FollowSymlink);
+        let _ = nix::sys::stat::fchmodat(
+            None,
+            p.as_str(),
+            Mode::from_bits_truncate(0o666),
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        );
     }
-    mnt("devpts", &format!("{dev}/pts"), "devpts", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, Some("newinstance,ptmxmode=0666,mode=0620"))?;
+    mnt(
+        "devpts",
+        &format!("{dev}/pts"),
+        "devpts",
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )?;
     let _ = std::os::unix::fs::symlink("pts/ptmx", format!("{dev}/ptmx"));
-    mnt("tmpfs", &format!("{dev}/shm"), "tmpfs", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777"))?;
-    for (name, target) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
+    mnt(
+        "tmpfs",
+        &format!("{dev}/shm"),
+        "tmpfs",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
         let _ = std::os::unix::fs::symlink(target, format!("{dev}/{name}"));
     }
     Ok(())
@@ -294,11 +363,25 @@ fn if_up(s: &OwnedFd, name: &str, addr: Option<(std::net::Ipv4Addr, u8)>) -> Res
     if let Some((a, prefix)) = addr {
         let mut r = ifreq(name);
         r.ifr_ifru.ifru_addr = sockaddr_in(a);
-        ioctl(s, libc::SIOCSIFADDR, &mut r, &format!("{name}: set address"))?;
-        let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+        ioctl(
+            s,
+            libc::SIOCSIFADDR,
+            &mut r,
+            &format!("{name}: set address"),
+        )?;
+        let mask = if prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - u32::from(prefix))
+        };
         let mut r = ifreq(name);
         r.ifr_ifru.ifru_netmask = sockaddr_in(std::net::Ipv4Addr::from(mask));
-        ioctl(s, libc::SIOCSIFNETMASK, &mut r, &format!("{name}: set netmask"))?;
+        ioctl(
+            s,
+            libc::SIOCSIFNETMASK,
+            &mut r,
+            &format!("{name}: set netmask"),
+        )?;
     }
     let mut r = ifreq(name);
     ioctl(s, libc::SIOCGIFFLAGS, &mut r, &format!("{name}: get flags"))?;
@@ -351,7 +434,14 @@ fn workload(c: &GuestConfig, stdin: RawFd, stdout: RawFd, stderr: RawFd, rep: Ra
     }
     // Everything else closes at the exec (the channel, the pipes' other ends).
     // SAFETY: close_range with the CLOEXEC flag only marks descriptors.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
     if let Err(e) = std::env::set_current_dir(NEWROOT)
         .and_then(|_| nix::unistd::chroot(".").map_err(std::io::Error::from))
         .and_then(|_| std::env::set_current_dir(&c.cwd))
@@ -361,7 +451,9 @@ fn workload(c: &GuestConfig, stdin: RawFd, stdout: RawFd, stderr: RawFd, rep: Ra
     if let Err(e) = drop_privileges(c.uid, c.gid) {
         refuse(format!("dropping privileges: {e}"));
     }
-    match terra_seccomp::compile(terra_seccomp::Table::Workload).and_then(|p| terra_seccomp::install(&p)) {
+    match terra_seccomp::compile(terra_seccomp::Table::Workload)
+        .and_then(|p| terra_seccomp::install(&p))
+    {
         Ok(()) => {}
         Err(e) => refuse(format!("the workload's seccomp filters: {e}")),
     }
@@ -380,7 +472,7 @@ fn workload(c: &GuestConfig, stdin: RawFd, stdout: RawFd, stderr: RawFd, rep: Ra
 /// no_new_privs.
 fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
     const SECBITS: libc::c_ulong = 0x2f | 0xc0; // NOROOT(+L), NO_SETUID_FIXUP(+L), KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE(+L)
-    // SAFETY: prctl with integer arguments.
+                                                // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECBITS, 0, 0, 0) } != 0 {
         return Err(format!("securebits: {}", std::io::Error::last_os_error()));
     }
@@ -393,7 +485,15 @@ fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
         }
     }
     // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
     nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
     let g = nix::unistd::Gid::from_raw(gid);
     nix::unistd::setresgid(g, g, g).map_err(|e| format!("setresgid: {e}"))?;
@@ -421,18 +521,26 @@ fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
 fn activation(c: &GuestConfig) -> Result<(), String> {
     let canary = String::from_utf8_lossy(&c.canary_path).into_owned();
     if std::fs::File::open(&canary).is_ok() {
-        return Err(format!("the canary {canary} could be opened inside the guest"));
+        return Err(format!(
+            "the canary {canary} could be opened inside the guest"
+        ));
     }
     for a in &c.canary_tcp {
         if std::net::TcpStream::connect_timeout(a, Duration::from_millis(300)).is_ok() {
-            return Err(format!("a TCP connection to {a} succeeded inside the guest"));
+            return Err(format!(
+                "a TCP connection to {a} succeeded inside the guest"
+            ));
         }
     }
     Ok(())
 }
 
 fn exec(c: &GuestConfig, rep: RawFd) -> ! {
-    let cs = |v: &[Vec<u8>]| -> Vec<CString> { v.iter().filter_map(|b| CString::new(b.clone()).ok()).collect() };
+    let cs = |v: &[Vec<u8>]| -> Vec<CString> {
+        v.iter()
+            .filter_map(|b| CString::new(b.clone()).ok())
+            .collect()
+    };
     let (argv, envp, cands) = (cs(&c.argv), cs(&c.envp), cs(&c.candidates));
     let mut denied = None;
     let mut other = None;
@@ -440,7 +548,9 @@ fn exec(c: &GuestConfig, rep: RawFd) -> ! {
         match nix::unistd::execve(cand, &argv, &envp) {
             Err(nix::errno::Errno::ENOENT | nix::errno::Errno::ENOTDIR) => {}
             Err(nix::errno::Errno::EACCES) => {
-                denied.get_or_insert_with(|| format!("{}: permission denied", cand.to_string_lossy()));
+                denied.get_or_insert_with(|| {
+                    format!("{}: permission denied", cand.to_string_lossy())
+                });
             }
             Err(e) => {
                 other = Some(format!("{}: {e}", cand.to_string_lossy()));
@@ -449,7 +559,10 @@ fn exec(c: &GuestConfig, rep: RawFd) -> ! {
             Ok(never) => match never {},
         }
     }
-    let name = argv.first().map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = argv
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let (code, reason) = match (other, denied) {
         (Some(r), _) | (None, Some(r)) => (126, format!("cannot execute {name}: {r}")),
         (None, None) => (127, format!("{name}: command not found in the guest")),
@@ -462,7 +575,10 @@ fn exec(c: &GuestConfig, rep: RawFd) -> ! {
 fn set_nonblocking(fd: BorrowedFd<'_>) {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     if let Ok(fl) = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL) {
-        let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK));
+        let _ = fcntl(
+            fd.as_raw_fd(),
+            FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK),
+        );
     }
 }
 
@@ -486,7 +602,13 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
     let child = match unsafe { nix::unistd::fork() } {
         Ok(ForkResult::Child) => {
             let _ = SigSet::empty().thread_set_mask();
-            workload(c, in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd(), rep_w.as_raw_fd())
+            workload(
+                c,
+                in_r.as_raw_fd(),
+                out_w.as_raw_fd(),
+                err_w.as_raw_fd(),
+                rep_w.as_raw_fd(),
+            )
         }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
@@ -536,7 +658,12 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
         let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
         let ctl_ready = ready(&fds[0]);
         let sig_ready = ready(&fds[1]);
-        let out_ready: Vec<usize> = which.iter().enumerate().filter(|(k, _)| ready(&fds[2 + k])).map(|(_, i)| *i).collect();
+        let out_ready: Vec<usize> = which
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| ready(&fds[2 + k]))
+            .map(|(_, i)| *i)
+            .collect();
         let stdin_ready = stdin_at.is_some_and(|i| ready(&fds[i]));
         drop(fds);
         if ctl_ready {
@@ -594,7 +721,10 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
                 Ok(0) => outs[i] = None,
                 Ok(n) => match i {
                     0 | 1 => {
-                        if chan.send(&FromGuest::data_frames(i == 1, &buf[..n])).is_err() {
+                        if chan
+                            .send(&FromGuest::data_frames(i == 1, &buf[..n]))
+                            .is_err()
+                        {
                             power_off()
                         }
                     }
@@ -605,7 +735,9 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
                             let msg = match serde_json::from_slice::<Report>(&line) {
                                 Ok(Report::Activation(a)) => FromGuest::Activation(a),
                                 Ok(Report::Refused(r)) => FromGuest::Refused(r),
-                                Ok(Report::ExecFailed { code, reason }) => FromGuest::ExecFailed { code, reason },
+                                Ok(Report::ExecFailed { code, reason }) => {
+                                    FromGuest::ExecFailed { code, reason }
+                                }
                                 Err(_) => continue,
                             };
                             let _ = chan.send(&msg.encode());

@@ -12,7 +12,9 @@ use crate::elf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("{path}: not a bzImage (no \"HdrS\" setup header, or a boot protocol older than 2.08)")]
+    #[error(
+        "{path}: not a bzImage (no \"HdrS\" setup header, or a boot protocol older than 2.08)"
+    )]
     NotBzImage { path: String },
     #[error("{path}: {why}")]
     Payload { path: String, why: String },
@@ -51,7 +53,9 @@ pub fn bzimage_version(b: &[u8]) -> Option<String> {
 /// The compressed payload of a bzImage and its format.
 fn payload<'a>(b: &'a [u8], path: &str) -> Result<&'a [u8], KernelError> {
     let not = || KernelError::NotBzImage { path: path.into() };
-    if b.get(HEADER_MAGIC..HEADER_MAGIC + 4) != Some(b"HdrS") || u16_at(b, VERSION).ok_or_else(not)? < 0x208 {
+    if b.get(HEADER_MAGIC..HEADER_MAGIC + 4) != Some(b"HdrS")
+        || u16_at(b, VERSION).ok_or_else(not)? < 0x208
+    {
         return Err(not());
     }
     let mut sects = *b.get(SETUP_SECTS).ok_or_else(not)? as usize;
@@ -61,10 +65,11 @@ fn payload<'a>(b: &'a [u8], path: &str) -> Result<&'a [u8], KernelError> {
     let off = u32_at(b, PAYLOAD_OFFSET).ok_or_else(not)? as usize;
     let len = u32_at(b, PAYLOAD_LENGTH).ok_or_else(not)? as usize;
     let start = (sects + 1) * 512 + off;
-    b.get(start..start + len).ok_or_else(|| KernelError::Payload {
-        path: path.into(),
-        why: "the payload lies outside the file".into(),
-    })
+    b.get(start..start + len)
+        .ok_or_else(|| KernelError::Payload {
+            path: path.into(),
+            why: "the payload lies outside the file".into(),
+        })
 }
 
 /// The largest vmlinux terra accepts (the decompressor stops there).
@@ -112,7 +117,9 @@ pub fn extract_vmlinux(b: &[u8], path: &str) -> Result<Vec<u8>, KernelError> {
         )));
     };
     if out.len() as u64 > MAX_VMLINUX {
-        return Err(err(format!("the vmlinux is larger than {MAX_VMLINUX} bytes")));
+        return Err(err(format!(
+            "the vmlinux is larger than {MAX_VMLINUX} bytes"
+        )));
     }
     if let Some(n) = expected {
         if n != out.len() {
@@ -125,7 +132,8 @@ pub fn extract_vmlinux(b: &[u8], path: &str) -> Result<Vec<u8>, KernelError> {
     match elf::has_pvh_note(&out) {
         Ok(true) => Ok(out),
         Ok(false) => Err(err(
-            "its vmlinux has no Xen PVH entry note (CONFIG_PVH): QEMU cannot boot it directly".into(),
+            "its vmlinux has no Xen PVH entry note (CONFIG_PVH): QEMU cannot boot it directly"
+                .into(),
         )),
         Err(e) => Err(err(format!("its payload is not a vmlinux: {e}"))),
     }
@@ -228,7 +236,8 @@ mod tests {
         let v = format!("{version} (builder@host) #1 SMP\0");
         b[0x500..0x500 + v.len()].copy_from_slice(v.as_bytes());
         b[PAYLOAD_OFFSET..PAYLOAD_OFFSET + 4].copy_from_slice(&16u32.to_le_bytes());
-        b[PAYLOAD_LENGTH..PAYLOAD_LENGTH + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        b[PAYLOAD_LENGTH..PAYLOAD_LENGTH + 4]
+            .copy_from_slice(&(payload.len() as u32).to_le_bytes());
         b.truncate(4 * 512 + 16);
         b.extend_from_slice(payload);
         b
@@ -239,8 +248,14 @@ mod tests {
         let b = bz(b"\x1f\x8b\x08\x00rest", "6.1.0-57-amd64");
         assert_eq!(bzimage_version(&b).as_deref(), Some("6.1.0-57-amd64"));
         let e = extract_vmlinux(&b, "k").unwrap_err().to_string();
-        assert!(e.contains("1f 8b 08 00") && e.contains("CONFIG_KERNEL_XZ"), "{e}");
-        assert!(matches!(extract_vmlinux(b"MZ not a kernel", "k"), Err(KernelError::NotBzImage { .. })));
+        assert!(
+            e.contains("1f 8b 08 00") && e.contains("CONFIG_KERNEL_XZ"),
+            "{e}"
+        );
+        assert!(matches!(
+            extract_vmlinux(b"MZ not a kernel", "k"),
+            Err(KernelError::NotBzImage { .. })
+        ));
         assert!(bzimage_version(b"short").is_none());
         // A payload length past the end.
         let mut b = bz(b"xx", "1");
@@ -272,14 +287,24 @@ mod tests {
         let c = newest(Path::new("/boot"), &names, Path::new("/lib/modules"), &has).unwrap();
         assert_eq!(c.release, "6.10.0-1-amd64");
         assert_eq!(c.image, Path::new("/boot/vmlinuz-6.10.0-1-amd64"));
-        let none = newest(Path::new("/boot"), &names[..1], Path::new("/lib/modules"), &|_| false)
-            .unwrap_err()
-            .to_string();
+        let none = newest(
+            Path::new("/boot"),
+            &names[..1],
+            Path::new("/lib/modules"),
+            &|_| false,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(none.contains("depmod 6.1.0-9-amd64"), "{none}");
-        let empty = newest(Path::new("/boot"), &[], Path::new("/lib/modules"), &|_| true)
-            .unwrap_err()
-            .to_string();
-        assert!(empty.contains("apt-get install linux-image-amd64"), "{empty}");
+        let empty = newest(Path::new("/boot"), &[], Path::new("/lib/modules"), &|_| {
+            true
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            empty.contains("apt-get install linux-image-amd64"),
+            "{empty}"
+        );
         assert!(version_key("6.1.0-57") > version_key("6.1.0-9"));
     }
 }

@@ -153,7 +153,12 @@ kernel/net/core/failover.ko:
     fn every_module_comes_after_its_dependencies() {
         let t = DepTable::parse(DEP).unwrap();
         let order = t.load_order(&WANTED, &BTreeSet::new()).unwrap();
-        let pos = |n: &str| order.iter().position(|p| name_of(p) == n).unwrap_or_else(|| panic!("{n} in {order:?}"));
+        let pos = |n: &str| {
+            order
+                .iter()
+                .position(|p| name_of(p) == n)
+                .unwrap_or_else(|| panic!("{n} in {order:?}"))
+        };
         for (before, after) in [
             ("virtio_ring", "virtio"),
             ("virtio", "virtio_mmio"),
@@ -165,7 +170,10 @@ kernel/net/core/failover.ko:
             ("failover", "net_failover"),
             ("net_failover", "virtio_net"),
         ] {
-            assert!(pos(before) < pos(after), "{before} before {after}: {order:?}");
+            assert!(
+                pos(before) < pos(after),
+                "{before} before {after}: {order:?}"
+            );
         }
         assert_eq!(order.len(), 12, "{order:?}");
         let unique: BTreeSet<_> = order.iter().collect();
@@ -191,6 +199,9 @@ kernel/net/core/failover.ko:
         assert!(DepTable::parse("../x.ko:").is_err());
         assert!(DepTable::parse("a.ko: /abs/b.ko").is_err());
         let t = DepTable::parse("a.ko: b.ko\nb.ko: a.ko\n").unwrap();
-        assert!(matches!(t.load_order(&["a"], &BTreeSet::new()), Err(ModuleError::Cycle(_))));
+        assert!(matches!(
+            t.load_order(&["a"], &BTreeSet::new()),
+            Err(ModuleError::Cycle(_))
+        ));
     }
 }

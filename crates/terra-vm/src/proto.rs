@@ -264,9 +264,7 @@ impl Decoder {
             Ok(Some((_, len))) => HEADER + len,
             _ => HEADER,
         };
-        want.saturating_sub(self.buf.len())
-            .max(1)
-            .min(MAX_BUFFERED)
+        want.saturating_sub(self.buf.len()).max(1).min(MAX_BUFFERED)
     }
 
     /// The current frame's kind and length, checked against the kind's
@@ -352,7 +350,8 @@ impl Decoder {
         let Some((kind, p)) = self.take()? else {
             return Ok(None);
         };
-        let text = |p: Vec<u8>| String::from_utf8(p).map_err(|_| malformed(kind, "text is not UTF-8"));
+        let text =
+            |p: Vec<u8>| String::from_utf8(p).map_err(|_| malformed(kind, "text is not UTF-8"));
         let msg = match kind {
             K_READY => Ok(FromGuest::Ready),
             K_ACTIVATION => text(p).map(FromGuest::Activation),
@@ -377,7 +376,9 @@ impl Decoder {
                 } else {
                     let value = i32::from_le_bytes([p[1], p[2], p[3], p[4]]);
                     let signaled = p[0] == 1;
-                    if (signaled && !(1..=64).contains(&value)) || (!signaled && !(0..=255).contains(&value)) {
+                    if (signaled && !(1..=64).contains(&value))
+                        || (!signaled && !(0..=255).contains(&value))
+                    {
                         Err(malformed(kind, "an exit code is 0..=255, a signal 1..=64"))
                     } else {
                         Ok(FromGuest::Exit { signaled, value })

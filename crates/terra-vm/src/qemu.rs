@@ -194,7 +194,9 @@ mod tests {
         let a = argv(&boot(), None, "/export");
         let p = pairs(&a);
         assert!(p.contains(&("-nic".into(), "none".into())));
-        assert!(!a.iter().any(|x| x.contains("netdev") || x.contains("user,")));
+        assert!(!a
+            .iter()
+            .any(|x| x.contains("netdev") || x.contains("user,")));
         assert!(a.iter().any(|x| x.contains("spawn=deny")));
         for flag in ["-nodefaults", "-no-user-config", "-no-reboot"] {
             assert!(a.iter().any(|x| x == flag), "{flag}");
@@ -202,16 +204,30 @@ mod tests {
         assert!(p.contains(&("-accel".into(), "tcg".into())));
         assert!(p.contains(&("-m".into(), "256M".into())));
         let fsdev = &p.iter().find(|(f, _)| f == "-fsdev").unwrap().1;
-        assert!(fsdev.contains("path=/export") && fsdev.contains("multidevs=remap") && fsdev.contains("security_model=none"));
+        assert!(
+            fsdev.contains("path=/export")
+                && fsdev.contains("multidevs=remap")
+                && fsdev.contains("security_model=none")
+        );
     }
 
     #[test]
     fn mediated_is_user_networking_restricted_to_one_forward() {
         let a = argv(&boot(), Some("127.0.0.1:3128".parse().unwrap()), "/export");
-        let netdev = &pairs(&a).into_iter().find(|(f, _)| f == "-netdev").unwrap().1;
-        assert!(netdev.starts_with("user,") && netdev.contains("restrict=on"), "{netdev}");
+        let netdev = &pairs(&a)
+            .into_iter()
+            .find(|(f, _)| f == "-netdev")
+            .unwrap()
+            .1;
+        assert!(
+            netdev.starts_with("user,") && netdev.contains("restrict=on"),
+            "{netdev}"
+        );
         assert_eq!(netdev.matches("guestfwd=").count(), 1, "{netdev}");
-        assert!(netdev.contains("guestfwd=tcp:10.0.2.100:3128-cmd:/terra __vm_forward 127.0.0.1:3128"), "{netdev}");
+        assert!(
+            netdev.contains("guestfwd=tcp:10.0.2.100:3128-cmd:/terra __vm_forward 127.0.0.1:3128"),
+            "{netdev}"
+        );
         assert!(!netdev.contains("hostfwd"), "{netdev}");
     }
 
