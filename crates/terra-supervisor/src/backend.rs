@@ -55,12 +55,12 @@ impl Backend {
 }
 
 /// What the vm backend enforces: the box's tree through the 9p share (read,
-/// write, deny, deny-write), no network or one route to the broker, the
-/// whole process tree inside the guest. Not network-direct (the guest has
-/// no host network by design), not root-ephemeral-write, not
-/// fs-protect-create (placeholders are the namespace box's), not the
-/// broker's TLS SNI and private-address flags (not yet tested through the
-/// guest).
+/// write, deny, deny-write), no network or one route to the broker (whose
+/// proxy judges every connection with the destination's flags: TLS SNI,
+/// private addresses), the whole process tree inside the guest. Not
+/// network-direct (the guest has no host network by design), not
+/// root-ephemeral-write, not fs-protect-create (not tested through the
+/// share).
 pub fn vm_declared() -> CapabilitySet {
     use terra_policy::Capability as C;
     [
@@ -70,6 +70,8 @@ pub fn vm_declared() -> CapabilitySet {
         C::FsDenyWrite,
         C::NetworkNone,
         C::NetworkMediated,
+        C::NetworkRequireTlsSni,
+        C::NetworkPrivateAddresses,
         C::ProcessTree,
     ]
     .into_iter()

@@ -16,8 +16,9 @@
 //! - network none: no NIC at all. mediated: user networking with
 //!   `restrict=on` (the guest reaches nothing of the host) and one
 //!   `guestfwd` to the box's proxy, through terra's forwarder;
-//! - `-sandbox on,...`: QEMU's own seccomp filter; `spawn=deny` only
-//!   without networking (the forwarder is spawned per connection).
+//! - `-sandbox on,...`: QEMU's own seccomp filter; `spawn=deny` and
+//!   `elevateprivileges=deny` only without networking (the forwarder is
+//!   spawned per connection, and its spawn calls setsid).
 
 use serde::{Deserialize, Serialize};
 
@@ -154,7 +155,11 @@ pub fn argv(boot: &Boot, proxy: Option<std::net::SocketAddr>, export: &str) -> V
     a.extend([
         "-sandbox".into(),
         format!(
-            "on,obsolete=deny,elevateprivileges=deny,spawn={},resourcecontrol=deny",
+            "on,obsolete=deny,elevateprivileges={},spawn={},resourcecontrol=deny",
+            // The forwarder's spawn calls setsid, which elevateprivileges
+            // denies; QEMU has no capability and no_new_privs, so set*id
+            // cannot gain it anything.
+            if mediated { "allow" } else { "deny" },
             if mediated { "allow" } else { "deny" }
         ),
     ]);
