@@ -368,7 +368,34 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
             )
         }),
     });
+    let vm = vm_usable(&support);
+    checks.push(Check {
+        name: "vm-backend",
+        ok: vm.is_ok(),
+        required: false,
+        detail: match &vm {
+            Ok(what) => format!("the vm backend can run here: {what}"),
+            Err(why) => format!("the vm backend cannot run here: {why}"),
+        },
+        fix: vm.is_err().then(|| {
+            "install QEMU and a kernel (Debian: apt-get install qemu-system-x86 linux-image-amd64; \
+             `scripts/bootstrap.sh` does), with user namespaces working"
+                .to_string()
+        }),
+    });
     (checks, support.landlock_abi)
+}
+
+/// Whether the vm backend can run here: QEMU, a kernel with its modules,
+/// and the namespace box it runs in.
+fn vm_usable(support: &terra_sandbox::linux::HostSupport) -> Result<String, String> {
+    if !support.usable() {
+        return Err(
+            "it runs QEMU inside the namespace box, which cannot start here (see user-namespaces)"
+                .into(),
+        );
+    }
+    terra_vm::assets::usable()
 }
 
 /// What blocks user namespaces here (empty when they work) and what
@@ -487,6 +514,11 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         Err(why) => format!("not usable here: {why} (see `terra doctor`)"),
     };
     let auto = choose("auto", HostFacts::probe);
+    let vm = vm_usable(&support);
+    let vm_caps: Vec<&str> = terra_supervisor::backend::vm_declared()
+        .iter()
+        .map(Capability::name)
+        .collect();
     let rows = [
         ("linux", linux_ok, caps.clone(), linux_note),
         (
@@ -494,6 +526,15 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             landlock.is_ok(),
             landlock_caps,
             landlock_note,
+        ),
+        (
+            "vm",
+            vm.is_ok(),
+            vm_caps,
+            match &vm {
+                Ok(what) => format!("supported on this host ({what}); only with --backend vm"),
+                Err(why) => format!("not usable here: {why}"),
+            },
         ),
         (
             "macos",
