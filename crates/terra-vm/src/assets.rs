@@ -102,7 +102,13 @@ pub fn choose_kernel(wished: Option<&Path>) -> Result<Candidate, AssetError> {
     let has_modules = |d: &Path| d.join("modules.dep").is_file();
     match wished {
         Some(p) => {
-            let bytes = std::fs::read(p).map_err(|e| io(p, e))?;
+            let bytes = std::fs::read(p).map_err(|e| AssetError::Missing {
+                what: format!("the kernel --kernel {}", p.display()),
+                advice: format!(
+                    "it cannot be read ({e}); pass a bzImage whose modules are installed under /lib/modules, or \
+                     leave out --kernel to take the newest /boot/vmlinuz-*"
+                ),
+            })?;
             let release =
                 kernel::bzimage_version(&bytes).ok_or_else(|| kernel::KernelError::NotBzImage {
                     path: p.display().to_string(),
