@@ -116,6 +116,11 @@ pub struct RunArgs {
     /// With `--backend vm`: the guest's memory (default 256M).
     #[arg(long, value_name = "SIZE")]
     vm_memory: Option<String>,
+    /// With `--backend vm`: how long the guest may take to report on its
+    /// control channel before QEMU is killed and the run refused (default
+    /// 30s under TCG, 10s with KVM).
+    #[arg(long, value_name = "DURATION")]
+    vm_ready_timeout: Option<String>,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -175,6 +180,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         require_limits: args.require_limits,
         kernel: args.kernel,
         vm_memory: args.vm_memory,
+        vm_ready_timeout: args.vm_ready_timeout,
         ..RunBuilder::new(args.command)
     }
     .build();

@@ -467,6 +467,50 @@ fn kill_9_of_the_cli_or_the_supervisor_leaves_no_qemu() {
     }
 }
 
+/// A guest that does not report on its control channel in time is killed
+/// and the run refused: no boot is that fast, so a 50 ms deadline trips it.
+#[test]
+fn a_guest_that_does_not_report_in_time_is_killed_and_the_run_refused() {
+    let vm = Vm::new("ready", User::Caller);
+    let mut cmd = vm.command(&["--vm-ready-timeout", "50ms"], &["true"]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let qemu = qemu_under(child.id());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("did not report on its control channel within 50 ms"),
+        "{err}"
+    );
+    assert_eq!(vm.receipt(&out)["activation"], "not run");
+    assert_gone(qemu, "after the ready deadline");
+}
+
+/// The guest's roles refuse on the host: `__vm_guest` is only PID 1 of the
+/// guest kernel on its initramfs, `__vm_forward` only QEMU's child on a socket.
+#[test]
+fn the_guest_roles_refuse_to_run_on_the_host() {
+    for (role, args, words) in [
+        ("__vm_guest", vec![], "does nothing elsewhere"),
+        ("__vm_forward", vec!["127.0.0.1:3128"], "not a socket"),
+        ("__vm_forward", vec!["192.0.2.1:80"], "loopback"),
+    ] {
+        let out = Command::new(terra_bin(User::Caller))
+            .arg(role)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{role}: {}", show(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(words),
+            "{role}: {}",
+            show(&out)
+        );
+    }
+}
+
 // ------------------------------------------------------------- refusals
 
 #[test]

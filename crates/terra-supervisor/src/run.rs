@@ -94,6 +94,8 @@ pub struct RunBuilder {
     /// /boot/vmlinuz-* with modules) and guest memory (`--vm-memory`).
     pub kernel: Option<PathBuf>,
     pub vm_memory: Option<String>,
+    /// The guest's report deadline as written (`--vm-ready-timeout`).
+    pub vm_ready_timeout: Option<String>,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -134,6 +136,7 @@ impl RunBuilder {
             require_limits: false,
             kernel: None,
             vm_memory: None,
+            vm_ready_timeout: None,
         }
     }
 
@@ -340,10 +343,21 @@ impl RunBuilder {
                     })
             })
             .transpose()?;
+        let ready_ms = self
+            .vm_ready_timeout
+            .as_deref()
+            .map(|s| {
+                parse_duration(s)
+                    .map(|d| d.as_millis() as u64)
+                    .map_err(|e| {
+                        Error::Argument(e.to_string().replace("--timeout", "--vm-ready-timeout"))
+                    })
+            })
+            .transpose()?;
         let wishes = terra_vm::assets::Wishes {
             kernel: self.kernel.clone(),
             memory_mib,
-            ready_ms: None,
+            ready_ms,
         };
         terra_vm::assets::prepare(&wishes)
             .map_err(|e| Error::Unsupported(format!("the vm backend cannot run here: {e}")))
