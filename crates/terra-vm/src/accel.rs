@@ -32,6 +32,10 @@ pub struct Facts {
     pub cpu_virt: bool,
     /// A loaded paravirtual KVM module (kvm_pvm), if any.
     pub paravirt_module: Option<String>,
+    /// A probe boot under KVM: did the guest report on its control channel
+    /// within the deadline (None: not tried; it is tried only when every
+    /// other fact allows KVM, once per host boot).
+    pub probe: Option<Result<(), String>>,
 }
 
 /// The accelerator and why.
@@ -51,10 +55,21 @@ pub fn decide(f: &Facts) -> (Accel, String) {
             "tcg: the CPU flags have neither vmx nor svm".into(),
         );
     }
-    (
-        Accel::Kvm,
-        "kvm: /dev/kvm opens and the CPU has hardware virtualization".into(),
-    )
+    match &f.probe {
+        Some(Err(why)) => (
+            Accel::Tcg,
+            format!("tcg: a probe boot under KVM failed: {why}"),
+        ),
+        Some(Ok(())) => (
+            Accel::Kvm,
+            "kvm: /dev/kvm opens, the CPU has hardware virtualization and a probe boot reported in time"
+                .into(),
+        ),
+        None => (
+            Accel::Kvm,
+            "kvm: /dev/kvm opens and the CPU has hardware virtualization (not probed)".into(),
+        ),
+    }
 }
 
 /// Paravirtual KVM modules: their guests need a kernel of their own.
@@ -82,6 +97,7 @@ pub fn host_facts() -> Facts {
         kvm_opens,
         cpu_virt,
         paravirt_module,
+        probe: None,
     }
 }
 
@@ -95,8 +111,16 @@ mod tests {
             kvm_opens: Ok(()),
             cpu_virt: true,
             paravirt_module: None,
+            probe: Some(Ok(())),
         };
         assert_eq!(decide(&good).0, Accel::Kvm);
+        let failed = Facts {
+            probe: Some(Err("no report within 10000 ms".into())),
+            ..good.clone()
+        };
+        let (a, why) = decide(&failed);
+        assert_eq!(a, Accel::Tcg);
+        assert!(why.contains("probe boot"), "{why}");
         let pvm = Facts {
             paravirt_module: Some("kvm_pvm".into()),
             ..good.clone()

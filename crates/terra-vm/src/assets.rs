@@ -395,6 +395,116 @@ fn tsc_khz(vm_dir: &OwnedFd, vm_path: &Path) -> Option<u64> {
     Some(khz)
 }
 
+/// How long the KVM probe boot may take to report.
+const KVM_PROBE_MS: u64 = 10_000;
+
+/// Whether a guest boots under KVM here: QEMU started directly (no
+/// workload, no share is mounted: the guest waits for a configuration that
+/// never comes) with the cached kernel and initramfs, which must say Ready
+/// on the control channel within [`KVM_PROBE_MS`]. On a paravirtualized or
+/// broken KVM the guest dies or stalls instead. The answer is cached per
+/// host boot.
+fn kvm_probe(
+    vm_dir: &OwnedFd,
+    vm_path: &Path,
+    qemu: &Path,
+    dir: &Path,
+    tsc: Option<u64>,
+) -> Result<(), String> {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let name = format!("kvm-probe-{}", boot_id.trim());
+    if let Ok(fd) = openat(
+        Some(vm_dir.as_raw_fd()),
+        name.as_str(),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        // SAFETY: openat returned a new descriptor owned by nobody else.
+        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut s = String::new();
+        if f.read_to_string(&mut s).is_ok() {
+            return match s.trim() {
+                "ok" => Ok(()),
+                other => Err(other.trim_start_matches("failed: ").to_string()),
+            };
+        }
+    }
+    let result = run_probe(qemu, dir, tsc);
+    let line = match &result {
+        Ok(()) => "ok\n".to_string(),
+        Err(why) => format!("failed: {why}\n"),
+    };
+    let _ = write_atomic(vm_dir, &name, line.as_bytes(), vm_path);
+    result
+}
+
+fn run_probe(qemu: &Path, dir: &Path, tsc: Option<u64>) -> Result<(), String> {
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
+    let boot = Boot {
+        qemu: qemu.display().to_string(),
+        qemu_version: String::new(),
+        vmlinux: dir.join("vmlinux").display().to_string(),
+        initramfs: dir.join("initramfs.cpio").display().to_string(),
+        kernel: String::new(),
+        kernel_sha256: String::new(),
+        kernel_release: String::new(),
+        accel: Accel::Kvm,
+        accel_reason: String::new(),
+        tsc_khz: tsc,
+        memory_mib: DEFAULT_MEMORY_MIB,
+        cpus: 1,
+        ready_ms: KVM_PROBE_MS,
+        host_paths: Vec::new(),
+        terra_in_root: String::new(),
+    };
+    // The share is the cache directory, read-only; the guest never mounts it.
+    let mut argv = crate::qemu::argv(&boot, None, &dir.display().to_string());
+    if let Some(fsdev) = argv.iter_mut().find(|a| a.starts_with("local,id=root,")) {
+        fsdev.push_str(",readonly=on");
+    }
+    let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let theirs_fd = theirs.as_raw_fd();
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: between fork and exec the closure only calls dup2 and fcntl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(theirs_fd, crate::qemu::CONTROL_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start QEMU: {e}"))?;
+    drop(theirs);
+    ours.set_read_timeout(Some(std::time::Duration::from_millis(KVM_PROBE_MS)))
+        .map_err(|e| e.to_string())?;
+    let mut dec = crate::proto::Decoder::new();
+    let mut buf = [0u8; 64];
+    let result = loop {
+        match (&ours).read(&mut buf) {
+            Ok(0) => break Err("QEMU ended before the guest reported".to_string()),
+            Ok(n) => {
+                dec.push(&buf[..n]);
+                match dec.next_from_guest() {
+                    Ok(Some(crate::proto::FromGuest::Ready)) => break Ok(()),
+                    Ok(_) => continue,
+                    Err(e) => break Err(e.to_string()),
+                }
+            }
+            Err(_) => break Err(format!("no report within {KVM_PROBE_MS} ms")),
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
 /// QEMU's version line (`QEMU emulator version 7.2.22 ...`).
 fn qemu_version(qemu: &Path) -> String {
     std::process::Command::new(qemu)
@@ -455,8 +565,13 @@ pub fn prepare(w: &Wishes) -> Result<Boot, AssetError> {
     if !cached(&dir, "initramfs.cpio") {
         write_atomic(&dir, "initramfs.cpio", &initramfs(&terra, &mods), &dir_path)?;
     }
-    let facts = accel::host_facts();
-    let (accel, accel_reason) = accel::decide(&facts);
+    let mut facts = accel::host_facts();
+    let (mut accel, mut accel_reason) = accel::decide(&facts);
+    let tsc = tsc_khz(&vm_dir, &vm_path);
+    if accel == Accel::Kvm {
+        facts.probe = Some(kvm_probe(&vm_dir, &vm_path, &qemu, &dir_path, tsc));
+        (accel, accel_reason) = accel::decide(&facts);
+    }
     let mut host_paths = vec!["/usr".to_string(), dir_path.display().to_string()];
     for p in ["/lib", "/lib64", "/bin", "/etc/ld.so.cache"] {
         if Path::new(p).exists() || std::fs::symlink_metadata(p).is_ok() {
@@ -474,7 +589,7 @@ pub fn prepare(w: &Wishes) -> Result<Boot, AssetError> {
         kernel_release: k.release,
         accel,
         accel_reason,
-        tsc_khz: tsc_khz(&vm_dir, &vm_path),
+        tsc_khz: tsc,
         memory_mib: w.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB),
         cpus: 1,
         ready_ms: w.ready_ms.unwrap_or(match accel {
