@@ -418,7 +418,7 @@ fn the_deadline_stops_the_guest_and_its_qemu() {
     let vm = Vm::new("timeout", User::Caller);
     let mut cmd = vm.command(&["--timeout", "4s"], &["sleep", "100"]);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
+    let child = cmd.spawn().unwrap();
     let qemu = qemu_under(child.id());
     let out = child.wait_with_output().unwrap();
     assert!(

@@ -202,6 +202,7 @@ mod tests {
             receipt: None,
             keep_temp: false,
             limits: Default::default(),
+            vm: None,
         }
     }
 

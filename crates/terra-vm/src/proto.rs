@@ -264,7 +264,7 @@ impl Decoder {
             Ok(Some((_, len))) => HEADER + len,
             _ => HEADER,
         };
-        want.saturating_sub(self.buf.len()).max(1).min(MAX_BUFFERED)
+        want.saturating_sub(self.buf.len()).clamp(1, MAX_BUFFERED)
     }
 
     /// The current frame's kind and length, checked against the kind's
