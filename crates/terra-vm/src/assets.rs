@@ -367,6 +367,81 @@ fn write_atomic(dir: &OwnedFd, name: &str, bytes: &[u8], shown: &Path) -> Result
     renamed
 }
 
+/// How many cache entries are kept (each holds a vmlinux of tens of MB).
+const KEEP_ENTRIES: usize = 3;
+
+/// Removes all but the newest [`KEEP_ENTRIES`] cache entries (and never
+/// `current`): only directories named like a key, holding only regular
+/// files, each removed relative to the cache's descriptor without following
+/// a symlink. A run still booting from a removed entry keeps its open files.
+fn prune(vm_dir: &OwnedFd, current: &str) {
+    use nix::dir::{Dir, Type};
+    let Ok(mut d) = Dir::openat(
+        Some(vm_dir.as_raw_fd()),
+        ".",
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let mut entries: Vec<(i64, String)> = d
+        .iter()
+        .flatten()
+        .filter(|e| e.file_type() == Some(Type::Directory))
+        .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+        .filter(|n| n.len() == 32 && n.bytes().all(|b| b.is_ascii_hexdigit()) && n != current)
+        .filter_map(|n| {
+            nix::sys::stat::fstatat(
+                Some(vm_dir.as_raw_fd()),
+                n.as_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .ok()
+            .filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            .map(|st| (st.st_mtime, n))
+        })
+        .collect();
+    entries.sort();
+    let excess = entries.len().saturating_sub(KEEP_ENTRIES - 1);
+    for (_, name) in entries.into_iter().take(excess) {
+        let Ok(fd) = openat(
+            Some(vm_dir.as_raw_fd()),
+            name.as_str(),
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        // SAFETY: openat returned a new descriptor owned by nobody else.
+        let entry = unsafe { OwnedFd::from_raw_fd(fd) };
+        if let Ok(mut inner) = Dir::openat(
+            Some(entry.as_raw_fd()),
+            ".",
+            OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            let files: Vec<String> = inner
+                .iter()
+                .flatten()
+                .filter(|e| e.file_type() == Some(Type::File))
+                .filter_map(|e| e.file_name().to_str().ok().map(str::to_string))
+                .collect();
+            for f in files {
+                let _ = nix::unistd::unlinkat(
+                    Some(entry.as_raw_fd()),
+                    f.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
+            }
+        }
+        let _ = nix::unistd::unlinkat(
+            Some(vm_dir.as_raw_fd()),
+            name.as_str(),
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        );
+    }
+}
+
 /// The host's TSC frequency in kHz: rdtsc against CLOCK_MONOTONIC_RAW over
 /// 20 ms (x86_64 only), cached per host boot.
 fn tsc_khz(vm_dir: &OwnedFd, vm_path: &Path) -> Option<u64> {
@@ -561,6 +636,8 @@ pub fn prepare(w: &Wishes) -> Result<Boot, AssetError> {
     if !cached(&dir, "vmlinux") {
         let vmlinux = kernel::extract_vmlinux(&image, &k.image.display().to_string())?;
         write_atomic(&dir, "vmlinux", &vmlinux, &dir_path)?;
+        // A new entry (a new kernel or a new terra): old ones go.
+        prune(&vm_dir, &key);
     }
     if !cached(&dir, "initramfs.cpio") {
         write_atomic(&dir, "initramfs.cpio", &initramfs(&terra, &mods), &dir_path)?;
@@ -615,4 +692,47 @@ pub fn usable() -> Result<String, String> {
         k.image.display(),
         accel.name()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_fd(p: &Path) -> OwnedFd {
+        std::fs::File::open(p).unwrap().into()
+    }
+
+    #[test]
+    fn prune_keeps_the_newest_entries_and_the_current_one() {
+        let t = tempfile::tempdir().unwrap();
+        let key = |i: usize| format!("{i:032x}");
+        for i in 0..6 {
+            let d = t.path().join(key(i));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("vmlinux"), b"x").unwrap();
+            let when = nix::sys::time::TimeSpec::new(1_000_000 + i as i64 * 100, 0);
+            nix::sys::stat::utimensat(
+                None,
+                &d,
+                &when,
+                &when,
+                nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+            )
+            .unwrap();
+        }
+        // Not an entry: kept whatever its age.
+        std::fs::create_dir(t.path().join("not-a-key")).unwrap();
+        std::os::unix::fs::symlink("/", t.path().join(key(99))).unwrap();
+        // The oldest is the current one: kept too.
+        prune(&dir_fd(t.path()), &key(0));
+        let mut left: Vec<String> = std::fs::read_dir(t.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = vec![key(0), key(4), key(5), key(99), "not-a-key".to_string()];
+        want.sort();
+        assert_eq!(left, want);
+    }
 }
