@@ -29,6 +29,7 @@ pub mod forward;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod guest;
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod tsc;
 
