@@ -534,6 +534,40 @@ fn a_kernel_that_cannot_boot_is_refused_with_advice() {
 }
 
 #[test]
+fn a_profile_names_the_kernel_and_the_command_line_wins() {
+    let vm = Vm::new("profile", User::Caller);
+    let profiles = vm.dirs.home.join(".config/terra/profiles");
+    fs::create_dir_all(&profiles).unwrap();
+    let policy = Command::new(terra_bin(User::Caller))
+        .args(["policy", "init"])
+        .output()
+        .unwrap();
+    fs::write(profiles.join("vmp.json"), &policy.stdout).unwrap();
+    fs::write(
+        profiles.join("vmp.limits.json"),
+        r#"{"vmKernel": "/nonexistent/from-profile"}"#,
+    )
+    .unwrap();
+    let out = vm.run(&["--profile", "vmp"], &["true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("/nonexistent/from-profile"),
+        "{}",
+        show(&out)
+    );
+    let out = vm.run(
+        &["--profile", "vmp", "--kernel", "/nonexistent/from-flag"],
+        &["true"],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/from-flag") && !err.contains("from-profile"),
+        "{err}"
+    );
+}
+
+#[test]
 #[ignore = "needs root: hides /boot in a mount namespace of its own"]
 fn a_host_without_a_kernel_is_told_what_to_install() {
     require_root("hiding /boot");

@@ -283,7 +283,7 @@ impl RunBuilder {
                 }
             });
             let vm = match choice.backend {
-                Backend::Vm => Some(self.vm_boot()?),
+                Backend::Vm => Some(self.vm_boot(&profile_limits)?),
                 _ => None,
             };
             let request = RunRequest {
@@ -326,10 +326,11 @@ impl RunBuilder {
     /// initramfs (made now when absent), the accelerator. A host without
     /// QEMU or a kernel is refused with what to install.
     #[cfg(target_os = "linux")]
-    fn vm_boot(&self) -> Result<terra_vm::Boot> {
+    fn vm_boot(&self, profile: &crate::profile::ProfileLimits) -> Result<terra_vm::Boot> {
         let memory_mib = self
             .vm_memory
             .as_deref()
+            .or(profile.vm_memory.as_deref())
             .map(|s| {
                 crate::limits::parse_size(s)
                     .ok()
@@ -355,7 +356,7 @@ impl RunBuilder {
             })
             .transpose()?;
         let wishes = terra_vm::assets::Wishes {
-            kernel: self.kernel.clone(),
+            kernel: self.kernel.clone().or_else(|| profile.vm_kernel.clone()),
             memory_mib,
             ready_ms,
         };
@@ -364,7 +365,7 @@ impl RunBuilder {
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn vm_boot(&self) -> Result<terra_vm::Boot> {
+    fn vm_boot(&self, _profile: &crate::profile::ProfileLimits) -> Result<terra_vm::Boot> {
         Err(Error::Unsupported(
             "the vm backend runs on Linux only in this build".into(),
         ))

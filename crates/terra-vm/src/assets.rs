@@ -103,10 +103,11 @@ pub fn choose_kernel(wished: Option<&Path>) -> Result<Candidate, AssetError> {
     match wished {
         Some(p) => {
             let bytes = std::fs::read(p).map_err(|e| AssetError::Missing {
-                what: format!("the kernel --kernel {}", p.display()),
+                what: format!("the kernel {}", p.display()),
                 advice: format!(
-                    "it cannot be read ({e}); pass a bzImage whose modules are installed under /lib/modules, or \
-                     leave out --kernel to take the newest /boot/vmlinuz-*"
+                    "it cannot be read ({e}); name a bzImage whose modules are installed under /lib/modules \
+                     (--kernel PATH, or vmKernel in the profile's NAME.limits.json), or name none to take the \
+                     newest /boot/vmlinuz-*"
                 ),
             })?;
             let release =
