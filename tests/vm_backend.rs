@@ -284,6 +284,48 @@ fn a_signal_ends_the_workload_as_128_plus_n_and_exec_failures_keep_their_codes()
     );
 }
 
+/// With stdin and stdout on a terminal (here `script`'s), the workload gets
+/// a terminal of the guest's own as its controlling terminal; the twin is
+/// every other case, whose stdio are pipes.
+#[test]
+fn a_caller_terminal_gives_the_workload_a_guest_terminal() {
+    for user in users() {
+        let vm = Vm::new("tty", user);
+        let inner = vm.command(
+            &[],
+            &[
+                "sh",
+                "-c",
+                "tty; test -t 0 && test -t 1 && echo both-terminals; exit 5",
+            ],
+        );
+        let mut line = vec![inner.get_program().to_string_lossy().into_owned()];
+        line.extend(inner.get_args().map(|a| a.to_string_lossy().into_owned()));
+        let quoted: Vec<String> = line
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+            .collect();
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &quoted.join(" "), "/dev/null"]);
+        vm.dirs.run_env(&mut cmd, PATH);
+        cmd.env("XDG_CACHE_HOME", cache_dir(user));
+        // script copies its stdin to the terminal: an open, silent pipe.
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let keep = child.stdin.take();
+        let out = child.wait_with_output().unwrap();
+        drop(keep);
+        assert_eq!(out.status.code(), Some(5), "{user:?}: {}", show(&out));
+        let text = stdout(&out);
+        assert!(
+            text.contains("/dev/pts/0") && text.contains("both-terminals"),
+            "{user:?}: {text}"
+        );
+    }
+}
+
 // ------------------------------------------------------------- files
 
 #[test]

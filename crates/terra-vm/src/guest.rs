@@ -420,13 +420,42 @@ fn pipe() -> (OwnedFd, OwnedFd) {
 }
 
 /// The workload's side of the fork; never returns.
-fn workload(c: &GuestConfig, stdin: RawFd, stdout: RawFd, stderr: RawFd, rep: RawFd) -> ! {
+fn workload(
+    c: &GuestConfig,
+    stdin: RawFd,
+    stdout: RawFd,
+    stderr: RawFd,
+    rep: RawFd,
+    tty: Option<&str>,
+) -> ! {
     let refuse = |why: String| -> ! {
         report(rep, &Report::Refused(why));
         // SAFETY: _exit in the child, no destructors of the parent's state.
         unsafe { libc::_exit(125) }
     };
     let _ = nix::unistd::setsid();
+    // With a terminal: the pseudo-terminal's slave on 0, 1, 2, as the
+    // controlling terminal of the workload's session.
+    let slave = tty.map(|path| {
+        let fd = nix::fcntl::open(
+            path,
+            nix::fcntl::OFlag::O_RDWR,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap_or_else(|e| refuse(format!("the guest's terminal {path}: {e}")));
+        // SAFETY: TIOCSCTTY with an integer argument on an open terminal.
+        if unsafe { libc::ioctl(fd, libc::TIOCSCTTY as _, 0) } != 0 {
+            refuse(format!(
+                "the guest's terminal: TIOCSCTTY: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        fd
+    });
+    let (stdin, stdout, stderr) = match slave {
+        Some(fd) => (fd, fd, fd),
+        None => (stdin, stdout, stderr),
+    };
     for (from, to) in [(stdin, 0), (stdout, 1), (stderr, 2)] {
         if nix::unistd::dup2(from, to).is_err() {
             refuse("dup2 of the workload's stdio".into());
@@ -572,6 +601,47 @@ fn exec(c: &GuestConfig, rep: RawFd) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// TIOCSWINSZ on a terminal (the kernel signals its foreground job).
+fn set_window(fd: RawFd, rows: u16, cols: u16) {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize.
+    unsafe { libc::ioctl(fd, libc::TIOCSWINSZ as _, &ws as *const libc::winsize) };
+}
+
+/// A pseudo-terminal in the workload's own devpts (its /dev/ptmx): the
+/// master, and the slave's path (as init sees it, before the chroot).
+fn open_pty(rows: u16, cols: u16) -> Result<(OwnedFd, String), String> {
+    let ptmx = format!("{NEWROOT}/dev/pts/ptmx");
+    let fd = nix::fcntl::open(
+        ptmx.as_str(),
+        nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NOCTTY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| format!("{ptmx}: {e}"))?;
+    // SAFETY: a new descriptor owned by nobody else.
+    let master = unsafe { OwnedFd::from_raw_fd(fd) };
+    let unlock: libc::c_int = 0;
+    let mut n: libc::c_uint = 0;
+    // SAFETY: TIOCSPTLCK reads an int, TIOCGPTN writes an unsigned int.
+    let ok = unsafe {
+        libc::ioctl(fd, libc::TIOCSPTLCK as _, &unlock as *const libc::c_int) == 0
+            && libc::ioctl(fd, libc::TIOCGPTN as _, &mut n as *mut libc::c_uint) == 0
+    };
+    if !ok {
+        return Err(format!(
+            "unlocking the pseudo-terminal: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    set_window(fd, rows, cols);
+    Ok((master, format!("{NEWROOT}/dev/pts/{n}")))
+}
+
 fn set_nonblocking(fd: BorrowedFd<'_>) {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     if let Ok(fl) = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL) {
@@ -598,6 +668,17 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
     let (out_r, out_w) = pipe();
     let (err_r, err_w) = pipe();
     let (rep_r, rep_w) = pipe();
+    let pty = match c.terminal {
+        Some((rows, cols)) => match open_pty(rows, cols) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                let _ =
+                    chan.send(&FromGuest::Refused(format!("the guest's terminal: {e}")).encode());
+                power_off()
+            }
+        },
+        None => None,
+    };
     // SAFETY: init has one thread (nothing started one).
     let child = match unsafe { nix::unistd::fork() } {
         Ok(ForkResult::Child) => {
@@ -608,6 +689,7 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
                 out_w.as_raw_fd(),
                 err_w.as_raw_fd(),
                 rep_w.as_raw_fd(),
+                pty.as_ref().map(|(_, slave)| slave.as_str()),
             )
         }
         Ok(ForkResult::Parent { child }) => child,
@@ -617,6 +699,15 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
         }
     };
     drop((in_r, out_w, err_w, rep_w));
+    // With a terminal the master is both: what is typed goes in, what the
+    // workload writes comes out.
+    let (in_w, out_r) = match pty {
+        Some((master, _)) => match master.try_clone() {
+            Ok(m) => (m, master),
+            Err(_) => power_off(),
+        },
+        None => (in_w, out_r),
+    };
     for fd in [&in_w, &out_r, &err_r, &rep_r, &chan.fd] {
         set_nonblocking(fd.as_fd());
     }
@@ -688,7 +779,13 @@ fn run(mut chan: Channel, c: &GuestConfig) -> ! {
                             let _ = kill(child, sig);
                         }
                     }
-                    Ok(Some(ToGuest::WindowSize { .. })) => {}
+                    Ok(Some(ToGuest::WindowSize { rows, cols })) => {
+                        if c.terminal.is_some() {
+                            if let Some(m) = &outs[0] {
+                                set_window(m.as_raw_fd(), rows, cols);
+                            }
+                        }
+                    }
                     Ok(Some(ToGuest::Config(_))) | Err(_) => {
                         // A second configuration or a broken stream: stop.
                         let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);

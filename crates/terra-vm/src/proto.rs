@@ -69,6 +69,10 @@ pub struct GuestConfig {
     /// The 9p share of the box's tree, and its mount options.
     pub share_tag: String,
     pub msize: u32,
+    /// The caller's stdin and stdout are a terminal: the workload gets a
+    /// pseudo-terminal of the guest's own with this size (rows, columns).
+    #[serde(default)]
+    pub terminal: Option<(u16, u16)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -422,6 +426,7 @@ mod tests {
             }),
             share_tag: "terra-root".into(),
             msize: 512 * 1024,
+            terminal: Some((24, 80)),
         }
     }
 

@@ -45,11 +45,64 @@ struct Ends {
     result: OwnedFd,
 }
 
+/// The caller's terminal modes, while the relay has it in raw mode.
+static SAVED_MODES: std::sync::OnceLock<libc::termios> = std::sync::OnceLock::new();
+
+/// Puts the caller's terminal (stdin) back as it was (the CLI does it once
+/// more after the run, also when this process was killed).
+fn restore_terminal() {
+    if let Some(t) = SAVED_MODES.get() {
+        // SAFETY: descriptor 0 is this process's standard input.
+        let fd = unsafe { BorrowedFd::borrow_raw(0) };
+        let t = nix::sys::termios::Termios::from(*t);
+        let _ = nix::sys::termios::tcsetattr(fd, nix::sys::termios::SetArg::TCSADRAIN, &t);
+    }
+}
+
 impl Ends {
     fn refuse(&self, why: String) -> ! {
+        restore_terminal();
         status::send(self.status.as_fd(), &Status::Refused(why));
         report_and_exit(self.result.as_fd(), false, EXIT_REFUSED.into())
     }
+
+    fn exit(&self, signaled: bool, value: i32) -> ! {
+        restore_terminal();
+        report_and_exit(self.result.as_fd(), signaled, value)
+    }
+}
+
+/// The size of the caller's terminal (on stdout), when stdin and stdout are
+/// one and terra runs in its foreground: the guest then gives the workload
+/// a terminal of that size, and the caller's terminal goes to raw mode so
+/// that every key reaches the guest's line discipline (Ctrl-C included).
+fn caller_terminal() -> Option<(u16, u16)> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        return None;
+    }
+    // SAFETY: descriptor 0 is this process's standard input.
+    let stdin = unsafe { BorrowedFd::borrow_raw(0) };
+    let foreground = nix::unistd::tcgetpgrp(stdin).ok() == Some(nix::unistd::getpgrp());
+    if !foreground {
+        return None;
+    }
+    let size = window_size()?;
+    let modes = nix::sys::termios::tcgetattr(stdin).ok()?;
+    let mut raw = modes.clone();
+    nix::sys::termios::cfmakeraw(&mut raw);
+    let _ = SAVED_MODES.set(libc::termios::from(modes));
+    nix::sys::termios::tcsetattr(stdin, nix::sys::termios::SetArg::TCSADRAIN, &raw).ok()?;
+    Some(size)
+}
+
+/// TIOCGWINSZ of the caller's stdout.
+fn window_size() -> Option<(u16, u16)> {
+    // SAFETY: winsize is plain old data.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize.
+    (unsafe { libc::ioctl(1, libc::TIOCGWINSZ as _, &mut ws as *mut libc::winsize) } == 0)
+        .then_some((ws.ws_row, ws.ws_col))
 }
 
 /// The body of `terra __vm` with a vm configuration; never returns.
@@ -89,7 +142,8 @@ pub(crate) fn main(
         }
     }
     drop(broker);
-    let guest = guest_config(&config);
+    let mut guest = guest_config(&config);
+    guest.terminal = caller_terminal();
     let argv = qemu::argv(&boot, config.proxy, EXPORT);
     relay(&ends, &boot, argv, guest, gate)
 }
@@ -123,6 +177,7 @@ fn guest_config(c: &VmConfig) -> GuestConfig {
         }),
         share_tag: qemu::SHARE_TAG.into(),
         msize: qemu::MSIZE,
+        terminal: None,
     }
 }
 
@@ -215,6 +270,7 @@ fn relay(
     mut gate: Option<OwnedFd>,
 ) -> ! {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let terminal = guest.terminal.is_some();
     let (ours, theirs) = match socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -272,7 +328,7 @@ fn relay(
         if let Some(q) = qemu_status {
             if !ctl_open || exit.is_some() {
                 match exit {
-                    Some((signaled, value)) => report_and_exit(ends.result.as_fd(), signaled, value),
+                    Some((signaled, value)) => ends.exit(signaled, value),
                     None => ends.refuse(format!(
                         "QEMU ended ({}) before the guest reported how the workload ended; the guest's console: {}",
                         if q.0 { format!("signal {}", q.1) } else { format!("exit status {}", q.1) },
@@ -376,6 +432,15 @@ fn relay(
                         if pid == qemu_pid {
                             qemu_status = Some(ended);
                         }
+                    }
+                } else if sig == libc::SIGWINCH && terminal {
+                    // The guest's terminal follows the caller's window.
+                    if let Some((rows, cols)) = window_size() {
+                        out.extend(
+                            ToGuest::WindowSize { rows, cols }
+                                .encode()
+                                .unwrap_or_default(),
+                        );
                     }
                 } else if let Ok(f) = ToGuest::Signal(sig).encode() {
                     out.extend(f);
