@@ -267,6 +267,39 @@ fn exit_status_stdio_and_a_workspace_write_reach_the_host() {
     }
 }
 
+/// Megabytes each way cross the control channel intact (its frames are at
+/// most 64 KiB each).
+#[test]
+fn megabytes_of_stdin_and_stdout_cross_the_channel_intact() {
+    let vm = Vm::new("bulk", User::Caller);
+    let input = vm.dirs.root.join("input.bin");
+    let data: Vec<u8> = (0..6_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    fs::write(&input, &data).unwrap();
+    let mut cmd = vm.command(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "sha256sum | cut -d' ' -f1; head -c 20000000 /dev/zero",
+        ],
+    );
+    cmd.stdin(Stdio::from(fs::File::open(&input).unwrap()));
+    let out = run_bounded(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = sha256_of(input.to_str().unwrap());
+    let (line, rest) = out.stdout.split_at(65);
+    assert_eq!(String::from_utf8_lossy(line), format!("{digest}\n"));
+    assert_eq!(rest.len(), 20_000_000);
+    assert!(rest.iter().all(|b| *b == 0));
+}
+
 #[test]
 fn a_signal_ends_the_workload_as_128_plus_n_and_exec_failures_keep_their_codes() {
     let vm = Vm::new("signal", User::Caller);

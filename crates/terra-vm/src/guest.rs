@@ -194,8 +194,22 @@ struct Channel {
 }
 
 impl Channel {
+    /// Writes all of `bytes`; the port is non-blocking (the relay polls
+    /// it), so a full port is waited for, never an error.
     fn send(&self, bytes: &[u8]) -> std::io::Result<()> {
-        (&std::fs::File::from(self.fd.try_clone()?)).write_all(bytes)
+        let mut off = 0;
+        while off < bytes.len() {
+            match nix::unistd::write(&self.fd, &bytes[off..]) {
+                Ok(n) => off += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => {
+                    let mut p = [PollFd::new(self.fd.as_fd(), PollFlags::POLLOUT)];
+                    let _ = poll(&mut p, PollTimeout::NONE);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Reads once (blocking) into the decoder; false at end of file.

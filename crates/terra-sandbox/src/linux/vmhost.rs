@@ -374,36 +374,49 @@ fn relay(
             .unwrap_or(PollTimeout::MAX),
             None => PollTimeout::NONE,
         };
+        // Only the descriptors that can still say something are polled: a
+        // pipe at its end reports POLLHUP whatever was asked, and would spin.
+        const CTL: usize = 0;
+        const SIG: usize = 1;
+        const CONSOLE: usize = 2;
+        const STDIN: usize = 3;
+        const GATE: usize = 4;
         let mut fds: Vec<PollFd> = Vec::with_capacity(5);
-        let mut ctl_flags = PollFlags::empty();
-        if ctl_open {
-            ctl_flags |= PollFlags::POLLIN;
-            if !out.is_empty() {
-                ctl_flags |= PollFlags::POLLOUT;
-            }
+        let mut slot = [usize::MAX; 5];
+        fn add<'a>(
+            slot: &mut [usize; 5],
+            which: usize,
+            fd: BorrowedFd<'a>,
+            flags: PollFlags,
+            fds: &mut Vec<PollFd<'a>>,
+        ) {
+            slot[which] = fds.len();
+            fds.push(PollFd::new(fd, flags));
         }
-        fds.push(PollFd::new(ours.as_fd(), ctl_flags));
-        fds.push(PollFd::new(sfd.as_fd(), PollFlags::POLLIN));
-        fds.push(PollFd::new(
-            console_r.as_fd(),
-            if console_open {
-                PollFlags::POLLIN
-            } else {
-                PollFlags::empty()
-            },
-        ));
-        // Stdin only once the guest runs, and while the queue is short.
-        let want_stdin = stdin_open && ready && out.len() < (1 << 20);
-        fds.push(PollFd::new(
-            stdin,
-            if want_stdin {
-                PollFlags::POLLIN
-            } else {
-                PollFlags::empty()
-            },
-        ));
+        if ctl_open {
+            let mut flags = PollFlags::POLLIN;
+            if !out.is_empty() {
+                flags |= PollFlags::POLLOUT;
+            }
+            add(&mut slot, CTL, ours.as_fd(), flags, &mut fds);
+        }
+        add(&mut slot, SIG, sfd.as_fd(), PollFlags::POLLIN, &mut fds);
+        if console_open {
+            add(
+                &mut slot,
+                CONSOLE,
+                console_r.as_fd(),
+                PollFlags::POLLIN,
+                &mut fds,
+            );
+        }
+        // Stdin only once the guest runs (its configuration must be the
+        // first frame), and while the queue is short.
+        if stdin_open && ready && out.len() < (1 << 20) {
+            add(&mut slot, STDIN, stdin, PollFlags::POLLIN, &mut fds);
+        }
         if let Some(g) = &gate {
-            fds.push(PollFd::new(g.as_fd(), PollFlags::POLLIN));
+            add(&mut slot, GATE, g.as_fd(), PollFlags::POLLIN, &mut fds);
         }
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
@@ -414,10 +427,12 @@ fn relay(
             .map(|f| f.revents().unwrap_or(PollFlags::empty()))
             .collect();
         drop(fds);
-        let has = |i: usize, f: PollFlags| revents.get(i).is_some_and(|r| r.intersects(f));
+        let has = |which: usize, f: PollFlags| {
+            slot[which] != usize::MAX && revents.get(slot[which]).is_some_and(|r| r.intersects(f))
+        };
         let hup = PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL;
         // The canary gate.
-        if gate.is_some() && has(4, PollFlags::POLLIN | hup) {
+        if gate.is_some() && has(GATE, PollFlags::POLLIN | hup) {
             let ok = gate.as_ref().is_some_and(|g| sys::read_byte(g.as_fd()));
             gate = None;
             if !ok {
@@ -431,7 +446,7 @@ fn relay(
         // Signals: SIGCHLD reaps; the others go to the guest's workload. A
         // terminal's signal (from the kernel) reached this process, not the
         // workload in the guest: it is forwarded too.
-        if has(1, PollFlags::POLLIN) {
+        if has(SIG, PollFlags::POLLIN) {
             while let Ok(Some(info)) = sfd.read_signal() {
                 let sig = info.ssi_signo as i32;
                 if sig == libc::SIGCHLD {
@@ -454,7 +469,7 @@ fn relay(
                 }
             }
         }
-        if has(2, PollFlags::POLLIN | hup) {
+        if has(CONSOLE, PollFlags::POLLIN | hup) {
             match nix::unistd::read(console_r.as_raw_fd(), &mut buf) {
                 Ok(0) => console_open = false,
                 Ok(n) => {
@@ -467,7 +482,7 @@ fn relay(
                 Err(_) => console_open = false,
             }
         }
-        if has(3, PollFlags::POLLIN | hup) {
+        if has(STDIN, PollFlags::POLLIN | hup) {
             match nix::unistd::read(0, &mut buf) {
                 Ok(0) | Err(_) => {
                     stdin_open = false;
@@ -476,7 +491,7 @@ fn relay(
                 Ok(n) => out.extend(ToGuest::stdin_frames(&buf[..n])),
             }
         }
-        if ctl_open && has(0, PollFlags::POLLOUT) && !out.is_empty() {
+        if ctl_open && has(CTL, PollFlags::POLLOUT) && !out.is_empty() {
             match nix::unistd::write(&ours, &out) {
                 Ok(n) => {
                     out.drain(..n);
@@ -485,7 +500,7 @@ fn relay(
                 Err(_) => ctl_open = false,
             }
         }
-        if ctl_open && has(0, PollFlags::POLLIN | hup) {
+        if ctl_open && has(CTL, PollFlags::POLLIN | hup) {
             let room = dec.room().min(buf.len());
             match nix::unistd::read(ours.as_raw_fd(), &mut buf[..room]) {
                 Ok(0) => ctl_open = false,
