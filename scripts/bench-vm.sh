@@ -58,17 +58,15 @@ qemu_below() {
 }
 run -- sh -c 'sleep 2' &
 cli=$!
-qemu=""
-for _ in $(seq 600); do
-  qemu=$(qemu_below "$cli")
-  [ -n "$qemu" ] && break
-  sleep 0.02
-done
 peak=0
-while [ -n "$qemu" ] && [ -r "/proc/$qemu/status" ]; do
-  v=$(awk '/^VmHWM:/ {print $2}' "/proc/$qemu/status" 2>/dev/null || echo 0)
-  [ -n "$v" ] && [ "$v" -gt "$peak" ] && peak=$v
-  sleep 0.05
+# Sample the run's QEMU every 20 ms while the run lasts.
+while kill -0 "$cli" 2>/dev/null; do
+  qemu=$(qemu_below "$cli")
+  if [ -n "$qemu" ]; then
+    v=$(awk '/^VmHWM:/ {print $2}' "/proc/$qemu/status" 2>/dev/null || true)
+    if [ -n "$v" ] && [ "$v" -gt "$peak" ]; then peak=$v; fi
+  fi
+  sleep 0.02
 done
 wait "$cli" || true
 echo "QEMU peak RSS (VmHWM) during \`sleep 2\`: $(( peak / 1024 )) MiB (guest RAM 256 MiB by default)"
