@@ -289,6 +289,7 @@ fn relay(
         Ok(s) => s,
         Err(e) => ends.refuse(format!("signalfd: {e}")),
     };
+    let filters = seccomp::vm_host();
     let qemu_pid = match spawn_qemu(&argv, &theirs, &console_w) {
         Ok(p) => p,
         Err(e) => ends.refuse(format!("cannot start QEMU: {e}")),
@@ -300,6 +301,12 @@ fn relay(
     if let Err(e) = sys::drop_all_capabilities() {
         let _ = kill(qemu_pid, Signal::SIGKILL);
         ends.refuse(format!("dropping the relay's capabilities: {e}"))
+    }
+    // And its own allowlist (crates/terra-seccomp/tables/vm-host.json): any
+    // other call kills it, and with it the box (the supervisor says so).
+    if let Err(e) = filters.and_then(|f| seccomp::install(&f)) {
+        let _ = kill(qemu_pid, Signal::SIGKILL);
+        ends.refuse(format!("the relay's seccomp allowlist: {e}"))
     }
     let config_frame = match ToGuest::Config(Box::new(guest)).encode() {
         Ok(f) => f,
