@@ -231,18 +231,15 @@ fn module_files(k: &Candidate) -> Result<Vec<(String, Vec<u8>)>, AssetError> {
     let builtin = std::fs::read_to_string(k.modules.join("modules.builtin"))
         .map(|t| modules::builtin(&t))
         .unwrap_or_default();
-    let order = table.load_order(&modules::WANTED, &builtin)?;
-    order
-        .iter()
-        .enumerate()
-        .map(|(i, rel)| {
+    let (base, net) = modules::split_order(&table, &builtin)?;
+    let mut files = Vec::new();
+    for (dir, order) in [("/modules", base), ("/modules/net", net)] {
+        for (i, rel) in order.iter().enumerate() {
             let bytes = module_bytes(&k.modules.join(rel))?;
-            Ok((
-                format!("/modules/{i:02}-{}.ko", modules::name_of(rel)),
-                bytes,
-            ))
-        })
-        .collect()
+            files.push((format!("{dir}/{i:02}-{}.ko", modules::name_of(rel)), bytes));
+        }
+    }
+    Ok(files)
 }
 
 /// The initramfs: terra (with its loader and libraries) and the modules.

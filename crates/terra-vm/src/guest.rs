@@ -134,12 +134,18 @@ fn early() -> Result<(), String> {
     mnt("sysfs", "/sys", "sysfs", nosuid | MsFlags::MS_NODEV, None)?;
     // Nobody may read init's memory through /proc, even the same uid.
     let _ = nix::sys::prctl::set_dumpable(false);
-    load_modules()
+    load_modules("/modules")
 }
 
-fn load_modules() -> Result<(), String> {
-    let mut names: Vec<_> = match std::fs::read_dir("/modules") {
-        Ok(rd) => rd.flatten().map(|e| e.path()).collect(),
+/// Loads the modules in `dir` (its files, in name order; directories are
+/// other groups).
+fn load_modules(dir: &str) -> Result<(), String> {
+    let mut names: Vec<_> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.path())
+            .collect(),
         Err(_) => return Ok(()),
     };
     names.sort();
@@ -270,7 +276,16 @@ fn prepare_root(c: &GuestConfig) -> Result<(), String> {
     let s = socket_for_ioctl()?;
     if_up(&s, "lo", None)?;
     if let Some(net) = &c.net {
-        if_up(&s, "eth0", Some((net.address, net.prefix)))?;
+        load_modules("/modules/net")?;
+        // The NIC appears once virtio_net has probed its device.
+        let t0 = Instant::now();
+        loop {
+            match if_up(&s, "eth0", Some((net.address, net.prefix))) {
+                Ok(()) => break,
+                Err(e) if t0.elapsed() > Duration::from_secs(5) => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
     }
     Ok(())
 }

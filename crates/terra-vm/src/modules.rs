@@ -6,14 +6,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The modules the guest needs (their dependencies come along).
-pub const WANTED: [&str; 5] = [
-    "virtio_mmio",
-    "virtio_console",
-    "9pnet_virtio",
-    "9p",
-    "virtio_net",
-];
+/// The modules every guest needs (their dependencies come along).
+pub const WANTED: [&str; 4] = ["virtio_mmio", "virtio_console", "9pnet_virtio", "9p"];
+/// The modules a guest with mediated networking needs besides: loaded only
+/// then (a network none guest has no NIC at all).
+pub const WANTED_NET: [&str; 1] = ["virtio_net"];
+
+/// The load order of [`WANTED`], and of what [`WANTED_NET`] adds after it.
+pub fn split_order(
+    table: &DepTable,
+    builtin: &BTreeSet<String>,
+) -> Result<(Vec<String>, Vec<String>), ModuleError> {
+    let base = table.load_order(&WANTED, builtin)?;
+    let all: Vec<&str> = WANTED.iter().chain(WANTED_NET.iter()).copied().collect();
+    let net = table
+        .load_order(&all, builtin)?
+        .into_iter()
+        .filter(|p| !base.contains(p))
+        .collect();
+    Ok((base, net))
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ModuleError {
@@ -152,7 +164,8 @@ kernel/net/core/failover.ko:
     #[test]
     fn every_module_comes_after_its_dependencies() {
         let t = DepTable::parse(DEP).unwrap();
-        let order = t.load_order(&WANTED, &BTreeSet::new()).unwrap();
+        let all: Vec<&str> = WANTED.iter().chain(WANTED_NET.iter()).copied().collect();
+        let order = t.load_order(&all, &BTreeSet::new()).unwrap();
         let pos = |n: &str| {
             order
                 .iter()
@@ -178,6 +191,18 @@ kernel/net/core/failover.ko:
         assert_eq!(order.len(), 12, "{order:?}");
         let unique: BTreeSet<_> = order.iter().collect();
         assert_eq!(unique.len(), order.len());
+    }
+
+    #[test]
+    fn the_network_modules_load_apart_after_the_others() {
+        let t = DepTable::parse(DEP).unwrap();
+        let (base, net) = split_order(&t, &BTreeSet::new()).unwrap();
+        let names = |v: &[String]| v.iter().map(|p| name_of(p)).collect::<Vec<_>>();
+        assert_eq!(names(&net), ["failover", "net_failover", "virtio_net"]);
+        assert_eq!(base.len(), 9, "{base:?}");
+        for n in names(&net) {
+            assert!(!names(&base).contains(&n), "{n} in both");
+        }
     }
 
     #[test]
