@@ -594,6 +594,7 @@ fn qemu_version(qemu: &Path) -> String {
 
 /// Everything a vm run boots with; builds the cache entry when it is absent.
 pub fn prepare(w: &Wishes) -> Result<Boot, AssetError> {
+    supported_arch()?;
     let qemu = qemu_binary()?;
     let k = choose_kernel(w.kernel.as_deref())?;
     let image = std::fs::read(&k.image).map_err(|e| io(&k.image, e))?;
@@ -676,9 +677,25 @@ pub fn prepare(w: &Wishes) -> Result<Boot, AssetError> {
     })
 }
 
+/// The guest's machine (QEMU's microvm) and its boot through the PVH note
+/// are x86_64 only; an aarch64 guest (`-M virt`) is not built yet.
+fn supported_arch() -> Result<(), AssetError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(())
+    } else {
+        Err(AssetError::Missing {
+            what: format!("the vm backend on {}", std::env::consts::ARCH),
+            advice:
+                "it runs x86_64 guests only so far (QEMU's microvm machine); use --backend linux"
+                    .into(),
+        })
+    }
+}
+
 /// Whether the vm backend can run here, and why not (`terra backends`,
 /// `terra doctor`): QEMU and a kernel with modules.
 pub fn usable() -> Result<String, String> {
+    supported_arch().map_err(|e| e.to_string())?;
     let qemu = qemu_binary().map_err(|e| e.to_string())?;
     let k = choose_kernel(None).map_err(|e| e.to_string())?;
     let (accel, why) = accel::decide(&accel::host_facts());
