@@ -80,6 +80,7 @@ bench: build
 	TERRA_BIN=dist/terra scripts/bench-run.sh
 	TERRA_BIN=dist/terra scripts/bench-net.sh
 	TERRA_BIN=dist/terra scripts/bench-handoff.sh
+	TERRA_BIN=dist/terra scripts/bench-vm.sh
 
 # Bounded-time fuzzing of the parsers (FUZZ_SECONDS per target).
 fuzz:

@@ -6,8 +6,9 @@
 # tables' trace (scripts/trace-roles.sh), lintian and apparmor's parser for the
 # package test (tests/packaging.rs), the real programs the
 # default box must keep running (git, tar/xz/zip, sqlite3, node), and the Rust toolchain with
-# the static musl target and the Apple and Windows targets `make lint-cross` checks. Safe to
-# run again.
+# the static musl target and the Apple and Windows targets `make lint-cross` checks; QEMU and
+# Debian's generic kernel (with its modules) for the vm backend's tests (tests/vm_backend.rs,
+# docs/vm.md). Safe to run again.
 set -euo pipefail
 
 sudo_cmd=()
@@ -15,6 +16,10 @@ if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 packages=(netcat-openbsd build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
   git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server lintian apparmor)
+case "$(dpkg --print-architecture 2>/dev/null || echo amd64)" in
+  amd64) packages+=(qemu-system-x86 linux-image-amd64) ;;
+  arm64) packages+=(qemu-system-arm linux-image-arm64) ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,7 +15,7 @@ seconds="${FUZZ_SECONDS:-60}"
 sanitizer="${FUZZ_SANITIZER:-address}"
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    targets=(source_parser mir_decoder netd_request netd_client_hello netd_dns_response netd_dns_query seatbelt_launch_spec appcontainer_launch_spec)
+    targets=(source_parser mir_decoder netd_request netd_client_hello netd_dns_response netd_dns_query seatbelt_launch_spec appcontainer_launch_spec vm_control)
 fi
 
 if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -186,6 +186,12 @@ fn main() -> ExitCode {
             "__vm" => Some(vm_role),
             "__network" => Some(terra_netd::role_main),
             "__sandbox_launcher" => Some(terra_sandbox::launcher_role_main),
+            // The vm backend: terra as the guest's init (it refuses unless
+            // it is PID 1 on the initramfs), and the forwarder QEMU spawns.
+            #[cfg(target_os = "linux")]
+            "__vm_guest" => Some(terra_vm::guest::main),
+            #[cfg(target_os = "linux")]
+            "__vm_forward" => Some(terra_vm::forward::main),
             _ => None,
         };
         if let Some(run) = run {

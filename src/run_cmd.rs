@@ -84,8 +84,8 @@ pub struct RunArgs {
     #[arg(long, short = 'q')]
     quiet: bool,
     /// The backend to run on: auto (linux where user namespaces work, else
-    /// landlock), linux, or landlock (see `terra backends`); macos and
-    /// windows with --dry-run only.
+    /// landlock), linux, landlock, or vm (a guest kernel in QEMU; see
+    /// `terra backends`); macos and windows with --dry-run only.
     #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
@@ -113,6 +113,19 @@ pub struct RunArgs {
     /// Refuse the run (exit 125) when a limit asked cannot be enforced here.
     #[arg(long)]
     require_limits: bool,
+    /// With `--backend vm`: the guest's kernel (a bzImage whose modules are
+    /// installed under /lib/modules). Default: the newest /boot/vmlinuz-*
+    /// with modules.
+    #[arg(long, value_name = "PATH")]
+    kernel: Option<PathBuf>,
+    /// With `--backend vm`: the guest's memory (default 256M).
+    #[arg(long, value_name = "SIZE")]
+    vm_memory: Option<String>,
+    /// With `--backend vm`: how long the guest may take to report on its
+    /// control channel before QEMU is killed and the run refused (default
+    /// 30s under TCG, 10s with KVM).
+    #[arg(long, value_name = "DURATION")]
+    vm_ready_timeout: Option<String>,
     /// The command to run, after `--`.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -186,6 +199,9 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         cpus: args.cpus,
         max_file_size: args.max_file_size,
         require_limits: args.require_limits,
+        kernel: args.kernel,
+        vm_memory: args.vm_memory,
+        vm_ready_timeout: args.vm_ready_timeout,
         ..RunBuilder::new(args.command)
     }
     .build();
@@ -406,7 +422,34 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
             )
         }),
     });
+    let vm = vm_usable(&support);
+    checks.push(Check {
+        name: "vm-backend",
+        ok: vm.is_ok(),
+        required: false,
+        detail: match &vm {
+            Ok(what) => format!("the vm backend can run here: {what}"),
+            Err(why) => format!("the vm backend cannot run here: {why}"),
+        },
+        fix: vm.is_err().then(|| {
+            "install QEMU and a kernel (Debian: apt-get install qemu-system-x86 linux-image-amd64; \
+             `scripts/bootstrap.sh` does), with user namespaces working"
+                .to_string()
+        }),
+    });
     (checks, support.landlock_abi)
+}
+
+/// Whether the vm backend can run here: QEMU, a kernel with its modules,
+/// and the namespace box it runs in.
+fn vm_usable(support: &terra_sandbox::linux::HostSupport) -> Result<String, String> {
+    if !support.usable() {
+        return Err(
+            "it runs QEMU inside the namespace box, which cannot start here (see user-namespaces)"
+                .into(),
+        );
+    }
+    terra_vm::assets::usable()
 }
 
 /// What blocks user namespaces here (empty when they work) and what
@@ -525,6 +568,11 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         Err(why) => format!("not usable here: {why} (see `terra doctor`)"),
     };
     let auto = choose("auto", HostFacts::probe);
+    let vm = vm_usable(&support);
+    let vm_caps: Vec<&str> = terra_supervisor::backend::vm_declared()
+        .iter()
+        .map(Capability::name)
+        .collect();
     let rows = [
         ("linux", linux_ok, caps.clone(), linux_note),
         (
@@ -532,6 +580,15 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             landlock.is_ok(),
             landlock_caps,
             landlock_note,
+        ),
+        (
+            "vm",
+            vm.is_ok(),
+            vm_caps,
+            match &vm {
+                Ok(what) => format!("supported on this host ({what}); only with --backend vm"),
+                Err(why) => format!("not usable here: {why}"),
+            },
         ),
         (
             "macos",

@@ -703,13 +703,13 @@ fn sigterm_to_the_cli_reaches_the_workload_once() {
 }
 
 #[test]
-fn backends_lists_linux_landlock_macos_windows() {
+fn backends_lists_linux_landlock_vm_macos_windows() {
     let e = Env::new("backends");
     let o = e.run(&["backends", "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let names = field_strs(&v, "name");
-    assert_eq!(names, ["linux", "landlock", "macos", "windows"]);
+    assert_eq!(names, ["linux", "landlock", "vm", "macos", "windows"]);
     assert_eq!(
         v[0]["supported"], true,
         "this host runs the suite, so it supports linux: {v}"
@@ -733,8 +733,13 @@ fn backends_lists_linux_landlock_macos_windows() {
             "{cap}: {v}"
         );
     }
-    assert_eq!(v[2]["supported"], false);
+    // The vm backend's row says what it declares whether or not QEMU is here.
+    assert!(v[2]["declaredCapabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("network-none")));
     assert_eq!(v[3]["supported"], false);
+    assert_eq!(v[4]["supported"], false);
     let o = e.run(&["backends"]);
     assert!(stdout(&o).contains("not supported on this host"));
     // This binary does not build for those targets yet: it must not say so.

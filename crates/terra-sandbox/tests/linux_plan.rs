@@ -57,6 +57,7 @@ fn config(d: &Dirs, plan: SandboxPlan, argv: &[&str]) -> BoxConfig {
         mediated: None,
         hostname: "plan-box".into(),
         rlimits: Default::default(),
+        vm: None,
     }
 }
 

@@ -42,10 +42,11 @@ pub enum Table {
     BoxInit,
     BoxService,
     WorkloadNotify,
+    VmHost,
 }
 
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Workload,
         Table::LandlockClosures,
         Table::Supervisor,
@@ -53,6 +54,7 @@ impl Table {
         Table::BoxInit,
         Table::BoxService,
         Table::WorkloadNotify,
+        Table::VmHost,
     ];
 
     /// The table's file name without `.json`.
@@ -65,6 +67,7 @@ impl Table {
             Table::BoxInit => "box-init",
             Table::BoxService => "box-service",
             Table::WorkloadNotify => "workload-notify",
+            Table::VmHost => "vm-host",
         }
     }
 
@@ -76,6 +79,7 @@ impl Table {
             Table::Broker => "terra __network",
             Table::BoxInit => "terra __vm (the box's init)",
             Table::BoxService => "the box's network service",
+            Table::VmHost => "terra __vm (the vm backend's relay)",
         }
     }
 
@@ -88,6 +92,7 @@ impl Table {
             Table::BoxInit => include_str!("../tables/box-init.json"),
             Table::BoxService => include_str!("../tables/box-service.json"),
             Table::WorkloadNotify => include_str!("../tables/workload-notify.json"),
+            Table::VmHost => include_str!("../tables/vm-host.json"),
         }
     }
 

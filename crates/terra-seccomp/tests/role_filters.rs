@@ -8,11 +8,12 @@
 
 use terra_seccomp::{allowed, compile, compile_for, describe, Program, Table, TargetArch};
 
-const ROLES: [Table; 4] = [
+const ROLES: [Table; 5] = [
     Table::Supervisor,
     Table::Broker,
     Table::BoxInit,
     Table::BoxService,
+    Table::VmHost,
 ];
 
 /// How a forked child that installed `programs` and ran `body` ended:

@@ -25,6 +25,8 @@ pub enum Backend {
     /// AppContainer (terra_appcontainer): resolved on every host so its
     /// launch plan can be reviewed with `--dry-run`; a real run needs Windows.
     Windows,
+    /// A guest kernel in QEMU inside the namespace box (terra_vm, docs/vm.md).
+    Vm,
 }
 
 impl Backend {
@@ -34,6 +36,7 @@ impl Backend {
             Backend::Landlock => LANDLOCK,
             Backend::Macos => "macos",
             Backend::Windows => "windows",
+            Backend::Vm => "vm",
         }
     }
 
@@ -43,6 +46,7 @@ impl Backend {
             LANDLOCK => Some(Backend::Landlock),
             "macos" => Some(Backend::Macos),
             "windows" => Some(Backend::Windows),
+            "vm" => Some(Backend::Vm),
             _ => None,
         }
     }
@@ -62,8 +66,33 @@ impl Backend {
             Backend::Macos => terra_seatbelt::declared_capabilities(broker),
             // No broker runs on Windows: mediated plans are refused.
             Backend::Windows => terra_appcontainer::declared_capabilities(),
+            Backend::Vm => vm_declared(),
         }
     }
+}
+
+/// What the vm backend enforces: the box's tree through the 9p share (read,
+/// write, deny, deny-write), no network or one route to the broker (whose
+/// proxy judges every connection with the destination's flags: TLS SNI,
+/// private addresses), the whole process tree inside the guest. Not
+/// network-direct (the guest has no host network by design), not
+/// root-ephemeral-write, not fs-protect-create (not tested through the
+/// share).
+pub fn vm_declared() -> CapabilitySet {
+    use terra_policy::Capability as C;
+    [
+        C::FsRead,
+        C::FsWrite,
+        C::FsDeny,
+        C::FsDenyWrite,
+        C::NetworkNone,
+        C::NetworkMediated,
+        C::NetworkRequireTlsSni,
+        C::NetworkPrivateAddresses,
+        C::ProcessTree,
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// A backend and why it was chosen.
@@ -163,12 +192,16 @@ pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choi
             backend: Backend::Macos,
             reason: "--backend macos".into(),
         }),
+        "vm" => Ok(Choice {
+            backend: Backend::Vm,
+            reason: "--backend vm".into(),
+        }),
         "windows" => Ok(Choice {
             backend: Backend::Windows,
             reason: "--backend windows".into(),
         }),
         other => Err(Error::Unsupported(format!(
-            "unknown backend {other:?}: auto, linux, landlock, macos or windows (see `terra backends`)"
+            "unknown backend {other:?}: auto, linux, landlock, vm, macos or windows (see `terra backends`)"
         ))),
     }
 }

@@ -94,6 +94,10 @@ pub struct ProfileLimits {
     pub cpus: Option<String>,
     pub max_file_size: Option<String>,
     pub require_limits: Option<bool>,
+    /// The vm backend's kernel and guest memory for this profile
+    /// (`--kernel`, `--vm-memory` win).
+    pub vm_kernel: Option<std::path::PathBuf>,
+    pub vm_memory: Option<String>,
 }
 
 /// Largest limits file read.

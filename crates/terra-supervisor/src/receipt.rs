@@ -73,6 +73,9 @@ pub struct Receipt {
     pub outcome: Outcome,
     /// Mediated networking only: the broker and its network receipt.
     pub network: Option<NetworkSummary>,
+    /// The vm backend only: the engine, the accelerator and the kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmSummary>,
     /// How long the run took, on which host, under which limits.
     #[serde(flatten)]
     pub applied: Applied,
@@ -125,6 +128,41 @@ pub struct Observed<'a> {
     pub host_name: Option<String>,
 }
 
+/// The vm backend's guest, for the run receipt.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmSummary {
+    /// `qemu`.
+    pub engine: String,
+    /// QEMU's version line.
+    pub engine_version: String,
+    /// `kvm` or `tcg`, and why.
+    pub accelerator: String,
+    pub accelerator_reason: String,
+    /// The kernel image, its SHA-256 and release.
+    pub kernel: String,
+    pub kernel_sha256: String,
+    pub kernel_release: String,
+    pub memory_mib: u32,
+    pub cpus: u32,
+}
+
+impl VmSummary {
+    pub fn of(b: &terra_vm::Boot) -> VmSummary {
+        VmSummary {
+            engine: "qemu".into(),
+            engine_version: b.qemu_version.clone(),
+            accelerator: b.accel.name().into(),
+            accelerator_reason: b.accel_reason.clone(),
+            kernel: b.kernel.clone(),
+            kernel_sha256: b.kernel_sha256.clone(),
+            kernel_release: b.kernel_release.clone(),
+            memory_mib: b.memory_mib,
+            cpus: b.cpus,
+        }
+    }
+}
+
 impl Receipt {
     /// The receipt of `req`, ended at `ended` with `outcome`.
     pub fn new(
@@ -157,6 +195,7 @@ impl Receipt {
             timeout_ms: req.timeout_ms,
             outcome,
             network: seen.network,
+            vm: req.vm.as_ref().map(VmSummary::of),
             applied: Applied::collect(
                 seen.started,
                 ended,

@@ -88,6 +88,10 @@ pub struct RunRequest {
     /// The resource limits with the mechanism of each and their cgroups
     /// (made by the CLI, re-checked by the supervisor).
     pub limits: crate::limits::LimitPlan,
+    /// The vm backend: what the guest boots with (QEMU, the cached vmlinux
+    /// and initramfs, the accelerator), prepared by the CLI.
+    #[serde(default)]
+    pub vm: Option<terra_vm::Boot>,
 }
 
 impl RunRequest {
@@ -198,6 +202,7 @@ mod tests {
             receipt: None,
             keep_temp: false,
             limits: Default::default(),
+            vm: None,
         }
     }
 

@@ -99,6 +99,12 @@ pub struct RunBuilder {
     /// 127.0.0.1:3128 (the linux backend's box service); on macOS the
     /// broker's loopback listener, bound before the run is built.
     pub proxy: Option<std::net::SocketAddr>,
+    /// The vm backend's kernel (`--kernel`, a bzImage; default: the newest
+    /// /boot/vmlinuz-* with modules) and guest memory (`--vm-memory`).
+    pub kernel: Option<PathBuf>,
+    pub vm_memory: Option<String>,
+    /// The guest's report deadline as written (`--vm-ready-timeout`).
+    pub vm_ready_timeout: Option<String>,
 }
 
 /// Everything resolved for one run, before the supervisor starts: the plan
@@ -139,6 +145,9 @@ impl RunBuilder {
             require_limits: false,
             no_process_tree: false,
             proxy: None,
+            kernel: None,
+            vm_memory: None,
+            vm_ready_timeout: None,
         }
     }
 
@@ -211,7 +220,7 @@ impl RunBuilder {
                 }
                 #[cfg(not(target_os = "linux"))]
                 Backend::Landlock => "the landlock backend runs on Linux only",
-                Backend::Linux => "this build has no network broker",
+                Backend::Linux | Backend::Vm => "this build has no network broker",
                 Backend::Macos => "this build has no network broker for macOS",
                 Backend::Windows => "no network broker runs on Windows in this build",
             };
@@ -269,15 +278,18 @@ impl RunBuilder {
             );
             // The proxy environment comes before --env, which may override it
             // (harmless: the box has no other route out).
-            let proxy = if mediated {
-                proxy_env(self.proxy.unwrap_or_else(terra_netd::proxy_listen_addr))
-            } else {
-                Vec::new()
+            let proxy = match (mediated, choice.backend) {
+                (false, _) => Vec::new(),
+                // The guest reaches the box's proxy through QEMU's forward.
+                (true, Backend::Vm) => {
+                    proxy_env(std::net::SocketAddr::V4(terra_vm::qemu::PROXY))
+                }
+                (true, _) => proxy_env(self.proxy.unwrap_or_else(terra_netd::proxy_listen_addr)),
             };
             // The landlock and macos backends have no private /tmp: HOME and
             // TMPDIR name the run's temp directory at its host path.
             let tmp = match choice.backend {
-                Backend::Linux => OsString::from("/tmp"),
+                Backend::Linux | Backend::Vm => OsString::from("/tmp"),
                 Backend::Landlock | Backend::Macos | Backend::Windows => {
                     temp.clone().into_os_string()
                 }
@@ -303,6 +315,10 @@ impl RunBuilder {
                     absolute_lexical(r, &cwd)
                 }
             });
+            let vm = match choice.backend {
+                Backend::Vm => Some(self.vm_boot(&profile_limits)?),
+                _ => None,
+            };
             let request = RunRequest {
                 version: REQUEST_VERSION,
                 parent_pid: std::process::id() as i32,
@@ -323,6 +339,7 @@ impl RunBuilder {
                 // run's outcome (temp.rs).
                 keep_temp: true,
                 limits: crate::limits::LimitPlan::default(),
+                vm,
             };
             Ok(PreparedRun {
                 plan,
@@ -336,6 +353,55 @@ impl RunBuilder {
             let _ = fs::remove_dir(&temp);
         }
         result
+    }
+
+    /// The vm backend's guest: QEMU, the kernel, the cached vmlinux and
+    /// initramfs (made now when absent), the accelerator. A host without
+    /// QEMU or a kernel is refused with what to install.
+    #[cfg(target_os = "linux")]
+    fn vm_boot(&self, profile: &crate::profile::ProfileLimits) -> Result<terra_vm::Boot> {
+        let memory_mib = self
+            .vm_memory
+            .as_deref()
+            .or(profile.vm_memory.as_deref())
+            .map(|s| {
+                crate::limits::parse_size(s)
+                    .ok()
+                    .map(|b| b >> 20)
+                    .filter(|m| (64..=65_536).contains(m))
+                    .map(|m| m as u32)
+                    .ok_or_else(|| {
+                        Error::Argument(format!(
+                            "--vm-memory {s}: between 64M and 64G (e.g. 256M, 1G)"
+                        ))
+                    })
+            })
+            .transpose()?;
+        let ready_ms = self
+            .vm_ready_timeout
+            .as_deref()
+            .map(|s| {
+                parse_duration(s)
+                    .map(|d| d.as_millis() as u64)
+                    .map_err(|e| {
+                        Error::Argument(e.to_string().replace("--timeout", "--vm-ready-timeout"))
+                    })
+            })
+            .transpose()?;
+        let wishes = terra_vm::assets::Wishes {
+            kernel: self.kernel.clone().or_else(|| profile.vm_kernel.clone()),
+            memory_mib,
+            ready_ms,
+        };
+        terra_vm::assets::prepare(&wishes)
+            .map_err(|e| Error::Unsupported(format!("the vm backend cannot run here: {e}")))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn vm_boot(&self, _profile: &crate::profile::ProfileLimits) -> Result<terra_vm::Boot> {
+        Err(Error::Unsupported(
+            "the vm backend runs on Linux only in this build".into(),
+        ))
     }
 
     /// The limit flags, parsed (each refusal names its flag).
@@ -1074,6 +1140,7 @@ impl PreparedRun {
             },
             hostname: "terra".into(),
             rlimits: Default::default(),
+            vm: r.vm.clone(),
         };
         let _ = writeln!(s, "backend program ({}):", r.backend);
         let program = if landlock {
@@ -1083,6 +1150,49 @@ impl PreparedRun {
         };
         for line in program.lines() {
             let _ = writeln!(s, "  {line}");
+        }
+        if let Some(boot) = &r.vm {
+            let _ = writeln!(
+                s,
+                "vm (terra __vm runs QEMU in the box above; the box's tree, without its /proc and /dev, is QEMU's 9p \
+                 share {}):",
+                terra_vm::qemu::SHARE_TAG
+            );
+            let _ = writeln!(s, "  engine:      {}", boot.qemu_version);
+            let _ = writeln!(
+                s,
+                "  accelerator: {} ({})",
+                boot.accel.name(),
+                boot.accel_reason
+            );
+            let _ = writeln!(
+                s,
+                "  kernel:      {} ({}, sha256 {})",
+                boot.kernel, boot.kernel_release, boot.kernel_sha256
+            );
+            let _ = writeln!(s, "  vmlinux:     {}", boot.vmlinux);
+            let _ = writeln!(s, "  initramfs:   {}", boot.initramfs);
+            let _ = writeln!(
+                s,
+                "  QEMU's root: {} (read-only), terra at {}, /dev, /proc, the share at /export",
+                boot.host_paths.join(" "),
+                boot.terra_in_root
+            );
+            let proxy =
+                (plan.network() == NetworkMode::Mediated).then(terra_netd::proxy_listen_addr);
+            let _ = writeln!(s, "  command line:");
+            for a in terra_vm::qemu::argv(boot, proxy, "/export") {
+                let _ = writeln!(s, "    {a}");
+            }
+            let _ = writeln!(
+                s,
+                "  guest: terra is init; 9p share at /newroot with its own /proc and /dev; the workload runs chrooted \
+                 there as uid {} gid {}, every capability dropped, no_new_privs, the workload's seccomp deny lists, \
+                 after the activation check; ready within {} ms or the run is refused",
+                nix::unistd::geteuid(),
+                nix::unistd::getegid(),
+                boot.ready_ms
+            );
         }
         if plan.network() == NetworkMode::Mediated {
             let _ = writeln!(s, "network broker (terra __network):");

@@ -339,6 +339,9 @@ impl Run {
                     &"backend windows runs only on Windows; this supervisor runs the linux and landlock backends",
                 )
             }
+            Some(crate::backend::Backend::Vm) if self.req.vm.is_none() => {
+                return self.refuse(None, &"backend vm: the run request has no boot configuration")
+            }
             Some(b) => b == crate::backend::Backend::Landlock,
             None => {
                 return self.refuse(
@@ -456,11 +459,13 @@ impl Run {
             mediated,
             hostname: "terra".into(),
             rlimits: rlimits(&self.req.limits.rlimits),
+            vm: self.req.vm.clone(),
         };
         // A terminal on stdin, stdout or stderr: the box gets its own (pty.rs).
         // The landlock backend has no devpts of its own: its workload shares
         // the caller's terminal (TIOCSTI, TIOCLINUX, TIOCSETD refused).
-        let operator = match if landlock {
+        // The vm backend relays the guest's stdio itself (no pty yet).
+        let operator = match if landlock || self.req.vm.is_some() {
             Ok(None)
         } else {
             crate::pty::Operator::detect()

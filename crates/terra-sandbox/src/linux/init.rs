@@ -109,9 +109,12 @@ pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
         };
         // SAFETY: init has one thread (a fresh exec, no thread started).
         match unsafe { sys::fork() } {
-            Ok(ForkResult::Child) => {
-                run_service(prep, parts, prep.mediated.as_ref().map(|(b, _)| *b))
-            }
+            Ok(ForkResult::Child) => run_service(
+                prep.service,
+                &prep.service_seccomp,
+                parts,
+                prep.mediated.as_ref().map(|(b, _)| *b),
+            ),
             Ok(ForkResult::Parent { .. }) => {}
             Err(e) => refuse(e.to_string()),
         }
@@ -264,7 +267,12 @@ const MEDIATED_FDS: [RawFd; 5] = [6, 7, 10, 11, 14];
 /// may only trace processes inside it, and the workload's domain is not;
 /// its filesystem access is closed by seccomp instead (files open only
 /// relative to the box's /proc).
-fn run_service(prep: &BoxPrep, parts: ServiceParts, broker: Option<BorrowedFd<'_>>) -> ! {
+fn run_service(
+    service: BoxService,
+    service_seccomp: &[BpfProgram],
+    parts: ServiceParts,
+    broker: Option<BorrowedFd<'_>>,
+) -> ! {
     sys::reset_signals();
     if !sys::die_with_parent(Pid::from_raw(1)) {
         sys::exit_now(EXIT_REFUSED.into());
@@ -303,7 +311,7 @@ fn run_service(prep: &BoxPrep, parts: ServiceParts, broker: Option<BorrowedFd<'_
     unsafe { sys::close_fds_except(&keep) };
     if sys::drop_capabilities_keeping(Some(CAP_SYS_PTRACE)).is_err()
         || nix::sys::prctl::set_dumpable(false).is_err()
-        || super::seccomp::install(&prep.service_seccomp).is_err()
+        || super::seccomp::install(service_seccomp).is_err()
     {
         sys::exit_now(EXIT_REFUSED.into());
     }
@@ -322,5 +330,25 @@ fn run_service(prep: &BoxPrep, parts: ServiceParts, broker: Option<BorrowedFd<'_
             }),
         }
     };
-    (prep.service)(fds)
+    service(fds)
+}
+
+/// The vm backend's box: the network service of mediated networking alone
+/// (the proxy on `addr` of the box's loopback, the DNS stub, asking the
+/// broker over `broker`), with no workload on this side to hand it a
+/// connect-notification listener (its channel ends at once). Forked from
+/// init, which has one thread.
+pub(crate) fn start_service(
+    service: BoxService,
+    broker: BorrowedFd<'_>,
+    addr: SocketAddr,
+) -> Result<(), String> {
+    let parts = ServiceParts::open(Some(addr))?;
+    let filters = super::seccomp::box_service().map_err(|e| e.to_string())?;
+    // SAFETY: init has one thread (a fresh exec, no thread started).
+    match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => run_service(service, &filters, parts, Some(broker)),
+        Ok(ForkResult::Parent { .. }) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
 }

@@ -26,6 +26,7 @@ mod support;
 mod sys;
 mod terminal;
 mod vm;
+mod vmhost;
 mod workload;
 
 pub use landlock::{restrict_self as landlock_restrict_self, FsAccess, LandlockPlan, NetRule};
@@ -112,6 +113,9 @@ pub struct BoxConfig<P = SandboxPlan> {
     pub hostname: String,
     /// Resource limits the workload sets on itself before exec.
     pub rlimits: Rlimits,
+    /// The vm backend: the box runs QEMU with this boot configuration on
+    /// the box's tree (exported over 9p) instead of the workload.
+    pub vm: Option<terra_vm::Boot>,
 }
 
 impl<P> BoxConfig<P> {
@@ -129,6 +133,7 @@ impl<P> BoxConfig<P> {
             mediated: self.mediated,
             hostname: self.hostname,
             rlimits: self.rlimits,
+            vm: self.vm,
         }
     }
 }

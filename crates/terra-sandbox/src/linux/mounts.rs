@@ -361,6 +361,11 @@ pub fn apply(ops: &[MountOp]) -> Result<()> {
 
 fn mount_proc(t: &str, rdev: u64) -> Result<()> {
     ensure(t, true, rdev)?;
+    proc_at(t)
+}
+
+/// A new procfs at `t` (which exists), its sensitive parts masked.
+fn proc_at(t: &str) -> Result<()> {
     sys::mount(Some("proc"), t, Some("proc"), NOSUID | NODEV | NOEXEC, None)?;
     for f in PROC_MASK_FILES {
         let p = format!("{t}/{f}");
@@ -417,4 +422,120 @@ fn mount_dev(t: &str, rdev: u64) -> Result<()> {
         sys::symlink(target, &format!("{t}/{name}"))?;
     }
     Ok(())
+}
+
+/// The vm backend's root for QEMU (between `apply` and the end of staging):
+/// a tmpfs holding, read-only, the host paths QEMU needs (`host_paths`: its
+/// binary's tree, the loader's cache, the cached kernel and initramfs; a
+/// top-level symlink such as `/lib -> usr/lib` as the same symlink), terra's
+/// own executable at `terra_at` (the network forwarder QEMU spawns), a
+/// /dev of null, zero, full, random, urandom (and /dev/kvm with `kvm`), a
+/// procfs of the box's PID namespace, and the box's tree built by `apply`
+/// moved to `export`: the 9p share. Then it becomes the root and the host
+/// is detached. Nothing of QEMU's own root is in the share.
+pub fn enter_vm_root(host_paths: &[String], kvm: bool, terra_at: &str, export: &str) -> Result<()> {
+    const VM: &str = "/vmroot";
+    sys::mkdir(VM, 0o700)?;
+    new_fs("tmpfs", VM, NOSUID | NODEV, "mode=0755")?;
+    let at = |p: &str| format!("{VM}{p}");
+    let mkdirs = |p: &str| -> Result<()> {
+        let mut cur = String::new();
+        for part in p.split('/').filter(|s| !s.is_empty()) {
+            cur.push('/');
+            cur.push_str(part);
+            if sys::lstat(&at(&cur))?.is_none() {
+                sys::mkdir(&at(&cur), 0o755)?;
+            }
+        }
+        Ok(())
+    };
+    for p in host_paths {
+        if !p.starts_with('/') || p.contains("/../") || p.ends_with("/..") {
+            return Err(SandboxError::Root(format!(
+                "QEMU's host path {p} is not absolute and plain"
+            )));
+        }
+        let host = old(p);
+        let Some(st) = sys::lstat(&host)? else {
+            continue;
+        };
+        let parent = p.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        mkdirs(parent)?;
+        let t = at(p);
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFLNK => {
+                let text = std::fs::read_link(&host)
+                    .map_err(|e| SandboxError::io_at("readlink", &e, host.clone()))?;
+                let text = text.to_str().ok_or_else(|| {
+                    SandboxError::Unsupported(format!("{p}: a link that is not UTF-8"))
+                })?;
+                sys::symlink(text, &t)?;
+            }
+            libc::S_IFDIR => {
+                mkdirs(p)?;
+                sys::mount(Some(&host), &t, None, RBIND, None)?;
+                sys::harden_readonly(&t)?;
+            }
+            _ => {
+                sys::touch(&t, 0o444)?;
+                sys::mount(Some(&host), &t, None, BIND, None)?;
+                sys::harden_readonly(&t)?;
+            }
+        }
+    }
+    // terra's executable, for the forwarder QEMU spawns (exec allowed):
+    // bound by its host path (the running file's mount belongs to the
+    // caller's mount namespace, so /proc/self/exe cannot be bound), then
+    // checked to be the very file this process runs.
+    let exe = std::fs::read_link("/oldroot/proc/self/exe")
+        .map_err(|e| SandboxError::io_at("readlink", &e, "/proc/self/exe"))?;
+    let exe = exe
+        .to_str()
+        .filter(|p| p.starts_with('/') && !p.ends_with(" (deleted)"))
+        .ok_or_else(|| {
+            SandboxError::Root(format!(
+                "terra's executable {} has no usable path",
+                exe.display()
+            ))
+        })?
+        .to_string();
+    sys::touch(&at(terra_at), 0o555)?;
+    sys::mount(Some(&old(&exe)), &at(terra_at), None, BIND, None)?;
+    sys::make_readonly(&at(terra_at), false)?;
+    let running = nix::sys::stat::stat("/oldroot/proc/self/exe")
+        .map_err(|e| SandboxError::sys_at("stat", e, "/proc/self/exe"))?;
+    let bound = sys::lstat(&at(terra_at))?.ok_or_else(|| vanished(terra_at))?;
+    if (bound.st_dev, bound.st_ino) != (running.st_dev, running.st_ino) {
+        return Err(SandboxError::Root(format!(
+            "{exe} is no longer the executable terra runs from (replaced since it started)"
+        )));
+    }
+    let dev = at("/dev");
+    sys::mkdir(&dev, 0o755)?;
+    new_fs("tmpfs", &dev, NOSUID | NOEXEC, "mode=0755")?;
+    let mut nodes: Vec<&str> = vec!["null", "zero", "full", "random", "urandom"];
+    if kvm {
+        nodes.push("kvm");
+    }
+    for n in nodes {
+        let host = format!("{OLD}/dev/{n}");
+        if sys::lstat(&host)?.is_none() {
+            continue;
+        }
+        let p = format!("{dev}/{n}");
+        sys::touch(&p, 0o666)?;
+        sys::mount(Some(&host), &p, None, BIND, None)?;
+    }
+    sys::make_readonly(&dev, false)?;
+    let proc_ = at("/proc");
+    sys::mkdir(&proc_, 0o555)?;
+    proc_at(&proc_)?;
+    let e = at(export);
+    sys::mkdir(&e, 0o755)?;
+    sys::mount(Some(NEW), &e, None, MsFlags::MS_MOVE, None)?;
+    sys::make_readonly(VM, false)?;
+    sys::chdir(VM)?;
+    sys::pivot_root(".", ".")?;
+    sys::umount_detach(".")?;
+    sys::chdir("/")
 }

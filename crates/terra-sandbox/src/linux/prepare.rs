@@ -228,7 +228,10 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
             "a broker socket was given but the plan is not mediated".into(),
         ));
     }
-    let (ops, _) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
+    let (mut ops, _) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
+    if spec.vm.is_some() {
+        ops = vm_ops(ops)?;
+    }
     let ExecStrings {
         candidates,
         argv,
@@ -254,7 +257,24 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
             rlimits: spec.rlimits,
         },
         terminal: None,
+        vm: spec.vm.clone(),
     })
+}
+
+/// The mount program of the vm backend's share: the box's tree without its
+/// procfs and /dev (the guest mounts its own there: the box's procfs would
+/// show QEMU's memory to the guest through 9p), keeping their empty mount
+/// points. A device node cannot be granted through 9p: refused.
+pub fn vm_ops(ops: Vec<MountOp>) -> Result<Vec<MountOp>, SandboxError> {
+    ops.into_iter()
+        .map(|op| match op {
+            MountOp::Proc { path } | MountOp::Dev { path } => Ok(MountOp::EmptyDir { path }),
+            MountOp::Device { path, .. } => Err(SandboxError::InvalidPlan(format!(
+                "the vm backend cannot grant the device {path}: the guest has its own devices, and a host                  device node does not cross the 9p share"
+            ))),
+            other => Ok(other),
+        })
+        .collect()
 }
 
 pub fn describe(

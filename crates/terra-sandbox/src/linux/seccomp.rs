@@ -42,6 +42,11 @@ pub fn box_init() -> Result<Vec<BpfProgram>, SandboxError> {
     programs(Table::BoxInit, None)
 }
 
+/// The vm backend's relay (`terra __vm` once QEMU runs): its allowlist.
+pub fn vm_host() -> Result<Vec<BpfProgram>, SandboxError> {
+    programs(Table::VmHost, None)
+}
+
 /// The box proxy service's allowlist.
 pub fn box_service() -> Result<Vec<BpfProgram>, SandboxError> {
     programs(Table::BoxService, None)

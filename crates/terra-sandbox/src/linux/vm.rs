@@ -54,6 +54,9 @@ pub(crate) struct VmConfig {
     pub proxy: Option<SocketAddr>,
     pub workload: WorkloadWire,
     pub terminal: Option<TerminalWire>,
+    /// The vm backend: run QEMU on the box's tree instead of the workload
+    /// (vmhost.rs).
+    pub vm: Option<terra_vm::Boot>,
 }
 
 /// The workload's strings as bytes (checked free of NUL by the caller).
@@ -103,6 +106,9 @@ pub fn main(service: BoxService) -> ! {
         Ok(h) => h,
         Err(e) => refuse(e.to_string()),
     };
+    if config.vm.is_some() {
+        super::vmhost::main(config, held.broker, held.gate, service, status, result)
+    }
     let prep = match box_prep(config, &held, service) {
         Ok(p) => p,
         Err(e) => refuse(e.to_string()),

@@ -117,6 +117,7 @@ impl World {
             mediated: None,
             hostname: "terra-box".into(),
             rlimits: Default::default(),
+            vm: None,
         }
     }
 

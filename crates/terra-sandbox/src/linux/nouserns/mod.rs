@@ -105,6 +105,7 @@ pub fn describe(config: &BoxConfig) -> String {
         mediated: None,
         hostname: config.hostname.clone(),
         rlimits: config.rlimits,
+        vm: None,
     };
     let mut s = String::new();
     s.push_str("namespaces none: the host's filesystem, processes and network stack\n");
