@@ -281,9 +281,7 @@ impl RunBuilder {
             let proxy = match (mediated, choice.backend) {
                 (false, _) => Vec::new(),
                 // The guest reaches the box's proxy through QEMU's forward.
-                (true, Backend::Vm) => {
-                    proxy_env(std::net::SocketAddr::V4(terra_vm::qemu::PROXY))
-                }
+                (true, Backend::Vm) => proxy_env(std::net::SocketAddr::V4(terra_vm::qemu::PROXY)),
                 (true, _) => proxy_env(self.proxy.unwrap_or_else(terra_netd::proxy_listen_addr)),
             };
             // The landlock and macos backends have no private /tmp: HOME and
