@@ -213,8 +213,10 @@ fn seatbelt_dry_run_mediated_shows_the_broker_and_its_port_parameter() {
         let name = param(bp, f).unwrap_or_else(|| panic!("{f} missing: {bp}"));
         assert!(broker.contains(&format!("(allow file-read* (literal (param \"{name}\")))")));
     }
+    // In Seatbelt's form: a build under /tmp or /var is under /private there.
     let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_terra")).unwrap();
-    assert_eq!(bp["EXECUTABLE"], exe.to_str().unwrap());
+    let exe = terra_seatbelt::path::seatbelt_path(exe.to_str().unwrap()).unwrap();
+    assert_eq!(bp["EXECUTABLE"], exe.as_str());
     // The text form names the broker's profile and parameters separately.
     let out = terra(
         dir.path(),
