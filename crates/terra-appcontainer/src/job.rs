@@ -163,31 +163,16 @@ const CREATION_NAMES: [(u32, &str); 5] = [
     (CREATE_BREAKAWAY_FROM_JOB, "CREATE_BREAKAWAY_FROM_JOB"),
 ];
 
-fn names(table: &[(u32, &'static str)], bits: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = bits;
-    for (bit, name) in table {
-        if bits & bit != 0 {
-            out.push((*name).to_string());
-            rest &= !bit;
-        }
-    }
-    if rest != 0 {
-        out.push(format!("0x{rest:08x}"));
-    }
-    out
-}
-
 pub fn limit_names(bits: u32) -> Vec<String> {
-    names(&LIMIT_NAMES, bits)
+    crate::bits::names(&LIMIT_NAMES, bits)
 }
 
 pub fn ui_names(bits: u32) -> Vec<String> {
-    names(&UI_NAMES, bits)
+    crate::bits::names(&UI_NAMES, bits)
 }
 
 pub fn creation_names(bits: u32) -> Vec<String> {
-    names(&CREATION_NAMES, bits)
+    crate::bits::names(&CREATION_NAMES, bits)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! `terra-sandbox/src/windows/`.
 #![forbid(unsafe_code)]
 
+mod bits;
 pub mod cmdline;
 pub mod dacl;
 pub mod error;

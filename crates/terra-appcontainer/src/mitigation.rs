@@ -137,29 +137,14 @@ const POLICY2_NAMES: [(u64, &str); 3] = [
     ),
 ];
 
-fn names(table: &[(u64, &'static str)], bits: u64) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = bits;
-    for (bit, name) in table {
-        if bits & bit != 0 {
-            out.push((*name).to_string());
-            rest &= !bit;
-        }
-    }
-    if rest != 0 {
-        out.push(format!("0x{rest:016x}"));
-    }
-    out
-}
-
 /// The names of the bits set in a first-DWORD64 policy.
 pub fn policy1_names(bits: u64) -> Vec<String> {
-    names(&POLICY1_NAMES, bits)
+    crate::bits::names(&POLICY1_NAMES, bits)
 }
 
 /// The names of the bits set in a second-DWORD64 policy.
 pub fn policy2_names(bits: u64) -> Vec<String> {
-    names(&POLICY2_NAMES, bits)
+    crate::bits::names(&POLICY2_NAMES, bits)
 }
 
 /// The policies terra leaves off, with why (the rendering lists them).
