@@ -184,6 +184,7 @@ fn prune(bases: &[runs::StateBase], keep: usize, max_age_days: u64) -> ExitCode 
     let retention = Retention {
         keep,
         max_age: std::time::Duration::from_secs(max_age_days.saturating_mul(86_400)),
+        slack: 0,
     };
     let mut failed_any = false;
     for b in bases {

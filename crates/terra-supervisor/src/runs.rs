@@ -27,6 +27,10 @@ const MAX_RECORD_LEN: u64 = 1 << 20;
 pub const DEFAULT_KEEP: usize = 100;
 /// 14 days.
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(14 * 86_400);
+/// Pruning beside `terra run` waits until this many runs more than `keep`
+/// piled up: finding the runs over the count opens every run, which every
+/// run would pay otherwise (about 1 ms of CPU beside the box's start).
+pub const DEFAULT_SLACK: usize = 10;
 
 /// How many runs a state base keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,13 +39,18 @@ pub struct Retention {
     pub keep: usize,
     /// Runs that started longer ago than this are removed.
     pub max_age: Duration,
+    /// Runs over `keep` are removed only once there are more than
+    /// `keep + slack` runs (then down to `keep`); 0: every time.
+    pub slack: usize,
 }
 
 impl Default for Retention {
+    /// What pruning beside `terra run` keeps.
     fn default() -> Retention {
         Retention {
             keep: DEFAULT_KEEP,
             max_age: DEFAULT_MAX_AGE,
+            slack: DEFAULT_SLACK,
         }
     }
 }
@@ -172,7 +181,8 @@ impl StateBase {
         };
         // The common case costs one directory listing: few enough runs, the
         // oldest young enough.
-        if ids.len() <= retention.keep && !ids.first().is_some_and(|id| too_old(id)) {
+        let over = ids.len() > retention.keep.saturating_add(retention.slack);
+        if !over && !ids.first().is_some_and(|id| too_old(id)) {
             return (Vec::new(), Vec::new());
         }
         let mut removed = Vec::new();
@@ -399,5 +409,57 @@ mod tests {
         assert_eq!(millis_between("2024-02-29T23:59:59.900Z", &text), Some(350));
         assert_eq!(millis_between(&text, "2024-02-29T23:59:59.900Z"), None);
         assert_eq!(millis_between("garbage", &text), None);
+    }
+
+    #[test]
+    fn pruning_with_slack_waits_for_the_slack_then_keeps_the_newest() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let base_path = dir.path().join("runs");
+        std::fs::create_dir(&base_path).unwrap();
+        std::fs::set_permissions(&base_path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let uid = nix::unistd::geteuid().as_raw();
+        let now = SystemTime::now();
+        let add = |i: u32| {
+            // Recent runs (an hour ago, one second apart), all finished.
+            let t = now - Duration::from_secs(3600) + Duration::from_secs(u64::from(i));
+            let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
+            let id = format!("{}-{i}-0000000a", rfc3339_compact(secs));
+            let d = base_path.join(&id);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("receipt.json"), "{}").unwrap();
+            id
+        };
+        let retention = Retention {
+            keep: 3,
+            max_age: DEFAULT_MAX_AGE,
+            slack: 2,
+        };
+        let ids: Vec<String> = (0..5).map(add).collect();
+        let base = StateBase::open(&base_path, uid).unwrap();
+        // keep + slack runs: nothing removed yet.
+        assert!(base.prune(retention, now).0.is_empty());
+        assert_eq!(base.run_ids().len(), 5);
+        let newest = add(5);
+        // One more: down to the newest three at once.
+        let (removed, failed) = base.prune(retention, now);
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(removed.len(), 3, "{removed:?}");
+        assert_eq!(base.run_ids(), vec![ids[3].clone(), ids[4].clone(), newest]);
+        // Without slack (terra runs prune), every run over the count goes.
+        add(6);
+        let exact = Retention {
+            slack: 0,
+            ..retention
+        };
+        assert_eq!(base.prune(exact, now).0.len(), 1);
+    }
+
+    /// `YYYYMMDDTHHMMSSZ` of a Unix time (the run id's start).
+    fn rfc3339_compact(secs: u64) -> String {
+        let text = terra_netd::receipt::rfc3339(UNIX_EPOCH + Duration::from_secs(secs));
+        // "2024-03-01T00:00:00.000Z" -> "20240301T000000Z"
+        let digits: String = text[..19].chars().filter(char::is_ascii_digit).collect();
+        format!("{}T{}Z", &digits[..8], &digits[8..])
     }
 }
