@@ -17,7 +17,7 @@ use serde_json::json;
 use terra_policy::Capability;
 use terra_sandbox::linux::nouserns;
 use terra_supervisor::backend::{choose, Choice, HostFacts};
-use terra_supervisor::launch::{start_supervisor, Ended};
+use terra_supervisor::launch::{Ended, Starting};
 use terra_supervisor::run::{broker_available, PreparedRun, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
 use terra_supervisor::temp::{self, TempAfterRun};
 use terra_supervisor::{runs, summary};
@@ -175,6 +175,20 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
         )));
     }
     let json = args.json;
+    let log_args: Vec<OsString> = log_level
+        .map(|l| vec!["--log-level".into(), l.into()])
+        .unwrap_or_default();
+    // The supervisor starts now, beside this CLI's resolving of the run, and
+    // with a box backend clones the box's namespaces meanwhile (it gets the
+    // request once the run is resolved; dropped unused, it is killed).
+    let supervisor = if dry_run || macos || windows {
+        None
+    } else {
+        match Starting::begin(log_args.clone(), early_box_fits(&args)) {
+            Ok(s) => Some(s),
+            Err(e) => return crate::fail(Failure::Run(&e)),
+        }
+    };
     // The placeholders of runs killed before they could clean up go before
     // anything is resolved: a stale one would make its denied name look
     // present.
@@ -240,9 +254,6 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
             eprintln!("terra: {w}");
         }
     }
-    let log_args: Vec<OsString> = log_level
-        .map(|l| vec!["--log-level".into(), l.into()])
-        .unwrap_or_default();
     // Denied paths that do not exist yet, inside a writable grant: held by
     // placeholders for the run (terra_supervisor::placeholders).
     let needed = terra_sandbox::linux::lower::placeholders(
@@ -266,7 +277,13 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     };
     // Old runs are pruned while this one runs (mostly waiting on the disk),
     // not after it.
-    let ended = match start_supervisor(&prepared.request, &log_args, prune_old_runs) {
+    let ended = match supervisor {
+        Some(s) => s.hand(&prepared.request, prune_old_runs),
+        None => Err(terra_supervisor::Error::Request(
+            "no supervisor was started for this run".into(),
+        )),
+    };
+    let ended = match ended {
         Ok(ended) => ended,
         Err(e) => {
             held.remove();
@@ -279,6 +296,16 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     prepared.request.limits.remove_cgroups();
     after_run(&prepared, &ended, temp_after, args.quiet);
     ExitCode::from(ended.code)
+}
+
+/// Whether the supervisor should clone the box before the request is
+/// known: a backend with a box (auto picks one where user namespaces work)
+/// and no limit that makes cgroups (the box is cloned inside them).
+fn early_box_fits(args: &RunArgs) -> bool {
+    matches!(args.backend.as_str(), "auto" | "linux" | "vm")
+        && args.memory.is_none()
+        && args.pids.is_none()
+        && args.cpus.is_none()
 }
 
 /// Removes the runs the default retention does not keep, in every state base.
@@ -301,17 +328,21 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
         .run_dir
         .as_deref()
         .and_then(|d| runs::open_reported(d, std::process::id()));
+    // The receipt, read once.
+    let receipt = own.as_ref().and_then(|r| Some((r, r.receipt()?)));
     if !quiet {
-        if let Some(text) = own.as_ref().and_then(summary::refusal_summary) {
+        if let Some(text) = receipt
+            .as_ref()
+            .and_then(|(run, r)| summary::refusal_summary(run, r))
+        {
             eprint!("{text}");
         }
     }
     // The program was not found (127) or could not be executed (126, the
     // landlock backend's EACCES): name it when the host has it outside the grants.
-    let exec_failed = own
+    let exec_failed = receipt
         .as_ref()
-        .and_then(|r| r.receipt())
-        .is_some_and(|r| !r["outcome"]["execFailed"].is_null());
+        .is_some_and(|(_, r)| !r["outcome"]["execFailed"].is_null());
     if exec_failed {
         if let Some(hint) = prepared.program_hint() {
             eprintln!("terra: {hint}");

@@ -944,9 +944,10 @@ fn ps_shows_each_role_as_terra_with_no_new_privs() {
         );
         let mut cmdlines: Vec<&str> = roles.iter().map(|p| p.cmdline.as_str()).collect();
         cmdlines.sort_unstable();
+        // `net`: the box makes its own network namespace (vm.rs).
         assert_eq!(
             cmdlines,
-            ["terra __network", "terra __vm"],
+            ["terra __network", "terra __vm net"],
             "{user:?}: the supervisor's children\n{shown}"
         );
         for p in std::iter::once(&supervisor).chain(&roles) {
@@ -976,7 +977,10 @@ fn ps_shows_each_role_as_terra_with_no_new_privs() {
             );
         }
         // The box's init is not the workload: its own namespaces' PID 1.
-        let init = roles.iter().find(|p| p.cmdline == "terra __vm").unwrap();
+        let init = roles
+            .iter()
+            .find(|p| p.cmdline == "terra __vm net")
+            .unwrap();
         assert_eq!(
             init.field("NSpid").split_whitespace().last(),
             Some("1"),

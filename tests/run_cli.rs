@@ -310,10 +310,16 @@ fn state_directory_during_the_run() {
     };
     let supervisor = read_pid("supervisor.pid");
     let host = read_pid("host.pid");
-    let children = fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).unwrap();
+    // The CLI starts its supervisor on a thread: its parent is the CLI
+    // process, whichever thread.
+    let status = fs::read_to_string(format!("/proc/{supervisor}/status")).unwrap();
+    let ppid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .map(|v| v.trim().to_string());
     assert_eq!(
-        children.trim(),
-        supervisor.to_string(),
+        ppid,
+        Some(child.id().to_string()),
         "supervisor.pid names the CLI's child"
     );
     assert!(
@@ -529,6 +535,23 @@ fn refusals_exit_125_with_a_message() {
     assert!(
         e.runs().is_empty(),
         "a refused run must not reach the supervisor"
+    );
+    // The supervisor starts beside the CLI's resolving: a run refused
+    // before its request leaves no process of its own behind.
+    let mark = format!("XDG_STATE_HOME={}", e.state.display());
+    let left: Vec<String> = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|d| {
+            fs::read(d.path().join("environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == mark.as_bytes()))
+        })
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "processes of refused runs remain: {left:?}"
     );
     assert!(
         e.temp_dirs().is_empty(),

@@ -50,14 +50,19 @@ pub fn launcher_role_main(_args: Vec<OsString>) -> ExitCode {
 /// Entry point of the hidden `terra __vm` role: the box's init, exec'd by
 /// `linux::spawn_box` inside the box's new namespaces, its input on fixed
 /// descriptors. `service` is the in-box service of mediated networking
-/// (`terra_netd::box_service` in terra). Takes no arguments.
+/// (`terra_netd::box_service` in terra). Takes no argument but `net`: the
+/// box makes its own network namespace.
 #[cfg(target_os = "linux")]
 pub fn vm_role_main(args: Vec<OsString>, service: linux::BoxService) -> ExitCode {
-    if !args.is_empty() {
-        eprintln!("terra __vm: takes no arguments (its input is on descriptors)");
-        return ExitCode::from(EXIT_REFUSED);
-    }
-    linux::vm_main(service)
+    let own_net = match args.as_slice() {
+        [] => false,
+        [word] if word == "net" => true,
+        _ => {
+            eprintln!("terra __vm: takes no arguments but `net` (its input is on descriptors)");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    linux::vm_main(service, own_net)
 }
 
 /// Entry point of the hidden `terra __vm` role: Linux only in this build.

@@ -10,7 +10,7 @@ use std::path::Path;
 use common::probe::{parse, probe};
 use common::*;
 use terra_policy::{Access, NetworkMode, RootMode, Scope};
-use terra_sandbox::linux::{describe_spec, spawn_box_spec, BoxExit};
+use terra_sandbox::linux::{describe_spec, spawn_box_spec, BoxExit, EarlyBox};
 use terra_test_support::users::require_root;
 
 /// Runs the probes inside a box made from `w` (the probe program granted).
@@ -401,6 +401,88 @@ fn hostname_and_synthesized_etc() {
     if host.contains("daemon:") {
         assert!(!out.contains("daemon:"), "{out}");
     }
+}
+
+#[test]
+fn synthesized_etc_files_are_part_of_a_read_only_root_or_read_only_binds() {
+    // Root read-only: written into the box root (no mount), unwritable.
+    let w = World::new();
+    let script = "grep -c ' /etc/passwd ' /proc/self/mountinfo; \
+                  ls -l /etc/passwd | cut -c1-10; \
+                  (echo x >> /etc/passwd) 2>/dev/null && echo WROTE; \
+                  chmod 666 /etc/passwd 2>/dev/null && echo CHMOD; echo end";
+    let out = w.sh(script);
+    let text = ok(&out);
+    assert!(text.starts_with("0\n-r--r--r--\n"), "{text}");
+    assert!(!text.contains("WROTE") && !text.contains("CHMOD"), "{text}");
+    // Root ephemeral-write: the synthesized files stay read-only binds.
+    let mut w = World::new();
+    w.root_mode = RootMode::EphemeralWrite;
+    let out = w.sh(script);
+    let text = ok(&out);
+    assert!(text.starts_with("1\n"), "{text}");
+    assert!(!text.contains("WROTE") && !text.contains("CHMOD"), "{text}");
+}
+
+#[test]
+fn an_early_box_that_is_not_used_is_killed_and_reaped() {
+    let early = EarlyBox::spawn(roles(), true).unwrap();
+    let pid = early.pid();
+    assert!(pid > 0);
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    // The init execs soon after the clone; either name is the box's.
+    assert!(!comm.is_empty(), "the early init is alive");
+    drop(early);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "the early init {pid} is gone, reaped"
+    );
+}
+
+#[test]
+fn an_early_box_without_the_plans_network_namespace_is_replaced() {
+    // Made with a network namespace of its own, started for network direct:
+    // the box that runs shares the host's network.
+    let host_ifaces = std::fs::read_to_string("/proc/net/dev")
+        .unwrap()
+        .lines()
+        .skip(2)
+        .count();
+    let mut w = World::new();
+    w.network = NetworkMode::Direct;
+    let out = w.ws().join(".terra-test-out");
+    let script = format!(
+        "exec >{} 2>&1; tail -n +3 /proc/net/dev | wc -l",
+        out.display()
+    );
+    let report = EarlyBox::spawn(roles(), true)
+        .unwrap()
+        .start_box_spec(roles(), w.spec(&["/bin/sh", "-c", &script]))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(report.exit, BoxExit::Code(0));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(text.trim(), host_ifaces.to_string(), "{text}");
+}
+
+#[test]
+fn a_grant_of_the_root_still_gets_the_boxs_own_proc_and_dev() {
+    // The /proc and /dev built before the program came are covered by the
+    // root's bind: they are detached and made again over it, in order.
+    let mut w = World::new();
+    w.rules
+        .push(rule(Access::Read, Path::new("/"), Scope::Tree));
+    let me = std::process::id();
+    let out = w.sh(&format!(
+        "ls /proc | grep -c '^[0-9]*$'; test -e /proc/{me} && echo HOST-PID-VISIBLE; \
+         wc -c < /proc/kallsyms; ls /dev/pts >/dev/null && echo pts-ok"
+    ));
+    let text = ok(&out);
+    let count: usize = text.lines().next().unwrap().trim().parse().unwrap();
+    assert!(count < 10, "only the box's processes: {text}");
+    assert!(!text.contains("HOST-PID-VISIBLE"), "{text}");
+    assert!(text.contains("\n0\n") && text.contains("pts-ok"), "{text}");
 }
 
 #[test]

@@ -39,125 +39,285 @@ pub fn start_supervisor(
     extra_args: &[OsString],
     beside: impl FnOnce() + Send + 'static,
 ) -> Result<Ended> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::signal::{kill, Signal};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-    use nix::unistd::Pid;
+    Supervisor::start(extra_args, false)?.hand(req, beside)
+}
 
-    let t0 = Instant::now();
-    let body = serde_json::to_vec(req)
-        .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
-    let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("pipe", e))?;
-    fcntl(rd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
-        .map_err(|e| Error::sys("fcntl", e))?;
-    // The supervisor's word back: the run directory it made (one line), so
-    // the CLI opens its run without listing the state directory. Read only
-    // once the supervisor ended, without blocking.
-    let (report_r, report_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
-        .map_err(|e| Error::sys("pipe", e))?;
-    fcntl(report_w.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
-        .map_err(|e| Error::sys("fcntl", e))?;
+/// `terra __supervisor`, started before its request exists: it starts
+/// (and, with `early_box`, clones the box's init) while the CLI resolves
+/// the run. Dropped without [`Supervisor::hand`] (the run was refused
+/// first), it is killed and reaped.
+pub struct Supervisor {
+    child: Option<std::process::Child>,
+    request: Option<std::os::fd::OwnedFd>,
+    report: Option<std::os::fd::OwnedFd>,
+    tty: Option<ForegroundTty>,
+    t0: Instant,
+}
 
-    // Block the forwarded signals and SIGCHLD before the child exists, so none
-    // is lost or acted on by default; the supervisor inherits the block and
-    // reads them from its own signalfd.
-    let mut mask = crate::forwarded_signals();
-    mask.add(Signal::SIGCHLD);
-    mask.thread_block()
-        .map_err(|e| Error::sys("cannot block signals", e))?;
-    let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(|e| Error::sys("signalfd", e))?;
+impl Supervisor {
+    /// Starts `terra __supervisor` (with `extra_args` before the role, e.g.
+    /// the caller's `--log-level`); it waits for its request.
+    pub fn start(extra_args: &[OsString], early_box: bool) -> Result<Supervisor> {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+        use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
-    // The binary this CLI runs from (the kernel's link to it), named `terra`
-    // in argv; the supervisor names itself `terra` too (comm).
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("terra")
-        .args(extra_args)
-        .arg("__supervisor")
-        .arg("--request-fd")
-        .arg(rd.as_raw_fd().to_string())
-        .arg("--report-fd")
-        .arg(report_w.as_raw_fd().to_string());
-    let tty = ForegroundTty::detect();
-    if tty.is_none() {
-        cmd.process_group(0);
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::op("cannot start the supervisor", e))?;
-    drop(rd);
-    drop(report_w);
-    let child_pid = Pid::from_raw(child.id() as i32);
-    {
-        let mut w = fs::File::from(wr);
-        if let Err(e) = w.write_all(&body) {
-            let _ = kill(child_pid, Signal::SIGKILL);
-            let _ = child.wait();
-            return Err(Error::op("cannot hand the run to the supervisor", e));
+        let t0 = Instant::now();
+        let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("pipe", e))?;
+        fcntl(rd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+            .map_err(|e| Error::sys("fcntl", e))?;
+        // The supervisor's word back: the run directory it made (one line), so
+        // the CLI opens its run without listing the state directory. Read only
+        // once the supervisor ended, without blocking.
+        let (report_r, report_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| Error::sys("pipe", e))?;
+        fcntl(report_w.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+            .map_err(|e| Error::sys("fcntl", e))?;
+
+        // The supervisor starts with the forwarded signals and SIGCHLD
+        // blocked, so none is lost or acted on by default (it reads them
+        // from its own signalfd). This CLI blocks them again only in
+        // `hand`: until then a signal ends it as it would without terra.
+        let mut mask = crate::forwarded_signals();
+        mask.add(Signal::SIGCHLD);
+        let mut old = SigSet::empty();
+        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old))
+            .map_err(|e| Error::sys("cannot block signals", e))?;
+
+        // The binary this CLI runs from (the kernel's link to it), named `terra`
+        // in argv; the supervisor names itself `terra` too (comm).
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg0("terra")
+            .args(extra_args)
+            .arg("__supervisor")
+            .arg("--request-fd")
+            .arg(rd.as_raw_fd().to_string())
+            .arg("--report-fd")
+            .arg(report_w.as_raw_fd().to_string());
+        if early_box {
+            cmd.arg("--early-box");
         }
-    }
-    debug!(phase = "handoff", ms = t0.elapsed().as_secs_f64() * 1e3);
-    // After the spawn: this process forks nothing while the thread lives.
-    let beside = std::thread::Builder::new()
-        .name("terra-beside".into())
-        .spawn(beside)
-        .map_err(|e| debug!("no thread for the work beside the run ({e}); skipped"))
-        .ok();
-
-    let status = loop {
-        if let Some(st) = child.try_wait().map_err(|e| Error::op("wait", e))? {
-            break st;
+        let tty = ForegroundTty::detect();
+        if tty.is_none() {
+            cmd.process_group(0);
         }
-        let mut fds = [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
-        let _ = poll(&mut fds, PollTimeout::NONE);
-        while let Ok(Some(info)) = sigfd.read_signal() {
-            match Signal::try_from(info.ssi_signo as i32) {
-                Ok(Signal::SIGCHLD) | Err(_) => {}
-                Ok(_) if tty.is_some() && info.ssi_code == crate::SI_KERNEL => {
-                    debug!(
-                        "terminal-generated signal: the workload gets it from the terminal itself"
-                    );
-                }
-                Ok(sig) => {
-                    debug!(signal = ?sig, "forwarding to the supervisor");
-                    let _ = kill(child_pid, sig);
-                }
+        let spawned = cmd.spawn();
+        let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        let child = spawned.map_err(|e| Error::op("cannot start the supervisor", e))?;
+        Ok(Supervisor {
+            child: Some(child),
+            request: Some(wr),
+            report: Some(report_r),
+            tty,
+            t0,
+        })
+    }
+
+    /// Hands the supervisor the request, runs `beside` on a thread of its
+    /// own while the run goes on (work of the CLI that the run does not wait
+    /// for, e.g. pruning old runs; joined before returning), forwards
+    /// signals to the supervisor and returns its exit status as the run's,
+    /// with the run directory it reported (see
+    /// [`crate::runs::open_reported`]).
+    pub fn hand(self, req: &RunRequest, beside: impl FnOnce() + Send + 'static) -> Result<Ended> {
+        let body = serde_json::to_vec(req)
+            .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
+        self.hand_body(body, beside)
+    }
+
+    fn hand_body(mut self, body: Vec<u8>, beside: impl FnOnce() + Send + 'static) -> Result<Ended> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use nix::sys::signal::{kill, Signal};
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        use nix::unistd::Pid;
+
+        let mut mask = crate::forwarded_signals();
+        mask.add(Signal::SIGCHLD);
+        mask.thread_block()
+            .map_err(|e| Error::sys("cannot block signals", e))?;
+        let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(|e| Error::sys("signalfd", e))?;
+        let (Some(mut child), Some(wr)) = (self.child.take(), self.request.take()) else {
+            return Err(Error::Request(
+                "the supervisor was handed a request before".into(),
+            ));
+        };
+        let child_pid = Pid::from_raw(child.id() as i32);
+        {
+            let mut w = fs::File::from(wr);
+            if let Err(e) = w.write_all(&body) {
+                let _ = kill(child_pid, Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(Error::op("cannot hand the run to the supervisor", e));
             }
         }
-    };
-    if let Some(t) = tty {
-        t.restore();
-    }
-    debug!(phase = "supervisor", ms = t0.elapsed().as_secs_f64() * 1e3);
-    if let Some(h) = beside {
-        let _ = h.join();
-    }
-    let supervisor_pid = child_pid.as_raw() as u32;
-    if let Some(code) = status.code() {
-        return Ok(Ended {
-            code: code.clamp(0, 255) as u8,
-            supervisor_pid,
-            run_dir: reported_run_dir(report_r),
-        });
-    }
-    let sig = status.signal().unwrap_or(0);
-    if sig == terra_seccomp::KILL_SIGNAL {
-        // Its allowlist killed it: no receipt could be written; say so here.
-        let line = crate::role_kill::line("terra __supervisor", child_pid.as_raw());
-        eprintln!("terra: {line}; the box went with it and no receipt was written");
-        return Ok(Ended {
-            code: terra_policy::EXIT_REFUSED,
+        debug!(
+            phase = "handoff",
+            ms = self.t0.elapsed().as_secs_f64() * 1e3
+        );
+        // After the spawn: this process forks nothing while the thread lives.
+        let beside = std::thread::Builder::new()
+            .name("terra-beside".into())
+            .spawn(beside)
+            .map_err(|e| debug!("no thread for the work beside the run ({e}); skipped"))
+            .ok();
+
+        let tty = self.tty.take();
+        let status = loop {
+            if let Some(st) = child.try_wait().map_err(|e| Error::op("wait", e))? {
+                break st;
+            }
+            let mut fds = [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::NONE);
+            while let Ok(Some(info)) = sigfd.read_signal() {
+                match Signal::try_from(info.ssi_signo as i32) {
+                    Ok(Signal::SIGCHLD) | Err(_) => {}
+                    Ok(_) if tty.is_some() && info.ssi_code == crate::SI_KERNEL => {
+                        debug!(
+                            "terminal-generated signal: the workload gets it from the terminal itself"
+                        );
+                    }
+                    Ok(sig) => {
+                        debug!(signal = ?sig, "forwarding to the supervisor");
+                        let _ = kill(child_pid, sig);
+                    }
+                }
+            }
+        };
+        if let Some(t) = tty {
+            t.restore();
+        }
+        debug!(
+            phase = "supervisor",
+            ms = self.t0.elapsed().as_secs_f64() * 1e3
+        );
+        if let Some(h) = beside {
+            let _ = h.join();
+        }
+        let supervisor_pid = child_pid.as_raw() as u32;
+        if let Some(code) = status.code() {
+            return Ok(Ended {
+                code: code.clamp(0, 255) as u8,
+                supervisor_pid,
+                run_dir: self.report.take().and_then(reported_run_dir),
+            });
+        }
+        let sig = status.signal().unwrap_or(0);
+        if sig == terra_seccomp::KILL_SIGNAL {
+            // Its allowlist killed it: no receipt could be written; say so here.
+            let line = crate::role_kill::line("terra __supervisor", child_pid.as_raw());
+            eprintln!("terra: {line}; the box went with it and no receipt was written");
+            return Ok(Ended {
+                code: terra_policy::EXIT_REFUSED,
+                supervisor_pid,
+                run_dir: None,
+            });
+        }
+        eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
+        Ok(Ended {
+            code: (128 + sig).clamp(0, 255) as u8,
             supervisor_pid,
             run_dir: None,
-        });
+        })
     }
-    eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
-    Ok(Ended {
-        code: (128 + sig).clamp(0, 255) as u8,
-        supervisor_pid,
-        run_dir: None,
-    })
+}
+
+/// The work the CLI hands a [`Starting`] supervisor: the encoded request and
+/// the work beside the run.
+type Handed = (Vec<u8>, Box<dyn FnOnce() + Send>);
+
+/// A supervisor started on a thread of its own ([`Starting::begin`]): the
+/// spawn waits for the supervisor's exec (vfork), which the CLI's own
+/// preparation need not wait for. The same thread then hands the request
+/// and waits for the run: the supervisor's parent-death signal follows the
+/// thread that started it, so that thread lives as long as the run.
+pub struct Starting {
+    thread: Option<std::thread::JoinHandle<Result<Ended>>>,
+    handed: Option<std::sync::mpsc::Sender<Handed>>,
+}
+
+impl Starting {
+    /// [`Supervisor::start`] on a new thread, which then waits for
+    /// [`Starting::hand`].
+    pub fn begin(extra_args: Vec<OsString>, early_box: bool) -> Result<Starting> {
+        let (tx, rx) = std::sync::mpsc::channel::<Handed>();
+        let thread = std::thread::Builder::new()
+            .name("terra-start".into())
+            .spawn(move || {
+                let supervisor = Supervisor::start(&extra_args, early_box)?;
+                // No request (the run was refused first): the supervisor is
+                // dropped, killed and reaped.
+                let (body, beside) = rx
+                    .recv()
+                    .map_err(|_| Error::Request("the run was refused before its request".into()))?;
+                supervisor.hand_body(body, beside)
+            })
+            .map_err(|e| Error::op("cannot make a thread to start the supervisor", e))?;
+        Ok(Starting {
+            thread: Some(thread),
+            handed: Some(tx),
+        })
+    }
+
+    /// [`Supervisor::hand`], on the thread that started it; returns how the
+    /// run ended.
+    pub fn hand(
+        mut self,
+        req: &RunRequest,
+        beside: impl FnOnce() + Send + 'static,
+    ) -> Result<Ended> {
+        use nix::sys::signal::Signal;
+        let body = serde_json::to_vec(req)
+            .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
+        // Blocked on this thread too: the starting thread reads them from
+        // its signalfd and forwards them.
+        let mut mask = crate::forwarded_signals();
+        mask.add(Signal::SIGCHLD);
+        mask.thread_block()
+            .map_err(|e| Error::sys("cannot block signals", e))?;
+        let sent = self
+            .handed
+            .take()
+            .map(|tx| tx.send((body, Box::new(beside))));
+        let ended = match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(Error::Request(
+                "the thread running the supervisor panicked".into(),
+            )),
+            None => Err(Error::Request("the supervisor was not started".into())),
+        };
+        match sent {
+            Some(Ok(())) => ended,
+            // The thread ended before it took the request: its error says why.
+            _ => ended.and_then(|_| {
+                Err(Error::Request(
+                    "the supervisor did not take the request".into(),
+                ))
+            }),
+        }
+    }
+}
+
+impl Drop for Starting {
+    /// A run refused before its request: the supervisor, once started, is
+    /// killed and reaped on its thread.
+    fn drop(&mut self) {
+        self.handed = None;
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The run directory the supervisor wrote on the report pipe (one line, an

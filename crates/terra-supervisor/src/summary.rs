@@ -116,8 +116,7 @@ fn remedy(reason: &str, r: &Refusal, with_policy: bool) -> Option<String> {
 
 /// The summary for a finished run, or None when the broker refused nothing
 /// (or the run had no broker).
-pub fn refusal_summary(run: &RunFiles) -> Option<String> {
-    let receipt = run.receipt()?;
+pub fn refusal_summary(run: &RunFiles, receipt: &serde_json::Value) -> Option<String> {
     let net = receipt.get("network").filter(|n| !n.is_null())?;
     let refused = net["refused"].as_u64().unwrap_or(0);
     if refused == 0 {

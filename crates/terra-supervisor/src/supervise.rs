@@ -31,16 +31,20 @@ use crate::{forwarded_signals, EXIT_REFUSED, SI_KERNEL, TIMEOUT_GRACE};
 struct Args {
     request_fd: i32,
     report_fd: Option<i32>,
+    early_box: bool,
 }
 
-/// `--request-fd N [--report-fd M]`. The CLI's pid travels in the request,
-/// not here: argv carries no host pid.
+/// `--request-fd N [--report-fd M] [--early-box]`. The CLI's pid travels in
+/// the request, not here: argv carries no host pid. `--early-box`: clone
+/// the box's init before the request is read (see [`launcher::EarlyBox`]).
 fn parse_args(args: Vec<OsString>) -> Result<Args> {
     let mut it = args.into_iter().map(|a| a.to_string_lossy().into_owned());
     let mut request_fd = None;
     let mut report_fd = None;
+    let mut early_box = false;
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--early-box" => early_box = true,
             "--request-fd" => {
                 request_fd = Some(
                     it.next()
@@ -67,6 +71,7 @@ fn parse_args(args: Vec<OsString>) -> Result<Args> {
         Some(request_fd) if request_fd > 2 && report_fd != Some(request_fd) => Ok(Args {
             request_fd,
             report_fd,
+            early_box,
         }),
         _ => Err(Error::Argument(
             "the supervisor is started by `terra run`, not by hand".into(),
@@ -145,6 +150,17 @@ pub fn main(args: Vec<OsString>) -> u8 {
             return EXIT_REFUSED;
         }
     };
+    // The box's namespaces and its init's exec need nothing from the run:
+    // made while the CLI still prepares the request and while it is checked.
+    // Not made (the box is cloned later as usual): the backend has no box
+    // of its own or the clone failed here; the run's own clone then says why.
+    let early = if args.early_box {
+        launcher::EarlyBox::spawn(&exe, true)
+            .map_err(|e| debug!("no early box: {e}"))
+            .ok()
+    } else {
+        None
+    };
     let req = match read_request(args.request_fd) {
         Ok(r) => r,
         Err(e) => {
@@ -167,6 +183,7 @@ pub fn main(args: Vec<OsString>) -> u8 {
     }
     let mut run = Run::new(req, lock_slot, exe);
     run.report = report;
+    run.early = early;
     let code = run.execute(&sigfd, t0);
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
@@ -271,6 +288,11 @@ struct Run {
     role_killed: Option<String>,
     /// The CLI's report pipe, until the run directory is said on it.
     report: Option<fs::File>,
+    /// The box's init cloned before the request was read, until the box
+    /// starts from it (dropped unused: killed and reaped).
+    early: Option<launcher::EarlyBox>,
+    /// The thread that reaps the box's init once it reported the end.
+    box_waiter: Option<std::thread::JoinHandle<std::result::Result<(), SandboxError>>>,
     /// This host's name, read at the start (before the supervisor's filters).
     host_name: Option<String>,
     /// The run's cgroup counters (OOM kills, refused forks), opened before
@@ -301,6 +323,8 @@ impl Run {
             box_pid: 0,
             role_killed: None,
             report: None,
+            early: None,
+            box_waiter: None,
             host_name: crate::receipt::host_name(),
             limits_watch: crate::limits::Watch::default(),
         }
@@ -501,8 +525,16 @@ impl Run {
                 return self.refuse(Some(&dir), &e);
             }
         };
+        // The early box is used unless the box must be cloned inside the
+        // run's cgroups (joined above) or the backend has no box of its own.
+        let early = self
+            .early
+            .take()
+            .filter(|_| !landlock && self.req.limits.cgroups.is_empty());
         let spawned = if landlock {
             launcher::nouserns::spawn_box(config)
+        } else if let Some(early) = early {
+            early.start(&self.exe, config, box_terminal)
         } else {
             launcher::spawn_box_with_terminal(&self.exe, config, box_terminal)
         };
@@ -635,11 +667,22 @@ impl Run {
                 });
             }
         }
-        std::thread::spawn(move || {
-            let report = handle.wait();
+        // The box's end is reported as soon as its init says how the
+        // workload ended; the thread then reaps init (the kernel ends what
+        // is left of the box and tears down its namespaces meanwhile, while
+        // the receipt is written) and is joined before the supervisor ends.
+        self.box_waiter = Some(std::thread::spawn(move || {
+            let (report, reap) = match handle.wait_reported() {
+                Ok((r, reap)) => (Ok(r), Some(reap)),
+                Err(e) => (Err(e), None),
+            };
             let _ = tx.send(Event::Box(report));
             let _ = nix::unistd::write(&wake_w, b"x");
-        });
+            let t_reap = Instant::now();
+            let reaped = reap.map_or(Ok(()), launcher::BoxReap::wait);
+            debug!(phase = "reap", ms = t_reap.elapsed().as_secs_f64() * 1e3);
+            reaped
+        }));
         let deadline = self
             .req
             .timeout_ms
@@ -760,6 +803,8 @@ impl Run {
             Ok(r) => self.finish(&dir, r, timed_out),
             Err(e) => self.refuse(Some(&dir), &format!("the box failed: {e}")),
         };
+        // (The box was reaped with the receipts: cleanup_and_report.)
+        reap_box(self.box_waiter.take());
         drop(listener);
         debug!(
             phase = "teardown",
@@ -860,6 +905,8 @@ impl Run {
     }
 
     fn refuse(&mut self, dir: Option<&RunDir>, why: &dyn std::fmt::Display) -> u8 {
+        // An early box that will not be used ends first (killed and reaped).
+        self.early = None;
         eprintln!("terra: {why}");
         let outcome = Outcome {
             exit_code: EXIT_REFUSED as i32,
@@ -870,21 +917,26 @@ impl Run {
     }
 
     fn cleanup_and_report(&mut self, dir: Option<&RunDir>, outcome: Outcome) -> u8 {
-        // The temp directory goes on a second thread while the receipts are
-        // written: both are file-system work, and the CLI waits for both.
+        // The receipts are written while the box's init is reaped (the
+        // kernel tears the box down meanwhile); the temp directory goes on
+        // a second thread once no process of the box is left. The CLI
+        // waits for all of it.
         let temp = (!self.req.keep_temp).then(|| self.req.bindings.temp.clone());
-        std::thread::scope(|s| {
-            let mut inline = None;
-            if let Some(t) = &temp {
-                let spawned = std::thread::Builder::new()
-                    .spawn_scoped(s, move || crate::files::remove_tree(t));
-                if spawned.is_err() {
-                    inline = Some(t);
+        let work = std::sync::Mutex::new(Some((self.box_waiter.take(), temp)));
+        let after_box = || {
+            let taken = work.lock().ok().and_then(|mut w| w.take());
+            if let Some((waiter, temp)) = taken {
+                reap_box(waiter);
+                if let Some(t) = &temp {
+                    crate::files::remove_tree(t);
                 }
             }
+        };
+        std::thread::scope(|s| {
+            let spawned = std::thread::Builder::new().spawn_scoped(s, after_box);
             let written = self.write_receipts(dir, &outcome);
-            if let Some(t) = inline {
-                crate::files::remove_tree(t);
+            if spawned.is_err() {
+                after_box();
             }
             written
         })
@@ -939,6 +991,17 @@ impl Run {
             Ok(())
         } else {
             Err(Error::Several(failed))
+        }
+    }
+}
+
+/// Waits until the box's init is reaped (no process of the box is left).
+fn reap_box(waiter: Option<std::thread::JoinHandle<std::result::Result<(), SandboxError>>>) {
+    if let Some(w) = waiter {
+        match w.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!("reaping the box: {e}"),
+            Err(_) => warn!("the box's waiter thread panicked"),
         }
     }
 }

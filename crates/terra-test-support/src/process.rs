@@ -59,12 +59,21 @@ pub fn show(out: &Output) -> String {
     )
 }
 
-/// The direct children of process `pid` (none when it is gone).
+/// The direct children of process `pid`, whichever of its threads started
+/// them (terra's CLI starts its supervisor on a thread); none when it is gone.
 pub fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|s| s.parse().ok())
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|s| s.parse().ok())
+                .collect::<Vec<u32>>()
+        })
         .collect()
 }
 

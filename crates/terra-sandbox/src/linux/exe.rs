@@ -82,8 +82,8 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// Everything a cloned child needs to become a role, prepared before the clone.
 pub(crate) struct Launch<'a> {
     exe: &'a RoleExe,
-    /// ["terra", role, NULL].
-    argv: [*const libc::c_char; 3],
+    /// ["terra", role, NULL] or ["terra", role, arg, NULL].
+    argv: [*const libc::c_char; 4],
     /// (descriptor of the caller, number in the role)
     moves: [(RawFd, RawFd); MAX_FDS],
     count: usize,
@@ -102,7 +102,12 @@ impl<'a> Launch<'a> {
         );
         Launch {
             exe,
-            argv: [c"terra".as_ptr(), role.as_ptr(), std::ptr::null()],
+            argv: [
+                c"terra".as_ptr(),
+                role.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+            ],
             moves: [(-1, -1); MAX_FDS],
             count: 0,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
@@ -126,6 +131,11 @@ impl<'a> Launch<'a> {
         self.moves[self.count] = (fd, number);
         self.count += 1;
         Ok(())
+    }
+
+    /// One word after the role's name in argv (a flag, never a secret).
+    pub fn arg(&mut self, word: &'static CStr) {
+        self.argv[2] = word.as_ptr();
     }
 
     /// Reports a failure before the exec on this descriptor (its number in the role).

@@ -36,7 +36,6 @@ use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, built by `terra __vm` from its configuration.
 pub struct BoxPrep<'a> {
-    pub new_net: bool,
     pub hostname: String,
     pub ops: Vec<MountOp>,
     pub workload: WorkloadPrep<'a>,
@@ -55,17 +54,14 @@ pub struct BoxPrep<'a> {
     pub terminal: Option<TerminalPrep>,
 }
 
-/// The namespace flags of a box (`CLONE_NEWNET` unless the network is direct).
-pub fn box_namespaces(new_net: bool) -> libc::c_int {
-    let mut flags = libc::CLONE_NEWUSER
+/// The namespaces the box's init is cloned into; its network namespace it
+/// makes itself (vm.rs, on a thread while it builds the root).
+pub fn box_namespaces() -> libc::c_int {
+    libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS;
-    if new_net {
-        flags |= libc::CLONE_NEWNET;
-    }
-    flags
+        | libc::CLONE_NEWUTS
 }
 
 /// Sends one of the forwarded signals to `child` (best effort: it may be gone).
@@ -81,15 +77,18 @@ pub(crate) fn report_and_exit(res_w: BorrowedFd<'_>, signaled: bool, value: i32)
 }
 
 /// PID 1 of the box, from the root onwards. Never returns.
-pub(crate) fn init(prep: &BoxPrep, status: OwnedFd, res_w: OwnedFd) -> ! {
+pub(crate) fn init(
+    prep: &BoxPrep,
+    prebuilt: mounts::Prebuilt,
+    status: OwnedFd,
+    res_w: OwnedFd,
+) -> ! {
     let refuse = |why: String| -> ! {
         status::send(status.as_fd(), &Status::Refused(why));
         report_and_exit(res_w.as_fd(), false, EXIT_REFUSED.into())
     };
-    if let Err(e) = mounts::enter_staging()
-        .and_then(|_| mounts::apply(&prep.ops))
-        .and_then(|_| mounts::enter_new_root())
-    {
+    // (The staging root was entered before the configuration came: vm.rs.)
+    if let Err(e) = mounts::apply(&prep.ops, prebuilt).and_then(|_| mounts::enter_new_root()) {
         refuse(format!("box root: {e}"));
     }
     // Before any child: from here on no process of the box holds the caller's terminal.

@@ -45,8 +45,8 @@ pub use error::SandboxError;
 pub use exe::{set_name, RoleExe};
 
 /// The body of `terra __vm` (the box's init); never returns. See `vm.rs`.
-pub fn vm_main(service: BoxService) -> ! {
-    vm::main(service)
+pub fn vm_main(service: BoxService, own_net: bool) -> ! {
+    vm::main(service, own_net)
 }
 
 /// The descriptors of the box's network service, made by the box's init
@@ -217,24 +217,57 @@ impl BoxHandle {
     pub fn take_terminal(&mut self) -> Option<TerminalChannel> {
         self.terminal.take()
     }
-    /// Waits for the box to end.
-    ///
-    /// Reads the box's status reports until the workload was executed (or the
-    /// box ended), then reaps the box init and reads how the workload ended.
+    /// Waits for the box to end: its init reaped, every process of the box gone.
     pub fn wait(self) -> Result<BoxReport, SandboxError> {
+        let (report, reap) = self.wait_reported()?;
+        reap.wait()?;
+        Ok(report)
+    }
+
+    /// Reads the box's status reports until the workload was executed (or
+    /// the box ended), then returns how the workload ended as soon as init
+    /// said so, before init's exit (the kernel then kills what is left in
+    /// the box and tears down its namespaces, which takes a while): the
+    /// caller writes its receipt meanwhile and reaps the box with
+    /// [`BoxReap::wait`] before it relies on the box being gone. Without
+    /// that word (init died, or a box without an init of its own), init is
+    /// reaped here first.
+    pub fn wait_reported(self) -> Result<(BoxReport, BoxReap), SandboxError> {
         let reports = status::read_all(self.status.as_fd());
-        let ended = wait_for(self.pid)?;
-        // init has exited: its result bytes, if it wrote them, are in the pipe.
-        let result = self.result.as_ref().and_then(|fd| {
+        if let Some(fd) = &self.result {
             let mut b = [0u8; 2];
-            (sys::read_full(fd.as_fd(), &mut b) == 2).then(|| (b[0] == 1, b[1] as i32))
-        });
-        Ok(prepare::report(
-            &reports,
-            ended,
-            result,
-            self.result.is_some(),
-        ))
+            // Two bytes, or end of file once init (and every process that
+            // holds the pipe) is gone without writing them.
+            if sys::read_full(fd.as_fd(), &mut b) == 2 {
+                let result = Some((b[0] == 1, b[1] as i32));
+                let report = prepare::report(&reports, (false, 0), result, true);
+                return Ok((
+                    report,
+                    BoxReap {
+                        pid: Some(self.pid),
+                    },
+                ));
+            }
+        }
+        let ended = wait_for(self.pid)?;
+        let report = prepare::report(&reports, ended, None, self.result.is_some());
+        Ok((report, BoxReap { pid: None }))
+    }
+}
+
+/// A box whose init reported the workload's end and may still be exiting.
+#[must_use = "the box is gone only once reaped"]
+pub struct BoxReap {
+    pid: Option<i32>,
+}
+
+impl BoxReap {
+    /// Reaps the box's init: when this returns, no process of the box is left.
+    pub fn wait(self) -> Result<(), SandboxError> {
+        match self.pid {
+            Some(pid) => wait_for(pid).map(|_| ()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -278,60 +311,153 @@ fn spawn_spec(
     spec: BoxSpec,
     terminal: Option<BoxTerminal>,
 ) -> Result<BoxHandle, SandboxError> {
-    let mut config = prepare::vm_config(&spec)?;
-    let mut channel = None;
-    let mut box_terminal = None;
-    if let Some(t) = &terminal {
-        let (ours, theirs) = terminal::prepare(t)?;
-        channel = Some(ours);
-        config.terminal = Some(theirs.wire());
-        box_terminal = Some(theirs);
-    }
-    let (status_r, status_w) = sys::pipe_cloexec()?;
-    let (res_r, res_w) = sys::pipe_cloexec()?;
-    let (config_r, config_w) = sys::pipe_cloexec()?;
-    // How init learns that the caller is gone before its parent-death signal
-    // was armed: a pidfd of the caller, or a pipe only the caller writes.
-    let (parent_fd, life_w) = match sys::pidfd_self() {
-        Some(fd) => (fd, None),
-        None => {
-            let (r, w) = sys::pipe_cloexec()?;
-            (r, Some(w))
+    let new_net = spec.plan.network != terra_policy::NetworkMode::Direct;
+    EarlyBox::spawn(exe, new_net)?.start_spec(exe, spec, terminal)
+}
+
+/// A box's init cloned into the box's namespaces and exec'd (`terra __vm`)
+/// before its configuration exists; it waits for it on its config socket.
+/// The namespaces (a network namespace above all) and the exec are most of
+/// a box's start and need nothing from the run, so the supervisor makes
+/// them while it reads and checks the request ([`EarlyBox::start`] hands
+/// the configuration). Dropped unused, the init is killed and reaped.
+pub struct EarlyBox {
+    pid: Option<nix::unistd::Pid>,
+    new_net: bool,
+    /// Our end of the config socket: the descriptors of the run (SCM_RIGHTS),
+    /// then the configuration (JSON) to its end.
+    config: Option<OwnedFd>,
+    status: Option<OwnedFd>,
+    result: Option<OwnedFd>,
+    /// On a kernel without pidfd_open: the only write end of the pipe init
+    /// watches to learn that the caller is gone.
+    life: Option<OwnedFd>,
+}
+
+impl EarlyBox {
+    /// Clones the init (with a network namespace of its own when `new_net`)
+    /// and execs `terra __vm` from `exe`. Any caller, also a multi-threaded
+    /// one: the clone's child makes only system calls until then.
+    pub fn spawn(exe: &RoleExe, new_net: bool) -> Result<EarlyBox, SandboxError> {
+        let (status_r, status_w) = sys::pipe_cloexec()?;
+        let (res_r, res_w) = sys::pipe_cloexec()?;
+        let (config_ours, config_theirs) = sys::socketpair_cloexec()?;
+        // How init learns that the caller is gone before its parent-death
+        // signal was armed: a pidfd of the caller, or a pipe only the caller writes.
+        let (parent_fd, life_w) = match sys::pidfd_self() {
+            Some(fd) => (fd, None),
+            None => {
+                let (r, w) = sys::pipe_cloexec()?;
+                (r, Some(w))
+            }
+        };
+        let mut launch = exe::Launch::new(exe, c"__vm");
+        launch.give(sys::raw(&config_theirs), vm::CONFIG_FD)?;
+        launch.give(sys::raw(&status_w), vm::STATUS_FD)?;
+        launch.give(sys::raw(&res_w), vm::RESULT_FD)?;
+        launch.give(sys::raw(&parent_fd), vm::PARENT_FD)?;
+        launch.report_to(vm::STATUS_FD);
+        // The network namespace is the init's to make, on a thread of its
+        // own while it builds the box root (creating one is most of the
+        // clone's time): only the word travels in argv.
+        if new_net {
+            launch.arg(vm::OWN_NET_ARG);
         }
-    };
-    let mut launch = exe::Launch::new(exe, c"__vm");
-    launch.give(sys::raw(&config_r), vm::CONFIG_FD)?;
-    launch.give(sys::raw(&status_w), vm::STATUS_FD)?;
-    launch.give(sys::raw(&res_w), vm::RESULT_FD)?;
-    launch.give(sys::raw(&parent_fd), vm::PARENT_FD)?;
-    if let Some((fd, _, _)) = &spec.mediated {
-        launch.give(sys::raw(fd), vm::BROKER_FD)?;
+        let pid = spawn_role(&launch, init::box_namespaces(), "the box")?;
+        Ok(EarlyBox {
+            pid: Some(pid),
+            new_net,
+            config: Some(config_ours),
+            status: Some(status_r),
+            result: Some(res_r),
+            life: life_w,
+        })
     }
-    if let Some(fd) = &spec.canary_gate {
-        launch.give(sys::raw(fd), vm::GATE_FD)?;
+
+    /// Host pid of the init (0 once it was handed on or ended).
+    pub fn pid(&self) -> i32 {
+        self.pid.map_or(0, |p| p.as_raw())
     }
-    if let Some(t) = &box_terminal {
-        launch.give(sys::raw(&t.channel), vm::TERMINAL_FD)?;
+
+    /// [`EarlyBox::start`] with a hand-made plan (test-support only).
+    #[cfg(feature = "test-support")]
+    pub fn start_box_spec(self, exe: &RoleExe, spec: BoxSpec) -> Result<BoxHandle, SandboxError> {
+        self.start_spec(exe, spec, None)
     }
-    launch.report_to(vm::STATUS_FD);
-    let pid = spawn_role(&launch, init::box_namespaces(config.new_net), "the box")?;
-    // The box holds its own copies now: close the caller's (the pipes' far
-    // ends, the terminal channel's box end, the broker socket and the canary
-    // gate in `spec`).
-    drop((config_r, status_w, res_w, parent_fd, box_terminal));
-    drop(spec);
-    if let Err(e) = exe::write_config(config_w, &config) {
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        let _ = sys::wait_child(pid, false);
-        return Err(e);
+
+    /// Hands the box its configuration and the run's descriptors. A box
+    /// whose network namespace does not match the plan's (network direct
+    /// shares the host's) is ended and a fresh one started.
+    pub fn start(
+        self,
+        exe: &RoleExe,
+        config: BoxConfig,
+        terminal: Option<BoxTerminal>,
+    ) -> Result<BoxHandle, SandboxError> {
+        self.start_spec(exe, config.into(), terminal)
     }
-    Ok(BoxHandle {
-        pid: pid.as_raw(),
-        status: status_r,
-        result: Some(res_r),
-        _life: life_w,
-        terminal: channel,
-    })
+
+    fn start_spec(
+        mut self,
+        exe: &RoleExe,
+        spec: BoxSpec,
+        terminal: Option<BoxTerminal>,
+    ) -> Result<BoxHandle, SandboxError> {
+        let mut config = prepare::vm_config(&spec)?;
+        if config.new_net != self.new_net {
+            drop(self);
+            return EarlyBox::spawn(exe, config.new_net)?.start_spec(exe, spec, terminal);
+        }
+        let mut channel = None;
+        let mut box_terminal = None;
+        if let Some(t) = &terminal {
+            let (ours, theirs) = terminal::prepare(t)?;
+            channel = Some(ours);
+            config.terminal = Some(theirs.wire());
+            box_terminal = Some(theirs);
+        }
+        let fds = vm::RunFds {
+            broker: spec.mediated.as_ref().map(|(fd, _, _)| fd.as_fd()),
+            gate: spec.canary_gate.as_ref().map(|fd| fd.as_fd()),
+            terminal: box_terminal.as_ref().map(|t| t.channel.as_fd()),
+        };
+        let (Some(sock), Some(status)) = (self.config.take(), self.status.take()) else {
+            return Err(SandboxError::Launch(
+                "the early box was started before".into(),
+            ));
+        };
+        let sent =
+            vm::send_run_fds(sock.as_fd(), &fds).and_then(|()| exe::write_config(sock, &config));
+        // The box holds its own copies now: close ours.
+        drop((box_terminal, spec));
+        if let Err(e) = sent {
+            // An init that refused before its configuration came (its root)
+            // said why on the status pipe, which the handle reads; one that
+            // is still there gets end of file and refuses the run.
+            tracing::debug!("the box's configuration was not handed over: {e}");
+        }
+        let Some(pid) = self.pid.take() else {
+            return Err(SandboxError::Launch(
+                "the early box was started before".into(),
+            ));
+        };
+        Ok(BoxHandle {
+            pid: pid.as_raw(),
+            status,
+            result: self.result.take(),
+            _life: self.life.take(),
+            terminal: channel,
+        })
+    }
+}
+
+impl Drop for EarlyBox {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = sys::wait_child(pid, false);
+        }
+    }
 }
 
 /// Clones `launch` into the namespaces `flags`, with the forwarded signals

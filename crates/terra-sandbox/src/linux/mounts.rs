@@ -6,10 +6,19 @@
 //! tmpfs at /newroot. At the end /newroot becomes the root and the staging tmpfs
 //! with the whole host tree below it is detached.
 //!
-//! The synthesized files and the empty masking file live in their own small
-//! tmpfs at /synth, written once and then made read-only: a bind mount copies
-//! the flags of its source mount, so every bind of a file from /synth is
+//! The empty masking file lives in its own small tmpfs at /synth, and the
+//! synthesized files that must be bound (over a host file) in another at
+//! /synth-files, each written once and then made read-only: a bind mount
+//! copies the flags of its source mount, so every bind of such a file is
 //! read-only (and nosuid, nodev, noexec) from the start, one mount(2) each.
+//! A synthesized file with nothing under it in a root that ends read-only
+//! is written into the box root itself.
+//!
+//! The box's /proc (with its masks) and /dev need nothing from the run:
+//! [`prebuild`] makes them while the configuration is awaited (an early
+//! box, mod.rs), and [`apply`] uses them where the program has them and
+//! nothing before them covers their place; otherwise they are detached and
+//! made in program order as before.
 
 use super::lower::MountOp;
 use nix::mount::MsFlags;
@@ -21,6 +30,7 @@ const OLD: &str = "/oldroot";
 const NEW: &str = "/newroot";
 const SYNTH: &str = "/synth";
 const EMPTY_FILE: &str = "/synth/.empty";
+const SYNTH_FILES: &str = "/synth-files";
 
 const NOSUID: MsFlags = MsFlags::MS_NOSUID;
 const NODEV: MsFlags = MsFlags::MS_NODEV;
@@ -96,7 +106,7 @@ pub fn enter_staging() -> Result<()> {
             SandboxError::Unsupported("no host directory to stage the box root on".into())
         })?;
     new_fs("tmpfs", base, NOSUID | NODEV, "mode=0700")?;
-    for d in [OLD, NEW, SYNTH] {
+    for d in [OLD, NEW, SYNTH, SYNTH_FILES] {
         sys::mkdir(&format!("{base}{d}"), 0o700)?;
     }
     sys::pivot_root(base, &format!("{base}{OLD}"))?;
@@ -178,20 +188,98 @@ fn mask_file(t: &str) -> Result<()> {
     sys::mount(Some(EMPTY_FILE), t, None, BIND, None)
 }
 
-/// Writes the empty masking file and every synthesized file (numbered in
-/// program order) into a fresh tmpfs at /synth, then makes that tmpfs
-/// read-only: binds taken from it inherit the read-only flag.
-fn write_synth(ops: &[MountOp]) -> Result<()> {
+/// The empty masking file in a fresh tmpfs at /synth, then made read-only.
+fn write_mask_source() -> Result<()> {
     new_fs("tmpfs", SYNTH, NOSUID | NODEV | NOEXEC, "mode=0755")?;
     sys::touch(EMPTY_FILE, 0o444)?;
+    sys::make_readonly(SYNTH, false)
+}
+
+/// Every synthesized file (numbered in program order) in a fresh tmpfs at
+/// /synth-files, then made read-only; made when the first one must be bound.
+fn write_synth_files(ops: &[MountOp]) -> Result<()> {
+    new_fs("tmpfs", SYNTH_FILES, NOSUID | NODEV | NOEXEC, "mode=0755")?;
     let mut n = 0;
     for op in ops {
         if let MountOp::Synth { content, .. } = op {
             n += 1;
-            sys::write_file(&format!("{SYNTH}/{n}"), content.as_bytes())?;
+            sys::write_file(&format!("{SYNTH_FILES}/{n}"), content.as_bytes())?;
         }
     }
-    sys::make_readonly(SYNTH, false)
+    sys::make_readonly(SYNTH_FILES, false)
+}
+
+/// What [`prebuild`] made.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Prebuilt {
+    mask_source: bool,
+    proc: bool,
+    dev: bool,
+}
+
+/// Builds the box's /proc and /dev at their places in the box root (after
+/// `enter_staging`), before the mount program is known. A part that fails
+/// is detached and left to [`apply`], which then says why.
+pub fn prebuild() -> Prebuilt {
+    let mut made = Prebuilt::default();
+    if write_mask_source().is_err() {
+        return made;
+    }
+    made.mask_source = true;
+    let Ok(rdev) = root_dev() else {
+        return made;
+    };
+    made.proc = prebuild_one("/proc", |t| mount_proc(t, rdev));
+    made.dev = prebuild_one("/dev", |t| mount_dev(t, rdev));
+    made
+}
+
+fn prebuild_one(path: &str, build: impl FnOnce(&str) -> Result<()>) -> bool {
+    let t = new(path);
+    if build(&t).is_ok() {
+        return true;
+    }
+    if sys::lstat(&t).ok().flatten().is_some() {
+        let _ = sys::umount_detach(&t);
+    }
+    false
+}
+
+/// The path an op mounts on or makes.
+fn op_path(op: &MountOp) -> Option<&str> {
+    match op {
+        MountOp::Bind { path, .. }
+        | MountOp::BindTemp { path, .. }
+        | MountOp::EmptyDir { path }
+        | MountOp::Proc { path }
+        | MountOp::Dev { path }
+        | MountOp::Device { path, .. }
+        | MountOp::Synth { path, .. }
+        | MountOp::Symlink { path, .. }
+        | MountOp::Pin { path }
+        | MountOp::ReadOnly { path }
+        | MountOp::MaskDir { path }
+        | MountOp::MaskFile { path }
+        | MountOp::MaskPlaceholder { path }
+        | MountOp::ProtectCreate { path } => Some(path),
+        MountOp::RootReadOnly => None,
+    }
+}
+
+/// Whether a prebuilt file system at `path` stands for the op `wanted`:
+/// the program has that op, and no op before it mounts on the root or on
+/// `path` itself (which would have covered it).
+fn prebuilt_fits(ops: &[MountOp], path: &str, wanted: impl Fn(&MountOp) -> bool) -> bool {
+    let Some(at) = ops
+        .iter()
+        .position(|op| wanted(op) && op_path(op) == Some(path))
+    else {
+        return false;
+    };
+    !ops[..at]
+        .iter()
+        .filter_map(op_path)
+        .any(|p| p == "/" || p == path)
 }
 
 /// Binds the host's `source` at `path` in the box (recursive), with nosuid
@@ -259,12 +347,29 @@ fn vanished(path: &str) -> SandboxError {
     SandboxError::Root(format!("{path} vanished while the box root was built"))
 }
 
-/// Step 2: applies the program (between `enter_staging` and `enter_new_root`).
-pub fn apply(ops: &[MountOp]) -> Result<()> {
-    write_synth(ops)?;
+/// Step 2: applies the program (between `enter_staging` and `enter_new_root`),
+/// using what [`prebuild`] made where it fits.
+pub fn apply(ops: &[MountOp], prebuilt: Prebuilt) -> Result<()> {
+    if !prebuilt.mask_source {
+        write_mask_source()?;
+    }
+    let use_proc =
+        prebuilt.proc && prebuilt_fits(ops, "/proc", |op| matches!(op, MountOp::Proc { .. }));
+    let use_dev =
+        prebuilt.dev && prebuilt_fits(ops, "/dev", |op| matches!(op, MountOp::Dev { .. }));
+    for (made, used, path) in [
+        (prebuilt.proc, use_proc, "/proc"),
+        (prebuilt.dev, use_dev, "/dev"),
+    ] {
+        if made && !used {
+            sys::umount_detach(&new(path))?;
+        }
+    }
     let rdev = root_dev()?;
+    let root_read_only = ops.iter().any(|op| matches!(op, MountOp::RootReadOnly));
     let mut dev_dir: Option<String> = None;
     let mut synth_n = 0;
+    let mut synth_files = false;
     for op in ops {
         match op {
             MountOp::Bind {
@@ -274,23 +379,42 @@ pub fn apply(ops: &[MountOp]) -> Result<()> {
             } => bind_host(path, path, *dir, *writable, rdev)?,
             MountOp::BindTemp { source, path } => bind_host(source, path, true, true, rdev)?,
             MountOp::EmptyDir { path } => ensure(&new(path), true, rdev)?,
+            MountOp::Proc { path } if use_proc && path == "/proc" => {}
             MountOp::Proc { path } => mount_proc(&new(path), rdev)?,
             MountOp::Dev { path } => {
                 let t = new(path);
-                mount_dev(&t, rdev)?;
+                if !(use_dev && path == "/dev") {
+                    mount_dev(&t, rdev)?;
+                }
                 dev_dir = Some(t);
             }
             MountOp::Device { path, writable, .. } => {
                 bind_device(path, *writable, rdev, dev_dir.as_deref())?
             }
-            MountOp::Synth { path, .. } => {
+            MountOp::Synth { path, content } => {
                 // Numbered like `write_synth`; read-only from the source mount.
                 synth_n += 1;
                 let t = new(path);
+                // Nothing there, in the box root, which ends read-only: a
+                // file of the root itself (no mount to make and tear down).
+                if root_read_only && sys::lstat(&t)?.is_none() {
+                    if let Some(parent) = t.rfind('/').map(|i| &t[..i]) {
+                        let on_root = ensure(parent, true, rdev).is_ok()
+                            && sys::lstat(parent)?.is_some_and(|st| st.st_dev == rdev);
+                        if on_root {
+                            sys::create_file(&t, content.as_bytes(), 0o444)?;
+                            continue;
+                        }
+                    }
+                }
                 if ensure(&t, false, rdev).is_err() {
                     continue; // e.g. /etc is a host bind without this file: nothing to hide
                 }
-                let src = format!("{SYNTH}/{synth_n}");
+                if !synth_files {
+                    write_synth_files(ops)?;
+                    synth_files = true;
+                }
+                let src = format!("{SYNTH_FILES}/{synth_n}");
                 sys::mount(Some(&src), &t, None, BIND, None)?;
             }
             MountOp::Symlink { path, target } => {
@@ -538,4 +662,39 @@ pub fn enter_vm_root(host_paths: &[String], kvm: bool, terra_at: &str, export: &
     sys::pivot_root(".", ".")?;
     sys::umount_detach(".")?;
     sys::chdir("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bind(path: &str) -> MountOp {
+        MountOp::Bind {
+            path: path.into(),
+            dir: true,
+            writable: false,
+        }
+    }
+
+    #[test]
+    fn a_prebuilt_proc_or_dev_stands_only_where_nothing_covered_it() {
+        let is_proc = |op: &MountOp| matches!(op, MountOp::Proc { .. });
+        let proc_at = |p: &str| MountOp::Proc { path: p.into() };
+        // The usual program: binds beside it, deeper ops after it.
+        let ops = vec![bind("/usr"), proc_at("/proc"), bind("/usr/lib")];
+        assert!(prebuilt_fits(&ops, "/proc", is_proc));
+        // A grant of the root, or of /proc itself, before it covers it.
+        let ops = vec![bind("/"), proc_at("/proc")];
+        assert!(!prebuilt_fits(&ops, "/proc", is_proc));
+        let ops = vec![bind("/proc"), proc_at("/proc")];
+        assert!(!prebuilt_fits(&ops, "/proc", is_proc));
+        // The vm backend's program has an empty directory there instead.
+        let ops = vec![MountOp::EmptyDir {
+            path: "/proc".into(),
+        }];
+        assert!(!prebuilt_fits(&ops, "/proc", is_proc));
+        // A procfs elsewhere is not this one.
+        let ops = vec![proc_at("/srv/proc")];
+        assert!(!prebuilt_fits(&ops, "/proc", is_proc));
+    }
 }

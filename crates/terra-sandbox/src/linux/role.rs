@@ -111,7 +111,7 @@ pub fn enter() -> Result<(), SandboxError> {
     // The caller blocked signals around the clone; the role starts clean.
     sys::reset_signals();
     mounts::enter_staging()
-        .and_then(|_| mounts::apply(&setup.ops))
+        .and_then(|_| mounts::apply(&setup.ops, mounts::Prebuilt::default()))
         .and_then(|_| mounts::enter_new_root())
         .map_err(|e| SandboxError::Launch(format!("the role's root: {e}")))?;
     sys::drop_all_capabilities()

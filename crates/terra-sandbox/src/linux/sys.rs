@@ -202,6 +202,25 @@ pub fn symlink(target: &str, path: &str) -> Result<()> {
         .map_err(|errno| SandboxError::sys_at("symlink", errno, path))
 }
 
+/// Creates `path` (which must not exist; never through a symlink), writes
+/// `data` and sets `mode` (writable by the owner only while it is written).
+pub fn create_file(path: &str, data: &[u8], mode: libc::mode_t) -> Result<()> {
+    use nix::fcntl::OFlag;
+    use std::io::Write;
+    let fd = nix::fcntl::open(
+        path,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|errno| SandboxError::sys_at("open(O_CREAT|O_EXCL)", errno, path))?;
+    // SAFETY: `fd` was just opened by this call and nothing else refers to it.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(data)
+        .map_err(|e| SandboxError::io_at("write", &e, path))?;
+    nix::sys::stat::fchmod(f.as_raw_fd(), Mode::from_bits_truncate(mode))
+        .map_err(|errno| SandboxError::sys_at("fchmod", errno, path))
+}
+
 pub fn write_file(path: &str, data: &[u8]) -> Result<()> {
     std::fs::write(path, data).map_err(|e| SandboxError::io_at("write", &e, path))
 }
@@ -287,6 +306,18 @@ pub fn write_all_fd(fd: BorrowedFd<'_>, data: &[u8]) {
 pub fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd)> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|errno| SandboxError::sys("pipe2", errno))
+}
+
+/// A connected pair of stream sockets, close-on-exec.
+pub fn socketpair_cloexec() -> Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|errno| SandboxError::sys("socketpair", errno))
 }
 
 /// Sets the parent-death signal to SIGKILL.

@@ -1,21 +1,22 @@
 //! `terra __vm`: the box's init, exec'd by its clone straight after the
-//! namespaces were made (see `mod.rs`, `spawn_spec`). Its input is
-//! descriptors at fixed numbers; its configuration, a [`VmConfig`] as JSON,
-//! is read from [`CONFIG_FD`].
+//! namespaces were made (see `mod.rs`, `EarlyBox`), possibly before the run
+//! is known. Its input is descriptors at fixed numbers; the run's own
+//! descriptors and its configuration, a [`VmConfig`] as JSON, come later
+//! on [`CONFIG_FD`].
 //!
 //! | fd | what |
 //! |---|---|
-//! | 3 | the configuration (a pipe, read to its end) |
+//! | 3 | the config socket: one byte naming the run's descriptors, which ride on it (SCM_RIGHTS), then the configuration to its end |
 //! | 4 | the status pipe (JSON lines to the caller) |
 //! | 5 | the result pipe (how the workload ended, 2 bytes) |
 //! | 6 | the caller's liveness (a pidfd of it, or a pipe only it writes) |
-//! | 7 | mediated only: the box end of the broker socketpair |
-//! | 8 | the canary gate (one byte once the canary exists) |
-//! | 9 | the box's terminal channel, when it has a terminal |
+//! | 7 | from the config socket, mediated only: the box end of the broker socketpair |
+//! | 8 | from the config socket: the canary gate (one byte once the canary exists) |
+//! | 9 | from the config socket: the box's terminal channel, when it has a terminal |
 
 use std::ffi::CString;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +25,7 @@ use super::exe::{adopt, read_config, role_start};
 use super::init::{self, BoxPrep};
 use super::landlock::{LandlockPlan, NetRule};
 use super::lower::MountOp;
+use super::mounts;
 use super::status::{self, Status};
 use super::terminal::{TerminalPrep, TerminalWire};
 use super::workload::WorkloadPrep;
@@ -37,6 +39,41 @@ pub(crate) const PARENT_FD: RawFd = 6;
 pub(crate) const BROKER_FD: RawFd = 7;
 pub(crate) const GATE_FD: RawFd = 8;
 pub(crate) const TERMINAL_FD: RawFd = 9;
+
+/// argv[2] of `terra __vm` when the box gets a network namespace of its own.
+pub(crate) const OWN_NET_ARG: &std::ffi::CStr = c"net";
+
+/// Makes the box's network namespace on a thread of its own (the calling
+/// thread goes on building the root): the thread unshares it, brings its
+/// loopback up and hands back a descriptor of it, opened relative to the
+/// procfs `proc` (opened before the root changes).
+fn start_own_net(proc: OwnedFd) -> std::thread::JoinHandle<Result<OwnedFd, SandboxError>> {
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|errno| SandboxError::sys("unshare(CLONE_NEWNET)", errno))?;
+        sys::loopback_up()?;
+        let fd = nix::fcntl::openat(
+            Some(proc.as_raw_fd()),
+            "thread-self/ns/net",
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|errno| SandboxError::sys_at("open", errno, "thread-self/ns/net"))?;
+        // SAFETY: openat returned a new descriptor owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
+}
+
+/// Joins the thread of [`start_own_net`] and enters the namespace it made.
+fn enter_own_net(
+    made: std::thread::JoinHandle<Result<OwnedFd, SandboxError>>,
+) -> Result<(), SandboxError> {
+    let fd = made
+        .join()
+        .map_err(|_| SandboxError::Launch("the network namespace's thread panicked".into()))??;
+    nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|errno| SandboxError::sys("setns(CLONE_NEWNET)", errno))
+}
 
 /// Largest configuration accepted (the environment and argv dominate).
 const CONFIG_LIMIT: usize = 16 << 20;
@@ -73,10 +110,110 @@ pub(crate) struct WorkloadWire {
     pub rlimits: super::Rlimits,
 }
 
-/// The body of `terra __vm`; never returns. `service` is the in-box
+/// The run's descriptors an early box is handed with its configuration.
+pub(crate) struct RunFds<'a> {
+    pub broker: Option<BorrowedFd<'a>>,
+    pub gate: Option<BorrowedFd<'a>>,
+    pub terminal: Option<BorrowedFd<'a>>,
+}
+
+/// Where each of [`RunFds`] goes in the box's init, with its bit in the
+/// byte that announces them.
+const RUN_FDS: [(u8, RawFd); 3] = [(1, BROKER_FD), (2, GATE_FD), (4, TERMINAL_FD)];
+
+/// Sends `fds` on the config socket: one byte with a bit per descriptor
+/// present, the descriptors attached in [`RUN_FDS`] order.
+pub(crate) fn send_run_fds(sock: BorrowedFd<'_>, fds: &RunFds<'_>) -> Result<(), SandboxError> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let present = [fds.broker, fds.gate, fds.terminal];
+    let mut mask = 0u8;
+    let mut raw = Vec::new();
+    for ((bit, _), fd) in RUN_FDS.iter().zip(present) {
+        if let Some(fd) = fd {
+            mask |= bit;
+            raw.push(fd.as_raw_fd());
+        }
+    }
+    let byte = [mask];
+    let iov = [std::io::IoSlice::new(&byte)];
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
+    match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::empty(), None) {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(SandboxError::Launch(
+            "the box's descriptors were not sent".into(),
+        )),
+        Err(errno) => Err(SandboxError::sys("sendmsg (the box's descriptors)", errno)),
+    }
+}
+
+/// In the init: receives the run's descriptors from the config socket and
+/// places each at its fixed number (adopted later like the others).
+fn receive_run_fds(sock: BorrowedFd<'_>) -> Result<(), SandboxError> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut byte = [0u8; 1];
+    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|errno| SandboxError::sys("recvmsg (the box's descriptors)", errno))?;
+    let mut got: Vec<OwnedFd> = Vec::new();
+    for c in msg
+        .cmsgs()
+        .map_err(|errno| SandboxError::sys("recvmsg", errno))?
+    {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: descriptors just received are this process's own.
+            got.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+    if msg.bytes != 1 || truncated {
+        return Err(SandboxError::InvalidRequest(
+            "the box's descriptors did not arrive".into(),
+        ));
+    }
+    let mask = byte[0];
+    let wanted: Vec<RawFd> = RUN_FDS
+        .iter()
+        .filter(|(bit, _)| mask & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if mask & !7 != 0 || wanted.len() != got.len() {
+        return Err(SandboxError::InvalidRequest(format!(
+            "the box was announced {} descriptor(s) and got {}",
+            wanted.len(),
+            got.len()
+        )));
+    }
+    // Moved above the fixed numbers first: a received descriptor may sit on
+    // the number another one is bound for.
+    let mut high = Vec::with_capacity(got.len());
+    for fd in got {
+        high.push(
+            nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(64))
+                .map_err(|errno| SandboxError::sys("fcntl(F_DUPFD_CLOEXEC)", errno))?,
+        );
+    }
+    for (fd, number) in high.into_iter().zip(wanted) {
+        // SAFETY: `fd` was just made by F_DUPFD_CLOEXEC and is ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // dup2 leaves the copy without close-on-exec; adopt() sets it again.
+        nix::unistd::dup2(fd.as_raw_fd(), number)
+            .map_err(|errno| SandboxError::sys("dup2", errno))?;
+    }
+    Ok(())
+}
+
+/// The body of `terra __vm` (`own_net`: its argv said [`OWN_NET_ARG`]);
+/// never returns. `service` is the in-box
 /// service of mediated networking (the binary hands it in:
 /// `terra_netd::box_service` for terra).
-pub fn main(service: BoxService) -> ! {
+pub fn main(service: BoxService, own_net: bool) -> ! {
     let parent = adopt(PARENT_FD);
     role_start(parent.as_ref());
     if parent.is_none() || nix::unistd::getpid().as_raw() != 1 {
@@ -95,8 +232,40 @@ pub fn main(service: BoxService) -> ! {
         status::send(status.as_fd(), &Status::Refused(why));
         init::report_and_exit(result.as_fd(), false, EXIT_REFUSED.into())
     };
+    // The network namespace (asked for in argv), the staging root (a tmpfs
+    // with the host under it) and the box's /proc and /dev (used if the
+    // program has them) need nothing from the run: made while the caller
+    // still prepares the configuration.
+    let net = if own_net {
+        match nix::fcntl::open(
+            "/proc",
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        ) {
+            // SAFETY: open returned a new descriptor owned by nobody else.
+            Ok(fd) => Some(start_own_net(unsafe { OwnedFd::from_raw_fd(fd) })),
+            Err(errno) => refuse(format!("the host's /proc: {errno}")),
+        }
+    } else {
+        None
+    };
+    if let Err(e) = mounts::enter_staging() {
+        refuse(format!("box root: {e}"))
+    }
+    let prebuilt = mounts::prebuild();
+    // Before any socket or child of the box, and before the run's
+    // descriptors take their numbers: its own network namespace (the
+    // thread is gone once joined).
+    if let Some(made) = net {
+        if let Err(e) = enter_own_net(made) {
+            refuse(format!("the box's network namespace: {e}"))
+        }
+    }
     let config: VmConfig = match adopt(CONFIG_FD)
         .ok_or_else(|| SandboxError::InvalidRequest("no configuration on fd 3".into()))
+        .and_then(|fd| receive_run_fds(fd.as_fd()).map(|()| fd))
         .and_then(|fd| read_config(fd, CONFIG_LIMIT))
     {
         Ok(c) => c,
@@ -106,8 +275,27 @@ pub fn main(service: BoxService) -> ! {
         Ok(h) => h,
         Err(e) => refuse(e.to_string()),
     };
+    if config.new_net != own_net {
+        refuse(format!(
+            "the box was started {} a network namespace of its own and configured {}",
+            if own_net { "with" } else { "without" },
+            if config.new_net {
+                "with one"
+            } else {
+                "without"
+            }
+        ))
+    }
     if config.vm.is_some() {
-        super::vmhost::main(config, held.broker, held.gate, service, status, result)
+        super::vmhost::main(
+            config,
+            prebuilt,
+            held.broker,
+            held.gate,
+            service,
+            status,
+            result,
+        )
     }
     let prep = match box_prep(config, &held, service) {
         Ok(p) => p,
@@ -116,7 +304,7 @@ pub fn main(service: BoxService) -> ! {
     if let Err(e) = set_up_namespaces(&prep) {
         refuse(e.to_string())
     }
-    init::init(&prep, status, result)
+    init::init(&prep, prebuilt, status, result)
 }
 
 /// The descriptors the configuration says are there (owned by `main`'s
@@ -130,12 +318,21 @@ impl Held {
     fn adopt(config: &VmConfig) -> Result<Held, SandboxError> {
         let want = |on: bool, n: RawFd, what: &str| -> Result<Option<OwnedFd>, SandboxError> {
             if !on {
-                return Ok(None);
+                // Sent but not configured: refused, never left open.
+                return match adopt(n) {
+                    Some(_) => Err(SandboxError::InvalidRequest(format!(
+                        "{what} was sent on fd {n} but the configuration has none"
+                    ))),
+                    None => Ok(None),
+                };
             }
             adopt(n)
                 .map(Some)
                 .ok_or_else(|| SandboxError::InvalidRequest(format!("{what} is not on fd {n}")))
         };
+        if config.terminal.is_none() {
+            want(false, TERMINAL_FD, "a terminal channel")?;
+        }
         Ok(Held {
             broker: want(config.proxy.is_some(), BROKER_FD, "the broker socket")?,
             gate: want(config.workload.gate, GATE_FD, "the canary gate")?,
@@ -171,7 +368,6 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
         None => None,
     };
     Ok(BoxPrep {
-        new_net: c.new_net,
         hostname: c.hostname,
         ops: c.ops,
         workload: WorkloadPrep {
@@ -206,12 +402,8 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
     })
 }
 
-/// The host name, and the loopback interface of a new network namespace
-/// (the uid/gid maps were written before the exec).
+/// The host name (the uid/gid maps were written before the exec; the
+/// network namespace, its loopback up, was entered in `main`).
 fn set_up_namespaces(prep: &BoxPrep) -> Result<(), SandboxError> {
-    sys::sethostname(&prep.hostname)?;
-    if prep.new_net {
-        sys::loopback_up()?;
-    }
-    Ok(())
+    sys::sethostname(&prep.hostname)
 }

@@ -108,6 +108,7 @@ fn window_size() -> Option<(u16, u16)> {
 /// The body of `terra __vm` with a vm configuration; never returns.
 pub(crate) fn main(
     config: VmConfig,
+    prebuilt: mounts::Prebuilt,
     broker: Option<OwnedFd>,
     gate: Option<OwnedFd>,
     service: BoxService,
@@ -118,18 +119,13 @@ pub(crate) fn main(
     let Some(boot) = config.vm.clone() else {
         ends.refuse("the vm box was started without its boot configuration".into())
     };
-    if let Err(e) = sys::sethostname(&config.hostname).and_then(|_| {
-        if config.new_net {
-            sys::loopback_up()
-        } else {
-            Ok(())
-        }
-    }) {
+    // (The network namespace, its loopback up, was entered in vm.rs.)
+    if let Err(e) = sys::sethostname(&config.hostname) {
         ends.refuse(e.to_string())
     }
     let kvm = boot.accel == terra_vm::accel::Accel::Kvm;
-    if let Err(e) = mounts::enter_staging()
-        .and_then(|_| mounts::apply(&config.ops))
+    // (The staging root was entered before the configuration came: vm.rs.)
+    if let Err(e) = mounts::apply(&config.ops, prebuilt)
         .and_then(|_| mounts::enter_vm_root(&boot.host_paths, kvm, &boot.terra_in_root, EXPORT))
     {
         ends.refuse(format!("the vm box's root: {e}"))
