@@ -277,7 +277,8 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     };
     // Old runs are pruned while this one runs (mostly waiting on the disk),
     // not after it.
-    let ended = match supervisor {
+    let mut supervisor = supervisor;
+    let ended = match supervisor.as_mut() {
         Some(s) => s.hand(&prepared.request, prune_old_runs),
         None => Err(terra_supervisor::Error::Request(
             "no supervisor was started for this run".into(),

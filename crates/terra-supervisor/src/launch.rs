@@ -121,10 +121,19 @@ impl Supervisor {
     pub fn hand(self, req: &RunRequest, beside: impl FnOnce() + Send + 'static) -> Result<Ended> {
         let body = serde_json::to_vec(req)
             .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
-        self.hand_body(body, beside)
+        self.hand_body(body, beside, None)
     }
 
-    fn hand_body(mut self, body: Vec<u8>, beside: impl FnOnce() + Send + 'static) -> Result<Ended> {
+    /// Writes the request and waits for the run. `told`: where to send how
+    /// the run ended as soon as the supervisor says so on the report pipe
+    /// (`end N`, once its receipts are written and its box is gone), before
+    /// the supervisor has exited; it is reaped after that.
+    fn hand_body(
+        mut self,
+        body: Vec<u8>,
+        beside: impl FnOnce() + Send + 'static,
+        told: Option<std::sync::mpsc::Sender<Result<Ended>>>,
+    ) -> Result<Ended> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use nix::sys::signal::{kill, Signal};
         use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -162,12 +171,26 @@ impl Supervisor {
             .ok();
 
         let tty = self.tty.take();
+        let mut report = Report::new(self.report.take());
         let status = loop {
             if let Some(st) = child.try_wait().map_err(|e| Error::op("wait", e))? {
-                break st;
+                break Some(st);
             }
-            let mut fds = [PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
+            if report.ended().is_some() {
+                break None;
+            }
+            let mut fds = vec![PollFd::new(sigfd.as_fd(), PollFlags::POLLIN)];
+            if let Some(r) = report.fd() {
+                fds.push(PollFd::new(r, PollFlags::POLLIN));
+            }
             let _ = poll(&mut fds, PollTimeout::NONE);
+            let readable = fds
+                .get(1)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty());
+            if readable {
+                report.read_more();
+            }
             while let Ok(Some(info)) = sigfd.read_signal() {
                 match Signal::try_from(info.ssi_signo as i32) {
                     Ok(Signal::SIGCHLD) | Err(_) => {}
@@ -190,34 +213,128 @@ impl Supervisor {
             phase = "supervisor",
             ms = self.t0.elapsed().as_secs_f64() * 1e3
         );
+        let supervisor_pid = child_pid.as_raw() as u32;
+        let ended = match status {
+            // The supervisor said the run ended; it exits now (reaped below).
+            None => Ended {
+                code: report.ended().unwrap_or(terra_policy::EXIT_REFUSED),
+                supervisor_pid,
+                run_dir: report.run_dir(),
+            },
+            Some(status) => {
+                report.read_more();
+                ended_by_status(status, supervisor_pid, report.run_dir())
+            }
+        };
+        if let Some(tx) = told {
+            let _ = tx.send(Ok(ended.clone()));
+        }
         if let Some(h) = beside {
             let _ = h.join();
         }
-        let supervisor_pid = child_pid.as_raw() as u32;
-        if let Some(code) = status.code() {
-            return Ok(Ended {
-                code: code.clamp(0, 255) as u8,
-                supervisor_pid,
-                run_dir: self.report.take().and_then(reported_run_dir),
-            });
+        if status.is_none() {
+            let _ = child.wait();
         }
-        let sig = status.signal().unwrap_or(0);
-        if sig == terra_seccomp::KILL_SIGNAL {
-            // Its allowlist killed it: no receipt could be written; say so here.
-            let line = crate::role_kill::line("terra __supervisor", child_pid.as_raw());
-            eprintln!("terra: {line}; the box went with it and no receipt was written");
-            return Ok(Ended {
-                code: terra_policy::EXIT_REFUSED,
-                supervisor_pid,
-                run_dir: None,
-            });
-        }
-        eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
-        Ok(Ended {
-            code: (128 + sig).clamp(0, 255) as u8,
+        Ok(ended)
+    }
+}
+
+/// How the run ended, from the supervisor's exit status (it said nothing
+/// on the report pipe: a refusal before its run, or it was killed).
+fn ended_by_status(
+    status: std::process::ExitStatus,
+    supervisor_pid: u32,
+    run_dir: Option<std::path::PathBuf>,
+) -> Ended {
+    if let Some(code) = status.code() {
+        return Ended {
+            code: code.clamp(0, 255) as u8,
+            supervisor_pid,
+            run_dir,
+        };
+    }
+    let sig = status.signal().unwrap_or(0);
+    if sig == terra_seccomp::KILL_SIGNAL {
+        // Its allowlist killed it: no receipt could be written; say so here.
+        let line = crate::role_kill::line("terra __supervisor", supervisor_pid as i32);
+        eprintln!("terra: {line}; the box went with it and no receipt was written");
+        return Ended {
+            code: terra_policy::EXIT_REFUSED,
             supervisor_pid,
             run_dir: None,
-        })
+        };
+    }
+    eprintln!("terra: the supervisor was killed by signal {sig}; the box went with it");
+    Ended {
+        code: (128 + sig).clamp(0, 255) as u8,
+        supervisor_pid,
+        run_dir: None,
+    }
+}
+
+/// What the supervisor says on the report pipe: its run directory (the
+/// first line, an absolute path), then `end N` once the run ended with
+/// status N (the last thing it does before it exits).
+struct Report {
+    pipe: Option<fs::File>,
+    bytes: Vec<u8>,
+}
+
+impl Report {
+    fn new(pipe: Option<std::os::fd::OwnedFd>) -> Report {
+        Report {
+            pipe: pipe.map(fs::File::from),
+            bytes: Vec::new(),
+        }
+    }
+
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.pipe.as_ref().map(|p| p.as_fd())
+    }
+
+    /// Reads what is there (the pipe does not block); at its end, closes it.
+    fn read_more(&mut self) {
+        use std::io::Read;
+        let Some(p) = self.pipe.as_mut() else { return };
+        let mut chunk = [0u8; 4096];
+        loop {
+            match p.read(&mut chunk) {
+                Ok(0) => {
+                    self.pipe = None;
+                    return;
+                }
+                Ok(n) if self.bytes.len() + n <= 8192 => self.bytes.extend_from_slice(&chunk[..n]),
+                Ok(_) => {
+                    // More than a run directory and an end: not the supervisor's words.
+                    self.pipe = None;
+                    self.bytes.clear();
+                    return;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn lines(&self) -> impl Iterator<Item = &[u8]> {
+        self.bytes
+            .split_inclusive(|b| *b == b'\n')
+            .filter_map(|l| l.strip_suffix(b"\n"))
+    }
+
+    /// The run directory said first.
+    fn run_dir(&self) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let line = self.lines().next()?;
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(line));
+        path.is_absolute().then(|| path.to_path_buf())
+    }
+
+    /// The run's exit status, once the supervisor said `end N`.
+    fn ended(&self) -> Option<u8> {
+        self.lines()
+            .find_map(|l| l.strip_prefix(b"end "))
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok())
     }
 }
 
@@ -227,12 +344,15 @@ type Handed = (Vec<u8>, Box<dyn FnOnce() + Send>);
 
 /// A supervisor started on a thread of its own ([`Starting::begin`]): the
 /// spawn waits for the supervisor's exec (vfork), which the CLI's own
-/// preparation need not wait for. The same thread then hands the request
-/// and waits for the run: the supervisor's parent-death signal follows the
-/// thread that started it, so that thread lives as long as the run.
+/// preparation need not wait for. The same thread then hands the request,
+/// waits for the run and reaps the supervisor: its parent-death signal
+/// follows the thread that started it, so that thread lives as long as the
+/// supervisor. [`Starting::hand`] returns as soon as the supervisor said
+/// how the run ended; dropping the `Starting` waits for that thread.
 pub struct Starting {
     thread: Option<std::thread::JoinHandle<Result<Ended>>>,
     handed: Option<std::sync::mpsc::Sender<Handed>>,
+    told: std::sync::mpsc::Receiver<Result<Ended>>,
 }
 
 impl Starting {
@@ -240,6 +360,7 @@ impl Starting {
     /// [`Starting::hand`].
     pub fn begin(extra_args: Vec<OsString>, early_box: bool) -> Result<Starting> {
         let (tx, rx) = std::sync::mpsc::channel::<Handed>();
+        let (told_tx, told) = std::sync::mpsc::channel::<Result<Ended>>();
         let thread = std::thread::Builder::new()
             .name("terra-start".into())
             .spawn(move || {
@@ -249,19 +370,21 @@ impl Starting {
                 let (body, beside) = rx
                     .recv()
                     .map_err(|_| Error::Request("the run was refused before its request".into()))?;
-                supervisor.hand_body(body, beside)
+                supervisor.hand_body(body, beside, Some(told_tx))
             })
             .map_err(|e| Error::op("cannot make a thread to start the supervisor", e))?;
         Ok(Starting {
             thread: Some(thread),
             handed: Some(tx),
+            told,
         })
     }
 
-    /// [`Supervisor::hand`], on the thread that started it; returns how the
-    /// run ended.
+    /// [`Supervisor::hand`] on the thread that started it: returns how the
+    /// run ended once the supervisor said so (its receipts written, its box
+    /// gone); the supervisor is reaped when this `Starting` is dropped.
     pub fn hand(
-        mut self,
+        &mut self,
         req: &RunRequest,
         beside: impl FnOnce() + Send + 'static,
     ) -> Result<Ended> {
@@ -274,32 +397,28 @@ impl Starting {
         mask.add(Signal::SIGCHLD);
         mask.thread_block()
             .map_err(|e| Error::sys("cannot block signals", e))?;
-        let sent = self
-            .handed
-            .take()
-            .map(|tx| tx.send((body, Box::new(beside))));
-        let ended = match self.thread.take().map(std::thread::JoinHandle::join) {
-            Some(Ok(r)) => r,
+        if let Some(tx) = self.handed.take() {
+            let _ = tx.send((body, Box::new(beside)));
+        }
+        if let Ok(ended) = self.told.recv() {
+            return ended;
+        }
+        // The thread ended without a word: its result says why.
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(Ok(_))) | None => Err(Error::Request(
+                "the supervisor did not take the request".into(),
+            )),
+            Some(Ok(Err(e))) => Err(e),
             Some(Err(_)) => Err(Error::Request(
                 "the thread running the supervisor panicked".into(),
             )),
-            None => Err(Error::Request("the supervisor was not started".into())),
-        };
-        match sent {
-            Some(Ok(())) => ended,
-            // The thread ended before it took the request: its error says why.
-            _ => ended.and_then(|_| {
-                Err(Error::Request(
-                    "the supervisor did not take the request".into(),
-                ))
-            }),
         }
     }
 }
 
 impl Drop for Starting {
-    /// A run refused before its request: the supervisor, once started, is
-    /// killed and reaped on its thread.
+    /// Waits until the supervisor is reaped (a run refused before its
+    /// request: killed and reaped).
     fn drop(&mut self) {
         self.handed = None;
         if let Some(h) = self.thread.take() {
@@ -318,18 +437,6 @@ impl Drop for Supervisor {
             let _ = child.wait();
         }
     }
-}
-
-/// The run directory the supervisor wrote on the report pipe (one line, an
-/// absolute path), read without blocking once it ended.
-fn reported_run_dir(pipe: std::os::fd::OwnedFd) -> Option<std::path::PathBuf> {
-    use std::io::Read;
-    use std::os::unix::ffi::OsStrExt;
-    let mut buf = Vec::new();
-    let _ = fs::File::from(pipe).take(8192).read_to_end(&mut buf);
-    let line = buf.strip_suffix(b"\n")?;
-    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(line));
-    (path.is_absolute() && !line.contains(&b'\n')).then(|| path.to_path_buf())
 }
 
 /// How the supervisor of a run ended.

@@ -185,6 +185,12 @@ pub fn main(args: Vec<OsString>) -> u8 {
     run.report = report;
     run.early = early;
     let code = run.execute(&sigfd, t0);
+    // The last word on the report pipe: the receipts are written and the
+    // box is gone; the CLI goes on while this process exits.
+    if let Some(mut report) = run.report.take() {
+        use std::io::Write;
+        let _ = writeln!(report, "end {code}");
+    }
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     code
 }
@@ -286,7 +292,7 @@ struct Run {
     box_pid: i32,
     /// A role killed by its seccomp allowlist, in the receipt's words.
     role_killed: Option<String>,
-    /// The CLI's report pipe, until the run directory is said on it.
+    /// The CLI's report pipe: the run directory, then (`main`) the run's end.
     report: Option<fs::File>,
     /// The box's init cloned before the request was read, until the box
     /// starts from it (dropped unused: killed and reaped).
@@ -396,9 +402,9 @@ impl Run {
             Err(e) => return self.refuse(None, &e),
         };
         self.run_id = dir.run_id.clone();
-        // The CLI opens this run by the path said here (no listing); said
-        // once, then the pipe is closed.
-        if let Some(mut report) = self.report.take() {
+        // The CLI opens this run by the path said here (no listing); the
+        // pipe is kept for the run's end (`main`).
+        if let Some(report) = self.report.as_mut() {
             use std::io::Write;
             use std::os::unix::ffi::OsStrExt;
             let mut line = dir.path.as_os_str().as_bytes().to_vec();
