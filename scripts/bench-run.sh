@@ -3,9 +3,14 @@
 # policy, the product binary: the static musl build of `make build`) against an
 # equivalent bubblewrap box, in the same run;
 # the supervisor's peak RSS; and the median of each phase terra logs at debug
-# level (CLI: compile, resolve, handoff, supervisor; supervisor: validate,
-# spawn, box = namespaces + mounts + filters + activation + exec + exit,
-# teardown).
+# level. CLI: compile, resolve; handoff = the supervisor's start (beside the
+# CLI's resolving) to the request written; supervisor = that start to the
+# run's end. Supervisor: validate = its start (the early box's clone, the
+# wait for the request) to the run directory made; spawn = the box's
+# configuration handed over; box = from there to init's word on the
+# workload's end (mounts, filters, activation, exec, the workload); reap =
+# that word to init reaped (the box torn down); teardown = that word to the
+# receipts written, the box reaped and the temp directory removed.
 #
 #   scripts/bench-run.sh                 # runs `make build` first, measures dist/terra
 #   TERRA_BIN=path/to/terra RUNS=100 scripts/bench-run.sh   # measures that binary
@@ -109,7 +114,7 @@ for _ in $(seq "$RUNS"); do
 done
 sed -i 's/\x1b\[[0-9;]*m//g' "$work/phases.log"
 phase_rows=""
-for phase in compile resolve handoff validate spawn box teardown supervisor; do
+for phase in compile resolve handoff validate spawn box reap teardown supervisor; do
   m=$(grep -o "phase=\"$phase\" ms=[0-9.e-]*" "$work/phases.log" | sed 's/.*ms=//' | median)
   phase_rows+="| $phase | $m |"$'\n'
 done
