@@ -199,6 +199,10 @@ fn main() -> ExitCode {
             return run(rest);
         }
     }
+    // `terra run ...`: the supervisor starts before the command line is
+    // parsed (see run_cmd::start_early).
+    #[cfg(target_os = "linux")]
+    let early = run_cmd::start_early(std::env::args_os());
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -213,6 +217,9 @@ fn main() -> ExitCode {
     init_logging(cli.log_level.as_deref());
     match cli.command {
         Command::Policy(cmd) => policy_cmd::run(cmd),
+        #[cfg(target_os = "linux")]
+        Command::Run(args) => run_cmd::run(*args, cli.log_level.as_deref(), early),
+        #[cfg(not(target_os = "linux"))]
         Command::Run(args) => run_cmd::run(*args, cli.log_level.as_deref()),
         #[cfg(target_os = "linux")]
         Command::Runs(args) => runs_cmd::run(args),

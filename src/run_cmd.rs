@@ -146,7 +146,76 @@ pub struct BackendsArgs {
 }
 
 /// `terra run`; `log_level` (`--log-level`) is passed on to the supervisor.
-pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
+/// `terra run ...` read from argv before the command line is parsed: the
+/// supervisor (and its early box) starts at once, while the parser and the
+/// run's resolving go on. Only for the plain form: a first word `run`, and
+/// none of the words before `--` that change what starts (`--dry-run`,
+/// `--backend`, `--log-level`, `--json`, help); a limit flag only leaves the
+/// box to be cloned later (inside its cgroups). A guess that the parsed
+/// command line contradicts costs a supervisor killed unused, nothing else.
+pub fn start_early(argv: impl Iterator<Item = OsString>) -> Option<Starting> {
+    let early_box = early_start(argv)?;
+    Starting::begin(Vec::new(), early_box).ok()
+}
+
+/// [`start_early`]'s reading of argv: None, no early start; Some(whether
+/// the box may be cloned early).
+fn early_start(argv: impl Iterator<Item = OsString>) -> Option<bool> {
+    let mut words = argv.skip(1);
+    if words.next()? != "run" {
+        return None;
+    }
+    let mut early_box = true;
+    for w in words {
+        let w = w.to_str()?;
+        if w == "--" {
+            break;
+        }
+        let name = w.split('=').next().unwrap_or(w);
+        match name {
+            "--dry-run" | "--backend" | "--log-level" | "--json" | "--help" | "-h" => return None,
+            "--memory" | "--pids" | "--cpus" => early_box = false,
+            _ => {}
+        }
+    }
+    Some(early_box)
+}
+
+#[cfg(test)]
+mod early_start_tests {
+    use super::early_start;
+
+    fn read(line: &str) -> Option<bool> {
+        early_start(line.split(' ').map(std::ffi::OsString::from))
+    }
+
+    #[test]
+    fn argv_read_before_the_parser_starts_only_the_plain_run() {
+        assert_eq!(read("terra run -- true"), Some(true));
+        assert_eq!(
+            read("terra run --read /etc --timeout 5s -- true"),
+            Some(true)
+        );
+        assert_eq!(read("terra run --memory 64M -- true"), Some(false));
+        assert_eq!(read("terra run --pids=64 -- true"), Some(false));
+        // Words after `--` are the command's.
+        assert_eq!(read("terra run -- echo --dry-run --backend"), Some(true));
+        for no in [
+            "terra policy check p.json",
+            "terra --log-level debug run -- true",
+            "terra run --log-level=debug -- true",
+            "terra run --dry-run -- true",
+            "terra run --backend landlock -- true",
+            "terra run --backend=vm -- true",
+            "terra run --help",
+            "terra",
+        ] {
+            assert_eq!(read(no), None, "{no}");
+        }
+    }
+}
+
+pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> ExitCode {
     let dry_run = args.dry_run;
     let macos = args.backend == "macos";
     let windows = args.backend == "windows";
@@ -181,8 +250,13 @@ pub fn run(args: RunArgs, log_level: Option<&str>) -> ExitCode {
     // The supervisor starts now, beside this CLI's resolving of the run, and
     // with a box backend clones the box's namespaces meanwhile (it gets the
     // request once the run is resolved; dropped unused, it is killed).
+    // (Started before the parse when argv allowed it; one the parsed command
+    // line does not want is dropped: killed and reaped.)
+    let early = early.filter(|s| log_args.is_empty() && s.early_box() == early_box_fits(&args));
     let supervisor = if dry_run || macos || windows {
         None
+    } else if let Some(s) = early {
+        Some(s)
     } else {
         match Starting::begin(log_args.clone(), early_box_fits(&args)) {
             Ok(s) => Some(s),

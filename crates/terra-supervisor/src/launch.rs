@@ -350,6 +350,7 @@ type Handed = (Vec<u8>, Box<dyn FnOnce() + Send>);
 /// supervisor. [`Starting::hand`] returns as soon as the supervisor said
 /// how the run ended; dropping the `Starting` waits for that thread.
 pub struct Starting {
+    early_box: bool,
     thread: Option<std::thread::JoinHandle<Result<Ended>>>,
     handed: Option<std::sync::mpsc::Sender<Handed>>,
     told: std::sync::mpsc::Receiver<Result<Ended>>,
@@ -374,10 +375,16 @@ impl Starting {
             })
             .map_err(|e| Error::op("cannot make a thread to start the supervisor", e))?;
         Ok(Starting {
+            early_box,
             thread: Some(thread),
             handed: Some(tx),
             told,
         })
+    }
+
+    /// Whether the supervisor was told to clone the box before its request.
+    pub fn early_box(&self) -> bool {
+        self.early_box
     }
 
     /// [`Supervisor::hand`] on the thread that started it: returns how the
