@@ -115,7 +115,8 @@ done
 sed -i 's/\x1b\[[0-9;]*m//g' "$work/phases.log"
 phase_rows=""
 for phase in compile resolve handoff validate spawn box reap teardown supervisor; do
-  m=$(grep -o "phase=\"$phase\" ms=[0-9.e-]*" "$work/phases.log" | sed 's/.*ms=//' | median)
+  # (A phase an older binary does not log is n/a.)
+  m=$({ grep -o "phase=\"$phase\" ms=[0-9.e-]*" "$work/phases.log" || true; } | sed 's/.*ms=//' | median)
   phase_rows+="| $phase | $m |"$'\n'
 done
 hwm_med=$(grep -o 'vm_hwm_kb=[0-9]*' "$work/phases.log" | cut -d= -f2 | median)
