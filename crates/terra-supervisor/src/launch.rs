@@ -1,6 +1,7 @@
 //! Handing a run to the supervisor: `terra run` starts `terra __supervisor`,
 //! writes the [`RunRequest`] on an inherited pipe, forwards signals and
-//! returns the supervisor's exit status.
+//! returns how the run ended (the supervisor's word on its report pipe, or
+//! its exit status).
 
 use std::ffi::OsString;
 use std::fs;
@@ -65,9 +66,9 @@ impl Supervisor {
         let (rd, wr) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("pipe", e))?;
         fcntl(rd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
             .map_err(|e| Error::sys("fcntl", e))?;
-        // The supervisor's word back: the run directory it made (one line), so
-        // the CLI opens its run without listing the state directory. Read only
-        // once the supervisor ended, without blocking.
+        // The supervisor's word back (see `Report`): the run directory it
+        // made, so the CLI opens its run without listing the state
+        // directory, then `end N`. Read without blocking.
         let (report_r, report_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
             .map_err(|e| Error::sys("pipe", e))?;
         fcntl(report_w.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
@@ -115,7 +116,7 @@ impl Supervisor {
     /// Hands the supervisor the request, runs `beside` on a thread of its
     /// own while the run goes on (work of the CLI that the run does not wait
     /// for, e.g. pruning old runs; joined before returning), forwards
-    /// signals to the supervisor and returns its exit status as the run's,
+    /// signals to the supervisor, reaps it and returns how the run ended,
     /// with the run directory it reported (see
     /// [`crate::runs::open_reported`]).
     pub fn hand(self, req: &RunRequest, beside: impl FnOnce() + Send + 'static) -> Result<Ended> {
@@ -493,5 +494,36 @@ impl ForegroundTty {
                 nix::sys::termios::tcsetattr(stdin.as_fd(), nix::sys::termios::SetArg::TCSANOW, t);
         }
         let _ = ttou.thread_unblock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Report;
+
+    fn said(bytes: &[u8]) -> Report {
+        Report {
+            pipe: None,
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_report_pipe_says_the_run_directory_then_the_end() {
+        let r = said(b"/home/u/.local/state/terra/runs/20261203T100000Z-1-0000000a\nend 3\n");
+        assert_eq!(
+            r.run_dir().as_deref(),
+            Some(std::path::Path::new(
+                "/home/u/.local/state/terra/runs/20261203T100000Z-1-0000000a"
+            ))
+        );
+        assert_eq!(r.ended(), Some(3));
+        // Not yet ended: the run directory only, or an end still being written.
+        assert_eq!(said(b"/s/runs/x\n").ended(), None);
+        assert_eq!(said(b"/s/runs/x\nend 3").ended(), None);
+        // Not the supervisor's words: no run directory, no end.
+        assert_eq!(said(b"runs/x\n").run_dir(), None);
+        assert_eq!(said(b"/s/runs/x\nend 300\n").ended(), None);
+        assert_eq!(said(b"/s/runs/x\nend x\n").ended(), None);
     }
 }
