@@ -16,38 +16,11 @@ use tracing::debug;
 use crate::error::{Error, Result};
 use crate::request::RunRequest;
 
-/// Starts `terra __supervisor` (with `extra_args` before the role, e.g. the
-/// caller's `--log-level`), hands it the request, runs `beside` on a thread
-/// of its own while the run goes on (work of the CLI that the run does not
-/// wait for, e.g. pruning old runs; joined before returning), forwards
-/// signals to the supervisor and returns its exit status as the run's, with
-/// the run directory it reported (see [`crate::runs::open_reported`]).
-///
-/// Signals are delivered once:
-/// - Without a terminal in the foreground (CI, pipes, background jobs) the
-///   supervisor gets its own process group, so a terminal-generated signal
-///   reaches only this CLI, which forwards it along CLI -> supervisor -> box.
-/// - When terra runs in the terminal's foreground with stdin on that terminal,
-///   the CLI and the supervisor stay in the foreground process group; the
-///   supervisor relays the terminal to the box's own pseudo-terminal
-///   (terra-supervisor's pty.rs). The CLI forwards only signals sent to it by a
-///   process (`kill`), never the terminal's own (si_code SI_KERNEL): the
-///   supervisor got those too. On exit the CLI gives the terminal back to its
-///   own process group and restores the terminal modes it found (also when
-///   the supervisor, which restores them itself, was killed).
-pub fn start_supervisor(
-    req: &RunRequest,
-    extra_args: &[OsString],
-    beside: impl FnOnce() + Send + 'static,
-) -> Result<Ended> {
-    Supervisor::start(extra_args, false)?.hand(req, beside)
-}
-
 /// `terra __supervisor`, started before its request exists: it starts
 /// (and, with `early_box`, clones the box's init) while the CLI resolves
-/// the run. Dropped without [`Supervisor::hand`] (the run was refused
-/// first), it is killed and reaped.
-pub struct Supervisor {
+/// the run. Dropped without `hand_body` (the run was refused first), it
+/// is killed and reaped.
+struct Supervisor {
     child: Option<std::process::Child>,
     request: Option<std::os::fd::OwnedFd>,
     report: Option<std::os::fd::OwnedFd>,
@@ -58,7 +31,7 @@ pub struct Supervisor {
 impl Supervisor {
     /// Starts `terra __supervisor` (with `extra_args` before the role, e.g.
     /// the caller's `--log-level`); it waits for its request.
-    pub fn start(extra_args: &[OsString], early_box: bool) -> Result<Supervisor> {
+    fn start(extra_args: &[OsString], early_box: bool) -> Result<Supervisor> {
         use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
         use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 
@@ -113,27 +86,17 @@ impl Supervisor {
         })
     }
 
-    /// Hands the supervisor the request, runs `beside` on a thread of its
-    /// own while the run goes on (work of the CLI that the run does not wait
-    /// for, e.g. pruning old runs; joined before returning), forwards
-    /// signals to the supervisor, reaps it and returns how the run ended,
-    /// with the run directory it reported (see
-    /// [`crate::runs::open_reported`]).
-    pub fn hand(self, req: &RunRequest, beside: impl FnOnce() + Send + 'static) -> Result<Ended> {
-        let body = serde_json::to_vec(req)
-            .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
-        self.hand_body(body, beside, None)
-    }
-
-    /// Writes the request and waits for the run. `told`: where to send how
-    /// the run ended as soon as the supervisor says so on the report pipe
-    /// (`end N`, once its receipts are written and its box is gone), before
-    /// the supervisor has exited; it is reaped after that.
+    /// Writes the request, runs `beside` on a thread of its own while the run
+    /// goes on (work of the CLI that the run does not wait for, e.g. pruning
+    /// old runs; joined before returning), forwards signals, and sends on
+    /// `told` how the run ended as soon as the supervisor says so on the
+    /// report pipe (`end N`, once its receipts are written and its box is
+    /// gone), before it has exited; it is reaped after that.
     fn hand_body(
         mut self,
         body: Vec<u8>,
         beside: impl FnOnce() + Send + 'static,
-        told: Option<std::sync::mpsc::Sender<Result<Ended>>>,
+        told: std::sync::mpsc::Sender<Result<Ended>>,
     ) -> Result<Ended> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use nix::sys::signal::{kill, Signal};
@@ -227,9 +190,7 @@ impl Supervisor {
                 ended_by_status(status, supervisor_pid, report.run_dir())
             }
         };
-        if let Some(tx) = told {
-            let _ = tx.send(Ok(ended.clone()));
-        }
+        let _ = told.send(Ok(ended.clone()));
         if let Some(h) = beside {
             let _ = h.join();
         }
@@ -350,6 +311,19 @@ type Handed = (Vec<u8>, Box<dyn FnOnce() + Send>);
 /// follows the thread that started it, so that thread lives as long as the
 /// supervisor. [`Starting::hand`] returns as soon as the supervisor said
 /// how the run ended; dropping the `Starting` waits for that thread.
+///
+/// Signals are delivered once:
+/// - Without a terminal in the foreground (CI, pipes, background jobs) the
+///   supervisor gets its own process group, so a terminal-generated signal
+///   reaches only this CLI, which forwards it along CLI -> supervisor -> box.
+/// - When terra runs in the terminal's foreground with stdin on that terminal,
+///   the CLI and the supervisor stay in the foreground process group; the
+///   supervisor relays the terminal to the box's own pseudo-terminal
+///   (terra-supervisor's pty.rs). The CLI forwards only signals sent to it by a
+///   process (`kill`), never the terminal's own (si_code SI_KERNEL): the
+///   supervisor got those too. On exit the CLI gives the terminal back to its
+///   own process group and restores the terminal modes it found (also when
+///   the supervisor, which restores them itself, was killed).
 pub struct Starting {
     early_box: bool,
     thread: Option<std::thread::JoinHandle<Result<Ended>>>,
@@ -372,7 +346,7 @@ impl Starting {
                 let (body, beside) = rx
                     .recv()
                     .map_err(|_| Error::Request("the run was refused before its request".into()))?;
-                supervisor.hand_body(body, beside, Some(told_tx))
+                supervisor.hand_body(body, beside, told_tx)
             })
             .map_err(|e| Error::op("cannot make a thread to start the supervisor", e))?;
         Ok(Starting {
@@ -388,9 +362,10 @@ impl Starting {
         self.early_box
     }
 
-    /// [`Supervisor::hand`] on the thread that started it: returns how the
-    /// run ended once the supervisor said so (its receipts written, its box
-    /// gone); the supervisor is reaped when this `Starting` is dropped.
+    /// Hands the request to the supervisor (through the thread that started
+    /// it) and returns how the run ended once the supervisor said so (its
+    /// receipts written, its box gone); the supervisor is reaped when this
+    /// `Starting` is dropped.
     pub fn hand(
         &mut self,
         req: &RunRequest,
