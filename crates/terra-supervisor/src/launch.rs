@@ -25,6 +25,10 @@ struct Supervisor {
     request: Option<std::os::fd::OwnedFd>,
     report: Option<std::os::fd::OwnedFd>,
     tty: Option<ForegroundTty>,
+    /// The work beside the run, joined when the supervisor is reaped.
+    beside: Option<std::thread::JoinHandle<()>>,
+    /// The supervisor said `end N`: it is exiting on its own.
+    ended: bool,
     t0: Instant,
 }
 
@@ -82,22 +86,19 @@ impl Supervisor {
             request: Some(wr),
             report: Some(report_r),
             tty,
+            beside: None,
+            ended: false,
             t0,
         })
     }
 
     /// Writes the request, runs `beside` on a thread of its own while the run
     /// goes on (work of the CLI that the run does not wait for, e.g. pruning
-    /// old runs; joined before returning), forwards signals, and sends on
-    /// `told` how the run ended as soon as the supervisor says so on the
-    /// report pipe (`end N`, once its receipts are written and its box is
-    /// gone), before it has exited; it is reaped after that.
-    fn hand_body(
-        mut self,
-        body: Vec<u8>,
-        beside: impl FnOnce() + Send + 'static,
-        told: std::sync::mpsc::Sender<Result<Ended>>,
-    ) -> Result<Ended> {
+    /// old runs; joined on drop), forwards signals, and returns how the run
+    /// ended as soon as the supervisor says so on the report pipe (`end N`,
+    /// once its receipts are written and its box is gone), before it has
+    /// exited; it is reaped on drop.
+    fn hand_body(&mut self, body: Vec<u8>, beside: Box<dyn FnOnce() + Send>) -> Result<Ended> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
         use nix::sys::signal::{kill, Signal};
         use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -109,7 +110,7 @@ impl Supervisor {
             .map_err(|e| Error::sys("cannot block signals", e))?;
         let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(|e| Error::sys("signalfd", e))?;
-        let (Some(mut child), Some(wr)) = (self.child.take(), self.request.take()) else {
+        let (Some(child), Some(wr)) = (self.child.as_mut(), self.request.take()) else {
             return Err(Error::Request(
                 "the supervisor was handed a request before".into(),
             ));
@@ -118,8 +119,7 @@ impl Supervisor {
         {
             let mut w = fs::File::from(wr);
             if let Err(e) = w.write_all(&body) {
-                let _ = kill(child_pid, Signal::SIGKILL);
-                let _ = child.wait();
+                // Killed and reaped by Drop.
                 return Err(Error::op("cannot hand the run to the supervisor", e));
             }
         }
@@ -128,7 +128,7 @@ impl Supervisor {
             ms = self.t0.elapsed().as_secs_f64() * 1e3
         );
         // After the spawn: this process forks nothing while the thread lives.
-        let beside = std::thread::Builder::new()
+        self.beside = std::thread::Builder::new()
             .name("terra-beside".into())
             .spawn(beside)
             .map_err(|e| debug!("no thread for the work beside the run ({e}); skipped"))
@@ -178,26 +178,24 @@ impl Supervisor {
             ms = self.t0.elapsed().as_secs_f64() * 1e3
         );
         let supervisor_pid = child_pid.as_raw() as u32;
-        let ended = match status {
-            // The supervisor said the run ended; it exits now (reaped below).
-            None => Ended {
-                code: report.ended().unwrap_or(terra_policy::EXIT_REFUSED),
-                supervisor_pid,
-                run_dir: report.run_dir(),
-            },
+        Ok(match status {
+            // The supervisor said the run ended; it exits now (reaped by
+            // Drop, after the CLI's summary).
+            None => {
+                self.ended = true;
+                Ended {
+                    code: report.ended().unwrap_or(terra_policy::EXIT_REFUSED),
+                    supervisor_pid,
+                    run_dir: report.run_dir(),
+                }
+            }
             Some(status) => {
+                // Reaped already: nothing for Drop to kill.
+                self.child = None;
                 report.read_more();
                 ended_by_status(status, supervisor_pid, report.run_dir())
             }
-        };
-        let _ = told.send(Ok(ended.clone()));
-        if let Some(h) = beside {
-            let _ = h.join();
-        }
-        if status.is_none() {
-            let _ = child.wait();
-        }
-        Ok(ended)
+        })
     }
 }
 
@@ -300,17 +298,14 @@ impl Report {
     }
 }
 
-/// The work the CLI hands a [`Starting`] supervisor: the encoded request and
-/// the work beside the run.
-type Handed = (Vec<u8>, Box<dyn FnOnce() + Send>);
-
-/// A supervisor started on a thread of its own ([`Starting::begin`]): the
-/// spawn waits for the supervisor's exec (vfork), which the CLI's own
-/// preparation need not wait for. The same thread then hands the request,
-/// waits for the run and reaps the supervisor: its parent-death signal
-/// follows the thread that started it, so that thread lives as long as the
-/// supervisor. [`Starting::hand`] returns as soon as the supervisor said
-/// how the run ended; dropping the `Starting` waits for that thread.
+/// A supervisor started before its request ([`Starting::begin`]), on the
+/// calling thread: the spawn waits only for the supervisor's exec to begin
+/// (vfork), and a thread of its own would first wait for a CPU (0.65-0.9 ms
+/// on a loaded 2-core machine, measured with sched tracepoints) while the
+/// CLI's own work holds one. Its parent-death signal follows the thread
+/// that started it, so that thread must live as long as the supervisor:
+/// the CLI's main thread does. [`Starting::hand`] returns as soon as the
+/// supervisor said how the run ended; dropping the `Starting` reaps it.
 ///
 /// Signals are delivered once:
 /// - Without a terminal in the foreground (CI, pipes, background jobs) the
@@ -326,34 +321,15 @@ type Handed = (Vec<u8>, Box<dyn FnOnce() + Send>);
 ///   the supervisor, which restores them itself, was killed).
 pub struct Starting {
     early_box: bool,
-    thread: Option<std::thread::JoinHandle<Result<Ended>>>,
-    handed: Option<std::sync::mpsc::Sender<Handed>>,
-    told: std::sync::mpsc::Receiver<Result<Ended>>,
+    supervisor: Supervisor,
 }
 
 impl Starting {
-    /// [`Supervisor::start`] on a new thread, which then waits for
-    /// [`Starting::hand`].
+    /// [`Supervisor::start`] on this thread, which must outlive it.
     pub fn begin(extra_args: Vec<OsString>, early_box: bool) -> Result<Starting> {
-        let (tx, rx) = std::sync::mpsc::channel::<Handed>();
-        let (told_tx, told) = std::sync::mpsc::channel::<Result<Ended>>();
-        let thread = std::thread::Builder::new()
-            .name("terra-start".into())
-            .spawn(move || {
-                let supervisor = Supervisor::start(&extra_args, early_box)?;
-                // No request (the run was refused first): the supervisor is
-                // dropped, killed and reaped.
-                let (body, beside) = rx
-                    .recv()
-                    .map_err(|_| Error::Request("the run was refused before its request".into()))?;
-                supervisor.hand_body(body, beside, told_tx)
-            })
-            .map_err(|e| Error::op("cannot make a thread to start the supervisor", e))?;
         Ok(Starting {
             early_box,
-            thread: Some(thread),
-            handed: Some(tx),
-            told,
+            supervisor: Supervisor::start(&extra_args, early_box)?,
         })
     }
 
@@ -362,61 +338,36 @@ impl Starting {
         self.early_box
     }
 
-    /// Hands the request to the supervisor (through the thread that started
-    /// it) and returns how the run ended once the supervisor said so (its
-    /// receipts written, its box gone); the supervisor is reaped when this
-    /// `Starting` is dropped.
+    /// Hands the request to the supervisor and returns how the run ended
+    /// once the supervisor said so (its receipts written, its box gone);
+    /// the supervisor is reaped when this `Starting` is dropped.
     pub fn hand(
         &mut self,
         req: &RunRequest,
         beside: impl FnOnce() + Send + 'static,
     ) -> Result<Ended> {
-        use nix::sys::signal::Signal;
         let body = serde_json::to_vec(req)
             .map_err(|e| Error::Request(format!("cannot encode the run request: {e}")))?;
-        // Blocked on this thread too: the starting thread reads them from
-        // its signalfd and forwards them.
-        let mut mask = crate::forwarded_signals();
-        mask.add(Signal::SIGCHLD);
-        mask.thread_block()
-            .map_err(|e| Error::sys("cannot block signals", e))?;
-        if let Some(tx) = self.handed.take() {
-            let _ = tx.send((body, Box::new(beside)));
-        }
-        if let Ok(ended) = self.told.recv() {
-            return ended;
-        }
-        // The thread ended without a word: its result says why.
-        match self.thread.take().map(std::thread::JoinHandle::join) {
-            Some(Ok(Ok(_))) | None => Err(Error::Request(
-                "the supervisor did not take the request".into(),
-            )),
-            Some(Ok(Err(e))) => Err(e),
-            Some(Err(_)) => Err(Error::Request(
-                "the thread running the supervisor panicked".into(),
-            )),
-        }
-    }
-}
-
-impl Drop for Starting {
-    /// Waits until the supervisor is reaped (a run refused before its
-    /// request: killed and reaped).
-    fn drop(&mut self) {
-        self.handed = None;
-        if let Some(h) = self.thread.take() {
-            let _ = h.join();
-        }
+        self.supervisor.hand_body(body, Box::new(beside))
     }
 }
 
 impl Drop for Supervisor {
+    /// Joins the work beside the run; reaps the supervisor: one that said
+    /// how its run ended is exiting and is waited for, any other (the run
+    /// was refused before its request, or the request could not be
+    /// written) is killed first.
     fn drop(&mut self) {
+        if let Some(h) = self.beside.take() {
+            let _ = h.join();
+        }
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            if !self.ended {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
             let _ = child.wait();
         }
     }
