@@ -55,7 +55,7 @@ pub struct BoxPrep<'a> {
 }
 
 /// The namespaces the box's init is cloned into; its network namespace it
-/// makes itself (vm.rs, on a thread while it builds the root).
+/// makes itself (vm.rs, first thing, while the caller prepares the run).
 pub fn box_namespaces() -> libc::c_int {
     libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS

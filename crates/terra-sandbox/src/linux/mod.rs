@@ -357,9 +357,9 @@ impl EarlyBox {
         launch.give(sys::raw(&res_w), vm::RESULT_FD)?;
         launch.give(sys::raw(&parent_fd), vm::PARENT_FD)?;
         launch.report_to(vm::STATUS_FD);
-        // The network namespace is the init's to make, on a thread of its
-        // own while it builds the box root (creating one is most of the
-        // clone's time): only the word travels in argv.
+        // The network namespace is the init's to make while the caller
+        // prepares the run (creating one is most of the clone's time): only
+        // the word travels in argv.
         if new_net {
             launch.arg(vm::OWN_NET_ARG);
         }

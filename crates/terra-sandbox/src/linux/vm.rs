@@ -43,36 +43,15 @@ pub(crate) const TERMINAL_FD: RawFd = 9;
 /// argv[2] of `terra __vm` when the box gets a network namespace of its own.
 pub(crate) const OWN_NET_ARG: &std::ffi::CStr = c"net";
 
-/// Makes the box's network namespace on a thread of its own (the calling
-/// thread goes on building the root): the thread unshares it, brings its
-/// loopback up and hands back a descriptor of it, opened relative to the
-/// procfs `proc` (opened before the root changes).
-fn start_own_net(proc: OwnedFd) -> std::thread::JoinHandle<Result<OwnedFd, SandboxError>> {
-    std::thread::spawn(move || {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(|errno| SandboxError::sys("unshare(CLONE_NEWNET)", errno))?;
-        sys::loopback_up()?;
-        let fd = nix::fcntl::openat(
-            Some(proc.as_raw_fd()),
-            "thread-self/ns/net",
-            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .map_err(|errno| SandboxError::sys_at("open", errno, "thread-self/ns/net"))?;
-        // SAFETY: openat returned a new descriptor owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    })
-}
-
-/// Joins the thread of [`start_own_net`] and enters the namespace it made.
-fn enter_own_net(
-    made: std::thread::JoinHandle<Result<OwnedFd, SandboxError>>,
-) -> Result<(), SandboxError> {
-    let fd = made
-        .join()
-        .map_err(|_| SandboxError::Launch("the network namespace's thread panicked".into()))??;
-    nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|errno| SandboxError::sys("setns(CLONE_NEWNET)", errno))
+/// Makes the box's network namespace (its loopback up) on init's own
+/// thread, first thing. A thread of its own (with setns back into what it
+/// made) was meant to overlap the root's building, but on a busy machine it
+/// waited about 1 ms for a CPU before it even began (sched tracepoints,
+/// 2 vCPUs): the config arrived before the namespace existed.
+fn make_own_net() -> Result<(), SandboxError> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|errno| SandboxError::sys("unshare(CLONE_NEWNET)", errno))?;
+    sys::loopback_up()
 }
 
 /// Largest configuration accepted (the environment and argv dominate).
@@ -235,34 +214,18 @@ pub fn main(service: BoxService, own_net: bool) -> ! {
     // The network namespace (asked for in argv), the staging root (a tmpfs
     // with the host under it) and the box's /proc and /dev (used if the
     // program has them) need nothing from the run: made while the caller
-    // still prepares the configuration.
-    let net = if own_net {
-        match nix::fcntl::open(
-            "/proc",
-            nix::fcntl::OFlag::O_PATH
-                | nix::fcntl::OFlag::O_DIRECTORY
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        ) {
-            // SAFETY: open returned a new descriptor owned by nobody else.
-            Ok(fd) => Some(start_own_net(unsafe { OwnedFd::from_raw_fd(fd) })),
-            Err(errno) => refuse(format!("the host's /proc: {errno}")),
+    // still prepares the configuration. The namespace comes first: before
+    // any socket or child of the box, and before the run's descriptors take
+    // their numbers.
+    if own_net {
+        if let Err(e) = make_own_net() {
+            refuse(format!("the box's network namespace: {e}"))
         }
-    } else {
-        None
-    };
+    }
     if let Err(e) = mounts::enter_staging() {
         refuse(format!("box root: {e}"))
     }
     let prebuilt = mounts::prebuild();
-    // Before any socket or child of the box, and before the run's
-    // descriptors take their numbers: its own network namespace (the
-    // thread is gone once joined).
-    if let Some(made) = net {
-        if let Err(e) = enter_own_net(made) {
-            refuse(format!("the box's network namespace: {e}"))
-        }
-    }
     let config: VmConfig = match adopt(CONFIG_FD)
         .ok_or_else(|| SandboxError::InvalidRequest("no configuration on fd 3".into()))
         .and_then(|fd| receive_run_fds(fd.as_fd()).map(|()| fd))
