@@ -98,28 +98,19 @@ pub(crate) fn init(
         }
     }
     // The network service's descriptors are made here, inside the box,
-    // before any child; init keeps only the workload's end of the
-    // notification hand-over until the workload is forked.
-    let mut handover: Option<OwnedFd> = None;
-    if prep.workload.notify_seccomp.is_some() {
-        let parts = match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a)) {
-            Ok(p) => p,
+    // before any child. The workload is forked first: its setup does not
+    // wait for the service (the listener it hands over waits in the
+    // socket), so the service's fork is off the workload's path. The
+    // workload closes every descriptor but its own first thing.
+    let parts = match prep.workload.notify_seccomp.is_some() {
+        true => match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a)) {
+            Ok(p) => Some(p),
             Err(e) => refuse(format!("the box's network service: {e}")),
-        };
-        // SAFETY: init has one thread (a fresh exec, no thread started).
-        match unsafe { sys::fork() } {
-            Ok(ForkResult::Child) => run_service(
-                prep.service,
-                &prep.service_seccomp,
-                parts,
-                prep.mediated.as_ref().map(|(b, _)| *b),
-            ),
-            Ok(ForkResult::Parent { .. }) => {}
-            Err(e) => refuse(e.to_string()),
-        }
-        handover = Some(parts.workload_end);
-    }
-    // SAFETY: as above, init has one thread.
+        },
+        false => None,
+    };
+    let handover = parts.as_ref().map(|p| p.workload_end.as_fd());
+    // SAFETY: init has one thread (a fresh exec, no thread started).
     let workload_pid = match unsafe { sys::fork() } {
         Ok(ForkResult::Child) => {
             sys::reset_signals();
@@ -137,17 +128,28 @@ pub(crate) fn init(
                 );
                 sys::exit_now(EXIT_REFUSED.into());
             }
-            workload::run(
-                &prep.workload,
-                status.as_fd(),
-                handover.as_ref().map(|f| f.as_fd()),
-            )
+            workload::run(&prep.workload, status.as_fd(), handover)
         }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => refuse(e.to_string()),
     };
+    if let Some(parts) = parts {
+        // SAFETY: as above, init has one thread.
+        match unsafe { sys::fork() } {
+            Ok(ForkResult::Child) => run_service(
+                prep.service,
+                &prep.service_seccomp,
+                parts,
+                prep.mediated.as_ref().map(|(b, _)| *b),
+            ),
+            Ok(ForkResult::Parent { .. }) => {}
+            Err(e) => {
+                let _ = kill(workload_pid, Signal::SIGKILL);
+                refuse(e.to_string())
+            }
+        }
+    }
     drop(status);
-    drop(handover);
     let inherited = prep.mediated.as_ref().map(|(fd, _)| sys::raw(fd));
     for fd in inherited
         .into_iter()
