@@ -178,6 +178,10 @@ pub(crate) fn init(
         // Reap every child without blocking; the workload's end ends the box.
         while let Ok(Some((pid, (signaled, value)))) = sys::wait_child(Pid::from_raw(-1), true) {
             if pid == workload_pid {
+                // What is left of the box (the service, anything the
+                // workload left behind) dies with init anyway; killed now,
+                // its teardown overlaps init's report and exit.
+                let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
                 report_and_exit(res_w.as_fd(), signaled, value);
             }
         }
