@@ -2,9 +2,13 @@
 //! TCP and scope restrictions where the kernel ABI has them. Best effort by ABI.
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope as LlScope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope as LlScope, ABI,
 };
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use nix::errno::Errno;
 
 use super::error::SandboxError;
 use super::lower::MountOp;
@@ -186,17 +190,26 @@ fn restrict(
     }
     let mut created = rs.create()?;
     for (path, access) in fs {
-        let Ok(meta) = std::fs::metadata(path) else {
-            continue;
+        // One open per rule (the workload's start runs this for every
+        // rule): a path that cannot be reached gets no rule, as one whose
+        // stat failed did; any other failure refuses.
+        let fd = match nix::fcntl::open(
+            path.as_str(),
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        ) {
+            // SAFETY: open returned a new descriptor owned by nobody else.
+            Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES | Errno::ELOOP) => continue,
+            Err(errno) => return Err(SandboxError::sys_at("open", errno, path.clone())),
         };
-        let rights = rights_for(*access, meta.is_dir(), TARGET);
+        let st = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map_err(|errno| SandboxError::sys_at("fstat", errno, path.clone()))?;
+        let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+        let rights = rights_for(*access, is_dir, TARGET);
         if rights.is_empty() {
             continue;
         }
-        let fd = PathFd::new(path).map_err(|source| SandboxError::LandlockPath {
-            path: path.clone(),
-            source,
-        })?;
         created = created.add_rule(PathBeneath::new(fd, rights))?;
     }
     let status = created.restrict_self()?;
