@@ -188,16 +188,20 @@ impl StateBase {
         let mut removed = Vec::new();
         let mut failed = Vec::new();
         let mut finished_kept = 0usize;
-        // Newest first: the first `keep` finished runs stay.
+        // Newest first: the first `keep` finished runs stay. A run is only
+        // opened when it is to go (one stat for each kept one).
         for id in ids.iter().rev() {
-            let Ok(run) = self.open_run(id) else { continue };
             let too_old = too_old(id);
-            let finished = run.has("receipt.json");
+            let finished = self.finished(id);
             let over_count = finished && {
                 finished_kept += 1;
                 finished_kept > retention.keep
             };
-            if !(too_old || over_count) || run.locked() {
+            if !(too_old || over_count) {
+                continue;
+            }
+            let Ok(run) = self.open_run(id) else { continue };
+            if run.locked() {
                 continue;
             }
             match self.remove_run(&run) {
@@ -206,6 +210,19 @@ impl StateBase {
             }
         }
         (removed, failed)
+    }
+
+    /// Whether the run `id` (a directory in the listing) has its receipt, a
+    /// regular file: one stat relative to the base. Were `id` swapped for a
+    /// symlink since the listing, this would only miscount it; it is
+    /// opened without following one before anything is removed.
+    fn finished(&self, id: &str) -> bool {
+        rustix::fs::statat(
+            &self.fd,
+            format!("{id}/receipt.json").as_str(),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
     }
 
     /// Unlinks the run's files (never following a symlink; a directory in it
@@ -453,6 +470,49 @@ mod tests {
             ..retention
         };
         assert_eq!(base.prune(exact, now).0.len(), 1);
+    }
+
+    #[test]
+    fn only_a_receipt_that_is_a_regular_file_counts_toward_keep() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let base_path = dir.path().join("runs");
+        std::fs::create_dir(&base_path).unwrap();
+        std::fs::set_permissions(&base_path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let outside = dir.path().join("outside.json");
+        std::fs::write(&outside, "{}").unwrap();
+        let now = SystemTime::now();
+        // Oldest first: three finished runs, then a run still going (no
+        // receipt), one whose receipt is a symlink and one whose receipt is
+        // a directory.
+        let mut ids = Vec::new();
+        for i in 0..6u32 {
+            let t = now - Duration::from_secs(3600) + Duration::from_secs(u64::from(i));
+            let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
+            let id = format!("{}-{i}-0000000a", rfc3339_compact(secs));
+            let d = base_path.join(&id);
+            std::fs::create_dir(&d).unwrap();
+            match i {
+                0..=2 => std::fs::write(d.join("receipt.json"), "{}").unwrap(),
+                3 => {}
+                4 => std::os::unix::fs::symlink(&outside, d.join("receipt.json")).unwrap(),
+                _ => std::fs::create_dir(d.join("receipt.json")).unwrap(),
+            }
+            ids.push(id);
+        }
+        let base = StateBase::open(&base_path, nix::unistd::geteuid().as_raw()).unwrap();
+        let keep_two = Retention {
+            keep: 2,
+            max_age: DEFAULT_MAX_AGE,
+            slack: 0,
+        };
+        // The two newest finished runs stay; the three newer ones count
+        // for nothing and stay too (young, not finished); the oldest goes.
+        let (removed, failed) = base.prune(keep_two, now);
+        assert_eq!(removed, vec![ids[0].clone()]);
+        assert_eq!(failed.len(), 0, "{failed:?}");
+        assert_eq!(base.run_ids(), ids[1..].to_vec());
+        assert!(outside.exists());
     }
 
     /// `YYYYMMDDTHHMMSSZ` of a Unix time (the run id's start).
