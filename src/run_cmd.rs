@@ -399,9 +399,15 @@ fn prune_old_runs() {
 /// After the supervisor ended: the refusal summary, the temp directory kept
 /// or removed.
 fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, quiet: bool) {
+    // The receipt says what this needs only with a broker (its refusals)
+    // or when the program could not be run (126, 127); otherwise it is
+    // not read: the run's end waits for nothing more.
+    let wanted = prepared.plan.network() == terra_policy::NetworkMode::Mediated
+        || matches!(ended.code, 126 | 127);
     let own = ended
         .run_dir
         .as_deref()
+        .filter(|_| wanted)
         .and_then(|d| runs::open_reported(d, std::process::id()));
     // The receipt, read once.
     let receipt = own.as_ref().and_then(|r| Some((r, r.receipt()?)));
