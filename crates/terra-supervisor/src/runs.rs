@@ -428,22 +428,36 @@ mod tests {
         assert_eq!(millis_between("garbage", &text), None);
     }
 
-    #[test]
-    fn pruning_with_slack_waits_for_the_slack_then_keeps_the_newest() {
+    /// A private runs directory (as `StateBase::open` wants it) in a
+    /// temporary directory.
+    fn runs_dir() -> (tempfile::TempDir, PathBuf) {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let base_path = dir.path().join("runs");
         std::fs::create_dir(&base_path).unwrap();
         std::fs::set_permissions(&base_path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        (dir, base_path)
+    }
+
+    /// Makes run `i` in `base_path`, started an hour before `now` plus `i`
+    /// seconds (ids sort by `i`), with nothing in it; returns its directory.
+    fn add_run(base_path: &Path, now: SystemTime, i: u32) -> (String, PathBuf) {
+        let t = now - Duration::from_secs(3600) + Duration::from_secs(u64::from(i));
+        let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
+        let id = format!("{}-{i}-0000000a", rfc3339_compact(secs));
+        let d = base_path.join(&id);
+        std::fs::create_dir(&d).unwrap();
+        (id, d)
+    }
+
+    #[test]
+    fn pruning_with_slack_waits_for_the_slack_then_keeps_the_newest() {
+        let (_dir, base_path) = runs_dir();
         let uid = nix::unistd::geteuid().as_raw();
         let now = SystemTime::now();
+        // Recent runs, all finished.
         let add = |i: u32| {
-            // Recent runs (an hour ago, one second apart), all finished.
-            let t = now - Duration::from_secs(3600) + Duration::from_secs(u64::from(i));
-            let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
-            let id = format!("{}-{i}-0000000a", rfc3339_compact(secs));
-            let d = base_path.join(&id);
-            std::fs::create_dir(&d).unwrap();
+            let (id, d) = add_run(&base_path, now, i);
             std::fs::write(d.join("receipt.json"), "{}").unwrap();
             id
         };
@@ -474,11 +488,7 @@ mod tests {
 
     #[test]
     fn only_a_receipt_that_is_a_regular_file_counts_toward_keep() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let base_path = dir.path().join("runs");
-        std::fs::create_dir(&base_path).unwrap();
-        std::fs::set_permissions(&base_path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (dir, base_path) = runs_dir();
         let outside = dir.path().join("outside.json");
         std::fs::write(&outside, "{}").unwrap();
         let now = SystemTime::now();
@@ -487,11 +497,7 @@ mod tests {
         // a directory.
         let mut ids = Vec::new();
         for i in 0..6u32 {
-            let t = now - Duration::from_secs(3600) + Duration::from_secs(u64::from(i));
-            let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
-            let id = format!("{}-{i}-0000000a", rfc3339_compact(secs));
-            let d = base_path.join(&id);
-            std::fs::create_dir(&d).unwrap();
+            let (id, d) = add_run(&base_path, now, i);
             match i {
                 0..=2 => std::fs::write(d.join("receipt.json"), "{}").unwrap(),
                 3 => {}
