@@ -610,9 +610,6 @@ impl Run {
             }
             return self.refuse(Some(&dir), &e);
         }
-        // A box that already ended has no reader: the write fails, harmlessly.
-        let _ = nix::unistd::write(&gate_w, b"x");
-        drop(gate_w);
         if let Err(e) = dir.write_runtime("host.pid", format!("{box_pid}\n").as_bytes()) {
             warn!("{e}");
         }
@@ -643,6 +640,14 @@ impl Run {
             }
             return self.refuse(Some(&dir), &e);
         }
+        // The canary exists and this process is confined: the workload's
+        // activation check may run, and with it the workload (it waits for
+        // this byte). Written only now, so no instruction of the workload
+        // runs while the supervisor is not yet under its Landlock domain and
+        // allowlist. A box that already ended has no reader: the write
+        // fails, harmlessly.
+        let _ = nix::unistd::write(&gate_w, b"x");
+        drop(gate_w);
         // Threads start only now (the box is cloned from a process that has
         // none, and every thread is in the Landlock domain).
         let relay = operator.map(|o| o.start(handle.take_terminal()));
