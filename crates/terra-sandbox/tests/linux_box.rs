@@ -439,15 +439,20 @@ fn an_early_box_that_is_not_used_is_killed_and_reaped() {
     );
 }
 
+/// The host's network interfaces (the lines of /proc/net/dev after its header).
+fn host_interface_count() -> usize {
+    std::fs::read_to_string("/proc/net/dev")
+        .unwrap()
+        .lines()
+        .skip(2)
+        .count()
+}
+
 #[test]
 fn an_early_box_without_the_plans_network_namespace_is_replaced() {
     // Made with a network namespace of its own, started for network direct:
     // the box that runs shares the host's network.
-    let host_ifaces = std::fs::read_to_string("/proc/net/dev")
-        .unwrap()
-        .lines()
-        .skip(2)
-        .count();
+    let host_ifaces = host_interface_count();
     let mut w = World::new();
     w.network = NetworkMode::Direct;
     let out = w.ws().join(".terra-test-out");
@@ -513,11 +518,7 @@ fn network_none_has_only_loopback() {
     let out = w.sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
     assert_eq!(ok(&out).trim(), "lo");
     // Twin: network direct is the host network namespace.
-    let host_ifaces = std::fs::read_to_string("/proc/net/dev")
-        .unwrap()
-        .lines()
-        .skip(2)
-        .count();
+    let host_ifaces = host_interface_count();
     let mut w = World::new();
     w.network = NetworkMode::Direct;
     let out = w.sh("tail -n +3 /proc/net/dev | wc -l");
