@@ -343,14 +343,8 @@ impl EarlyBox {
         let (res_r, res_w) = sys::pipe_cloexec()?;
         let (config_ours, config_theirs) = sys::socketpair_cloexec()?;
         // How init learns that the caller is gone before its parent-death
-        // signal was armed: a pidfd of the caller, or a pipe only the caller writes.
-        let (parent_fd, life_w) = match sys::pidfd_self() {
-            Some(fd) => (fd, None),
-            None => {
-                let (r, w) = sys::pipe_cloexec()?;
-                (r, Some(w))
-            }
-        };
+        // signal was armed.
+        let (parent_fd, life_w) = sys::caller_liveness()?;
         let mut launch = exe::Launch::new(exe, c"__vm");
         launch.give(sys::raw(&config_theirs), vm::CONFIG_FD)?;
         launch.give(sys::raw(&status_w), vm::STATUS_FD)?;

@@ -63,13 +63,7 @@ pub fn spawn(
         .collect();
     ops.push(MountOp::RootReadOnly);
     let (config_r, config_w) = sys::pipe_cloexec()?;
-    let (parent_fd, life_w) = match sys::pidfd_self() {
-        Some(fd) => (fd, None),
-        None => {
-            let (r, w) = sys::pipe_cloexec()?;
-            (r, Some(w))
-        }
-    };
+    let (parent_fd, life_w) = sys::caller_liveness()?;
     let mut launch = Launch::new(exe, role);
     launch.give(sys::raw(&config_r), CONFIG_FD)?;
     launch.give(sys::raw(&parent_fd), PARENT_FD)?;

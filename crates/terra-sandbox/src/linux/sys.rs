@@ -438,6 +438,20 @@ pub fn pidfd_self() -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// How a child learns that this process is gone (before its own
+/// parent-death signal is armed): the descriptor to give it, a pidfd of this
+/// process, or, without pidfd_open, the read end of a pipe whose write end
+/// (the second value) only this process holds.
+pub fn caller_liveness() -> Result<(OwnedFd, Option<OwnedFd>)> {
+    match pidfd_self() {
+        Some(fd) => Ok((fd, None)),
+        None => {
+            let (r, w) = pipe_cloexec()?;
+            Ok((r, Some(w)))
+        }
+    }
+}
+
 /// How a waited-for child ended: (signaled, exit code or signal number).
 /// Raw, not nix's `WaitStatus`, which cannot hold a real-time signal.
 pub fn wait_child(pid: Pid, nohang: bool) -> Result<Option<(Pid, (bool, i32))>> {
