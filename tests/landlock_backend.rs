@@ -592,9 +592,11 @@ struct HostIpc {
 
 impl HostIpc {
     fn new(w: &World) -> HostIpc {
-        let n = u32::from(w.user == User::Nobody);
-        let key = ((std::process::id() << 4 | n) & 0x7fff_ffff).to_string();
-        let name = format!("/terra-ll-{}-{n}", std::process::id());
+        // Unique among the tests of this process, which run side by side.
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let key = ((std::process::id() << 8 | n) & 0x7fff_ffff).to_string();
+        let name = format!("/terra-ll-{key}");
         let secret = format!("host ipc secret {key}");
         let out = w.on_host("ipc.py", &["create", &key, &name, &secret]);
         assert!(out.status.success(), "creating IPC objects: {}", show(&out));
@@ -622,7 +624,7 @@ impl Drop for HostIpc {
     fn drop(&mut self) {
         // The owner (or root) removes them; a copy of the script outside any
         // run directory, since the world may be gone already.
-        let script = std::env::temp_dir().join(format!("terra-ll-ipc-{}.py", std::process::id()));
+        let script = std::env::temp_dir().join(format!("terra-ll-ipc-{}.py", self.key));
         let _ = fs::write(&script, IPC_PY);
         let _ = fs::set_permissions(&script, fs::Permissions::from_mode(0o644));
         let mut cmd = command_as(self.user, None, &[], std::path::Path::new("/usr/bin/python3"));
