@@ -172,6 +172,8 @@ try:
         buf = ctypes.create_string_buffer(65536)
         n = check(libc.mq_receive(mq, buf, len(buf), None))
         print(buf.raw[:n].decode())
+    elif a[0] == "mq-unlink":
+        check(libc.mq_unlink(a[1].encode()))
     elif a[0] == "remove":
         key = int(a[1])
         for get, ctl in ((libc.shmget, libc.shmctl), (libc.msgget, libc.msgctl)):
@@ -642,7 +644,8 @@ fn host_ipc_objects_are_unreachable() {
         ipc.env(&mut w);
         let out = w.run(
             r#"try $IPC shm-read "$SHMID"; try $IPC shm-key "$IPCKEY"; try $IPC msg-recv "$MSQID";
-               try $IPC sem-key "$IPCKEY"; try $IPC mq-recv "$MQNAME"; blocked"#,
+               try $IPC sem-key "$IPCKEY"; try $IPC mq-recv "$MQNAME"; try $IPC mq-unlink "$MQNAME";
+               blocked"#,
         );
         assert_blocked(&w, &out);
         assert!(
@@ -650,7 +653,8 @@ fn host_ipc_objects_are_unreachable() {
             "{}",
             show(&out)
         );
-        // The messages are still queued: the host receives them.
+        // The messages are still queued (and the POSIX queue still exists):
+        // the host receives them.
         for (action, arg) in [("msg-recv", &ipc.msq), ("mq-recv", &ipc.name)] {
             let out = w.on_host("ipc.py", &[action, arg]);
             assert!(
@@ -674,6 +678,7 @@ fn host_ipc_objects_are_unreachable_twin() {
             ("msg-recv", &ipc.msq),
             ("sem-key", &ipc.key),
             ("mq-recv", &ipc.name),
+            ("mq-unlink", &ipc.name),
         ] {
             let out = w.on_host("ipc.py", &[action, arg]);
             assert!(out.status.success(), "{action} as {user:?}: {}", show(&out));
