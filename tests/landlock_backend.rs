@@ -281,7 +281,12 @@ impl World {
     /// A helper script of the workspace run on the host (not under terra)
     /// as the world's user.
     fn on_host(&self, script: &str, args: &[&str]) -> Output {
-        let mut cmd = command_as(self.user, None, &[], std::path::Path::new("/usr/bin/python3"));
+        let mut cmd = command_as(
+            self.user,
+            None,
+            &[],
+            std::path::Path::new("/usr/bin/python3"),
+        );
         cmd.arg(self.ws.join(script)).args(args);
         self.run_env(&mut cmd, "/usr/bin:/bin");
         run_bounded(cmd)
@@ -629,7 +634,12 @@ impl Drop for HostIpc {
         let script = std::env::temp_dir().join(format!("terra-ll-ipc-{}.py", self.key));
         let _ = fs::write(&script, IPC_PY);
         let _ = fs::set_permissions(&script, fs::Permissions::from_mode(0o644));
-        let mut cmd = command_as(self.user, None, &[], std::path::Path::new("/usr/bin/python3"));
+        let mut cmd = command_as(
+            self.user,
+            None,
+            &[],
+            std::path::Path::new("/usr/bin/python3"),
+        );
         cmd.arg(&script).args(["remove", &self.key, &self.name]);
         let _ = run_bounded(cmd);
         let _ = fs::remove_file(&script);
@@ -910,6 +920,16 @@ fn backends_and_doctor_name_the_landlock_backend() {
         lacks.contains(&"fs-deny") && lacks.contains(&"network-mediated"),
         "{ll}"
     );
+    // What it cannot confine is said, not only what it declares.
+    let gaps: Vec<&str> = ll["notConfined"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for needle in ["process list", "inotify", "cannot change", "chmod"] {
+        assert!(gaps.iter().any(|g| g.contains(needle)), "{needle}: {ll}");
+    }
     let mut cmd = Command::new(terra_bin(User::Caller));
     cmd.args(["doctor", "--json"]);
     w.run_env(&mut cmd, "/usr/bin:/bin");
@@ -923,4 +943,17 @@ fn backends_and_doctor_name_the_landlock_backend() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"landlock-backend"), "{names:?}");
+    let landlock = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "landlock-backend")
+        .unwrap();
+    assert!(
+        landlock["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not confined: it sees the host's process list"),
+        "{landlock}"
+    );
 }

@@ -46,15 +46,17 @@ pub fn declared_capabilities() -> CapabilitySet {
 /// What the workload can still see or do to the host under this backend
 /// (no namespace hides it, and neither Landlock nor the closures reach it),
 /// for `terra backends`, `terra doctor` and docs/sandbox-landlock.md.
-pub const NOT_CONFINED: [&str; 5] = [
-    "it sees the host's process list, command lines and states (/proc) and the keys and owners of \
-     its SysV IPC objects (/proc/sysvipc)",
+pub const NOT_CONFINED: [&str; 6] = [
+    "it sees the host's process list, command lines and states (/proc), its sockets and connections \
+     (/proc/net) and the keys and owners of its SysV IPC objects (/proc/sysvipc)",
     "it sees the names and metadata (stat) of host files, and can watch with inotify the host files \
      its user may read",
     "it reads, but cannot change, the limits, priority, CPU affinity, scheduling and I/O priority of \
      host processes of its user (as /proc shows them)",
     "it can chmod, utime and set extended attributes on its user's files outside the grants \
      (as uid 0: root's files)",
+    "it shares the caller's terminal: it reads what is typed there while it runs (TIOCSTI, \
+     TIOCLINUX and TIOCSETD are refused)",
     "its daemons outlive the run if the supervisor itself is killed with SIGKILL",
 ];
 
