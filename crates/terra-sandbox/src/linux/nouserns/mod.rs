@@ -47,8 +47,9 @@ pub fn declared_capabilities() -> CapabilitySet {
 /// (no namespace hides it, and neither Landlock nor the closures reach it),
 /// for `terra backends`, `terra doctor` and docs/sandbox-landlock.md.
 pub const NOT_CONFINED: [&str; 6] = [
-    "it sees the host's process list, command lines and states (/proc), its sockets and connections \
-     (/proc/net) and the keys and owners of its SysV IPC objects (/proc/sysvipc)",
+    "it sees the host's process list, command lines and states (/proc), its network interfaces, \
+     sockets and connections (/proc/net, netlink) and the keys and owners of its SysV IPC objects \
+     (/proc/sysvipc)",
     "it sees the names and metadata (stat) of host files, and can watch with inotify the host files \
      its user may read",
     "it reads, but cannot change, the limits, priority, CPU affinity, scheduling and I/O priority of \
