@@ -50,8 +50,8 @@ pub const NOT_CONFINED: [&str; 6] = [
     "it sees the host's process list, command lines and states (/proc), its network interfaces, \
      sockets and connections (/proc/net, netlink) and the keys and owners of its SysV IPC objects \
      (/proc/sysvipc)",
-    "it sees the names and metadata (stat) of host files, and can watch with inotify the host files \
-     its user may read",
+    "it sees the names and metadata (stat) of host files, and can watch with inotify or fanotify the \
+     host files its user may read",
     "it reads, but cannot change, the limits, priority, CPU affinity, scheduling and I/O priority of \
      host processes of its user (as /proc shows them)",
     "it can chmod, utime and set extended attributes on its user's files outside the grants \
