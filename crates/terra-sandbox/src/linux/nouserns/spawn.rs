@@ -212,10 +212,10 @@ fn process_closure_holds() -> Result<(), SandboxError> {
     match (rc, nix::errno::Errno::last()) {
         (-1, nix::errno::Errno::EPERM) => Ok(()),
         (-1, e) => Err(SandboxError::Activation(format!(
-            "changing another process's limits failed with {e}, not EPERM: the process closure is missing"
+            "changing another process's limits failed with {e}, not EPERM: the seccomp filter that guards host processes is missing"
         ))),
         _ => Err(SandboxError::Activation(
-            "changing another process's limits did not fail: the process closure is missing".into(),
+            "changing another process's limits did not fail: the seccomp filter that guards host processes is missing".into(),
         )),
     }
 }
