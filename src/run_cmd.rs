@@ -522,8 +522,9 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
         required: false,
         detail: match &landlock {
             Ok(abi) => format!(
-                "the landlock backend can run here (Landlock ABI {abi}, seccomp): declares {}",
-                nouserns::declared_capabilities().names().join(" ")
+                "the landlock backend can run here (Landlock ABI {abi}, seccomp): declares {}; not confined: {}",
+                nouserns::declared_capabilities().names().join(" "),
+                nouserns::NOT_CONFINED.join("; ")
             ),
             Err(why) => format!("the landlock backend cannot run here: {why}"),
         },
@@ -721,6 +722,7 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
             .map(|(name, ok, caps, note)| {
                 let mut row = json!({"name": name, "supported": ok, "declaredCapabilities": caps, "note": note});
                 if *name == nouserns::NAME {
+                    row["notConfined"] = json!(nouserns::NOT_CONFINED);
                     row["withoutCapabilities"] = linux_only_capabilities()
                         .iter()
                         .map(|c| json!({"name": c, "why": Capability::from_name(c).map(nouserns::missing_reason)}))
@@ -746,6 +748,9 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
                 for c in linux_only_capabilities() {
                     let why = Capability::from_name(c).map_or("", nouserns::missing_reason);
                     println!("         lacks {c}: {why}");
+                }
+                for what in nouserns::NOT_CONFINED {
+                    println!("         not confined: {what}");
                 }
             }
         }

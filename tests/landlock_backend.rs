@@ -20,6 +20,7 @@ use std::fs;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
@@ -34,6 +35,8 @@ blocked() { [ "$esc" = 0 ] && echo TERRA-PROBE-BLOCKED; exit 0; }
 need() { if ! "$@" >/dev/null 2>&1; then echo "TERRA-PROBE-FAILED: $*"; bad=1; fi; }
 ok() { [ "$bad" = 0 ] && echo TERRA-PROBE-OK; exit 0; }
 NET="/usr/bin/python3 $WS/net.py"
+PROC="/usr/bin/python3 $WS/proc.py"
+IPC="/usr/bin/python3 $WS/ipc.py"
 "#;
 
 /// Socket actions; exit 0 when the action worked.
@@ -61,6 +64,130 @@ try:
         sys.exit(2)
 except OSError as e:
     print(e, file=sys.stderr); sys.exit(1)
+"#;
+
+/// Operations on another process (`proc.py ACTION PID`); exit 0 when the
+/// call worked. `show PID` prints what the process's own state is.
+const PROC_PY: &str = r#"
+import ctypes, errno, os, platform, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+IOPRIO_SET, IOPRIO_GET = {"x86_64": (251, 252), "aarch64": (30, 31)}[platform.machine()]
+WHO_PROCESS, WHO_PGRP, WHO_USER = 1, 2, 3
+BE7 = (2 << 13) | 7
+# A uid with no process: the kernel answers ESRCH, so a call on it changes
+# nothing, and only a refusal before the kernel is EPERM.
+UNUSED_UID = 4000000
+
+def check(rc):
+    if rc == -1:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return rc
+
+def reaches_kernel(f):
+    try:
+        f()
+    except OSError as e:
+        if e.errno == errno.EPERM:
+            raise
+
+a = sys.argv[1:]
+pid = int(a[1]) if len(a) > 1 else 0
+try:
+    if a[0] == "prlimit":
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, 3))
+    elif a[0] == "renice":
+        os.setpriority(os.PRIO_PROCESS, pid, 10)
+    elif a[0] == "renice-group":
+        os.setpriority(os.PRIO_PGRP, pid, 10)
+    elif a[0] == "renice-user":
+        reaches_kernel(lambda: os.setpriority(os.PRIO_USER, UNUSED_UID, 10))
+    elif a[0] == "affinity":
+        os.sched_setaffinity(pid, {min(os.sched_getaffinity(pid))})
+    elif a[0] == "ioprio":
+        check(libc.syscall(IOPRIO_SET, WHO_PROCESS, pid, BE7))
+    elif a[0] == "ioprio-group":
+        check(libc.syscall(IOPRIO_SET, WHO_PGRP, pid, BE7))
+    elif a[0] == "ioprio-user":
+        reaches_kernel(lambda: check(libc.syscall(IOPRIO_SET, WHO_USER, UNUSED_UID, BE7)))
+    elif a[0] == "show":
+        print("nice", os.getpriority(os.PRIO_PROCESS, pid))
+        print("cpus", sorted(os.sched_getaffinity(pid)))
+        print("nofile", resource.prlimit(pid, resource.RLIMIT_NOFILE))
+        print("ioprio", check(libc.syscall(IOPRIO_GET, WHO_PROCESS, pid)))
+    else:
+        sys.exit(2)
+except OSError as e:
+    print(a[0], e, file=sys.stderr); sys.exit(1)
+"#;
+
+/// SysV IPC and POSIX message queues (`ipc.py ACTION ...`); exit 0 when the
+/// action worked. `create KEY NAME SECRET` makes a 0600 shared-memory
+/// segment, message queue and semaphore set under KEY and a 0600 POSIX
+/// queue NAME, each holding SECRET, and prints the two ids.
+const IPC_PY: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+IPC_CREAT, IPC_EXCL, IPC_NOWAIT, IPC_RMID, SHM_RDONLY = 0o1000, 0o2000, 0o4000, 0, 0o10000
+O_RDONLY, O_RDWR, O_CREAT, O_EXCL, O_NONBLOCK = 0, 2, 0o100, 0o200, 0o4000
+class Msg(ctypes.Structure):
+    _fields_ = [("mtype", ctypes.c_long), ("mtext", ctypes.c_char * 256)]
+
+def check(rc):
+    if rc == -1 or rc == ctypes.c_void_p(-1).value:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return rc
+
+a = sys.argv[1:]
+try:
+    if a[0] == "create":
+        key, name, secret = int(a[1]), a[2].encode(), a[3].encode()
+        shm = check(libc.shmget(key, 4096, IPC_CREAT | IPC_EXCL | 0o600))
+        at = check(libc.shmat(shm, None, 0))
+        ctypes.memmove(at, secret, len(secret))
+        check(libc.shmdt(ctypes.c_void_p(at)))
+        msq = check(libc.msgget(key, IPC_CREAT | IPC_EXCL | 0o600))
+        m = Msg(1, secret)
+        check(libc.msgsnd(msq, ctypes.byref(m), len(secret), 0))
+        check(libc.semget(key, 1, IPC_CREAT | IPC_EXCL | 0o600))
+        mq = check(libc.mq_open(name, O_RDWR | O_CREAT | O_EXCL, ctypes.c_uint(0o600), None))
+        check(libc.mq_send(mq, secret, len(secret), 0))
+        print(shm, msq)
+    elif a[0] == "shm-read":
+        at = check(libc.shmat(int(a[1]), None, SHM_RDONLY))
+        print(ctypes.string_at(at).decode())
+    elif a[0] == "shm-key":
+        check(libc.shmget(int(a[1]), 0, 0))
+    elif a[0] == "sem-key":
+        check(libc.semget(int(a[1]), 0, 0))
+    elif a[0] == "msg-recv":
+        m = Msg()
+        n = check(libc.msgrcv(int(a[1]), ctypes.byref(m), 256, 0, IPC_NOWAIT))
+        print(m.mtext[:n].decode())
+    elif a[0] == "mq-recv":
+        mq = check(libc.mq_open(a[1].encode(), O_RDONLY | O_NONBLOCK))
+        buf = ctypes.create_string_buffer(65536)
+        n = check(libc.mq_receive(mq, buf, len(buf), None))
+        print(buf.raw[:n].decode())
+    elif a[0] == "mq-unlink":
+        check(libc.mq_unlink(a[1].encode()))
+    elif a[0] == "remove":
+        key = int(a[1])
+        for get, ctl in ((libc.shmget, libc.shmctl), (libc.msgget, libc.msgctl)):
+            i = get(key, 0, 0)
+            if i >= 0:
+                ctl(i, IPC_RMID, None)
+        i = libc.semget(key, 0, 0)
+        if i >= 0:
+            libc.semctl(i, 0, IPC_RMID)
+        libc.mq_unlink(a[2].encode())
+    else:
+        sys.exit(2)
+except OSError as e:
+    print(a[0], e, file=sys.stderr); sys.exit(1)
 "#;
 
 /// One run's host side: directories, listeners, host processes.
@@ -97,6 +224,8 @@ impl World {
         fs::create_dir_all(&w.out).unwrap();
         w.write("ws/readme", "the workspace readme\n");
         w.write("ws/net.py", NET_PY);
+        w.write("ws/proc.py", PROC_PY);
+        w.write("ws/ipc.py", IPC_PY);
         w.write("out/secret", "outside secret\n");
         w
     }
@@ -125,11 +254,13 @@ impl World {
         self.env("SOCK", p.display().to_string());
     }
 
-    /// A host process of the run's user, outside the box ($HOSTPID).
+    /// A host process of the run's user, outside the box ($HOSTPID), in a
+    /// process group of its own (its pid is the group's id).
     fn host_sleeper(&mut self) {
         let mut cmd = command_as(self.user, None, &[], std::path::Path::new("/bin/sleep"));
         let child = cmd
             .arg("600")
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
@@ -141,6 +272,35 @@ impl World {
 
     fn host_sleeper_alive(&mut self) -> bool {
         self.children[0].try_wait().unwrap().is_none()
+    }
+
+    fn host_pid(&self) -> u32 {
+        self.children[0].id()
+    }
+
+    /// A helper script of the workspace run on the host (not under terra)
+    /// as the world's user.
+    fn on_host(&self, script: &str, args: &[&str]) -> Output {
+        let mut cmd = command_as(
+            self.user,
+            None,
+            &[],
+            std::path::Path::new("/usr/bin/python3"),
+        );
+        cmd.arg(self.ws.join(script)).args(args);
+        self.run_env(&mut cmd, "/usr/bin:/bin");
+        run_bounded(cmd)
+    }
+
+    /// The host process's nice value, CPUs, open-file limit and I/O
+    /// priority, read from outside.
+    fn host_state(&self) -> Vec<String> {
+        let out = self.on_host("proc.py", &["show", &self.host_pid().to_string()]);
+        assert!(out.status.success(), "{}", show(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// `terra run --backend landlock` of `script` as the world's user.
@@ -360,6 +520,181 @@ fn a_host_process_cannot_be_signalled_twin() {
         let mut w = World::new("signal-twin", user);
         let out = w.run(r#"sleep 60 & p=$!; need kill -0 $p; need kill -TERM $p; wait $p; ok"#);
         assert_ok(&w, &out);
+    }
+}
+
+/// What the workload tries on the host process $HOSTPID (and its group),
+/// and on the processes of a user (a uid with none: no effect either way).
+const HOST_PROCESS_PROBES: &str = r#"try $PROC prlimit "$HOSTPID"; try $PROC renice "$HOSTPID";
+    try $PROC renice-group "$HOSTPID"; try $PROC renice-user; try $PROC affinity "$HOSTPID";
+    try $PROC ioprio "$HOSTPID"; try $PROC ioprio-group "$HOSTPID"; try $PROC ioprio-user"#;
+
+#[test]
+fn a_host_process_cannot_be_reniced_pinned_or_limited() {
+    for user in users() {
+        let mut w = World::new("renice", user);
+        w.host_sleeper();
+        let before = w.host_state();
+        let out = w.run(&format!("{HOST_PROCESS_PROBES}; blocked"));
+        assert_blocked(&w, &out);
+        assert_eq!(
+            w.host_state(),
+            before,
+            "the host process changed as {user:?}"
+        );
+    }
+}
+
+#[test]
+fn a_host_process_cannot_be_reniced_pinned_or_limited_twin() {
+    for user in users() {
+        let mut w = World::new("renice-twin", user);
+        w.host_sleeper();
+        // On itself (pid 0) the workload may do each; it may read the host
+        // process's state (what /proc shows it anyway).
+        let out = w.run(
+            r#"need sh -c 'ulimit -n 64 && [ "$(ulimit -n)" = 64 ]'; need nice -n 5 true;
+               need taskset -c 0 true; need ionice -c 3 true; need ionice -c 2 -n 7 true;
+               need $PROC show "$HOSTPID"; need $PROC show "$$"; ok"#,
+        );
+        assert_ok(&w, &out);
+        // The same probes, run on the host, reach the host process.
+        let before = w.host_state();
+        let pid = w.host_pid().to_string();
+        for action in [
+            "prlimit",
+            "renice",
+            "renice-group",
+            "renice-user",
+            "affinity",
+            "ioprio",
+            "ioprio-group",
+            "ioprio-user",
+        ] {
+            let out = w.on_host("proc.py", &[action, &pid]);
+            assert!(out.status.success(), "{action} as {user:?}: {}", show(&out));
+        }
+        let after = w.host_state();
+        for (b, a) in before.iter().zip(&after) {
+            // One CPU only: pinning to it changes nothing.
+            if b.starts_with("cpus") && !b.contains(',') {
+                continue;
+            }
+            assert_ne!(a, b, "the host probe did not change it as {user:?}");
+        }
+    }
+}
+
+/// A host SysV shared-memory segment, message queue and semaphore set, and a
+/// POSIX message queue, all mode 0600 and owned by the world's user, each
+/// holding a secret; removed at drop.
+struct HostIpc {
+    key: String,
+    name: String,
+    shm: String,
+    msq: String,
+    secret: String,
+    user: User,
+}
+
+impl HostIpc {
+    fn new(w: &World) -> HostIpc {
+        // Unique among the tests of this process, which run side by side.
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let key = ((std::process::id() << 8 | n) & 0x7fff_ffff).to_string();
+        let name = format!("/terra-ll-{key}");
+        let secret = format!("host ipc secret {key}");
+        let out = w.on_host("ipc.py", &["create", &key, &name, &secret]);
+        assert!(out.status.success(), "creating IPC objects: {}", show(&out));
+        let ids = String::from_utf8_lossy(&out.stdout).to_string();
+        let (shm, msq) = ids.trim().split_once(' ').expect("two ids");
+        HostIpc {
+            shm: shm.into(),
+            msq: msq.into(),
+            key,
+            name,
+            secret,
+            user: w.user,
+        }
+    }
+
+    fn env(&self, w: &mut World) {
+        w.env("SHMID", &self.shm);
+        w.env("MSQID", &self.msq);
+        w.env("IPCKEY", &self.key);
+        w.env("MQNAME", &self.name);
+    }
+}
+
+impl Drop for HostIpc {
+    fn drop(&mut self) {
+        // The owner (or root) removes them; a copy of the script outside any
+        // run directory, since the world may be gone already.
+        let script = std::env::temp_dir().join(format!("terra-ll-ipc-{}.py", self.key));
+        let _ = fs::write(&script, IPC_PY);
+        let _ = fs::set_permissions(&script, fs::Permissions::from_mode(0o644));
+        let mut cmd = command_as(
+            self.user,
+            None,
+            &[],
+            std::path::Path::new("/usr/bin/python3"),
+        );
+        cmd.arg(&script).args(["remove", &self.key, &self.name]);
+        let _ = run_bounded(cmd);
+        let _ = fs::remove_file(&script);
+    }
+}
+
+#[test]
+fn host_ipc_objects_are_unreachable() {
+    for user in users() {
+        let mut w = World::new("ipc", user);
+        let ipc = HostIpc::new(&w);
+        ipc.env(&mut w);
+        let out = w.run(
+            r#"try $IPC shm-read "$SHMID"; try $IPC shm-key "$IPCKEY"; try $IPC msg-recv "$MSQID";
+               try $IPC sem-key "$IPCKEY"; try $IPC mq-recv "$MQNAME"; try $IPC mq-unlink "$MQNAME";
+               blocked"#,
+        );
+        assert_blocked(&w, &out);
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains(&ipc.secret),
+            "{}",
+            show(&out)
+        );
+        // The messages are still queued (and the POSIX queue still exists):
+        // the host receives them.
+        for (action, arg) in [("msg-recv", &ipc.msq), ("mq-recv", &ipc.name)] {
+            let out = w.on_host("ipc.py", &[action, arg]);
+            assert!(
+                out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&ipc.secret),
+                "{action} as {user:?}: {}",
+                show(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn host_ipc_objects_are_unreachable_twin() {
+    for user in users() {
+        let w = World::new("ipc-twin", user);
+        let ipc = HostIpc::new(&w);
+        // The same probes, run on the host as the same user, reach them.
+        for (action, arg) in [
+            ("shm-read", &ipc.shm),
+            ("shm-key", &ipc.key),
+            ("msg-recv", &ipc.msq),
+            ("sem-key", &ipc.key),
+            ("mq-recv", &ipc.name),
+            ("mq-unlink", &ipc.name),
+        ] {
+            let out = w.on_host("ipc.py", &[action, arg]);
+            assert!(out.status.success(), "{action} as {user:?}: {}", show(&out));
+        }
+        let out = w.on_host("ipc.py", &["shm-read", &ipc.shm]);
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&ipc.secret));
     }
 }
 
@@ -585,6 +920,16 @@ fn backends_and_doctor_name_the_landlock_backend() {
         lacks.contains(&"fs-deny") && lacks.contains(&"network-mediated"),
         "{ll}"
     );
+    // What it cannot confine is said, not only what it declares.
+    let gaps: Vec<&str> = ll["notConfined"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for needle in ["process list", "inotify", "cannot change", "chmod"] {
+        assert!(gaps.iter().any(|g| g.contains(needle)), "{needle}: {ll}");
+    }
     let mut cmd = Command::new(terra_bin(User::Caller));
     cmd.args(["doctor", "--json"]);
     w.run_env(&mut cmd, "/usr/bin:/bin");
@@ -598,4 +943,17 @@ fn backends_and_doctor_name_the_landlock_backend() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert!(names.contains(&"landlock-backend"), "{names:?}");
+    let landlock = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "landlock-backend")
+        .unwrap();
+    assert!(
+        landlock["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not confined: it sees the host's process list"),
+        "{landlock}"
+    );
 }

@@ -2,9 +2,10 @@
 //! (Ubuntu's AppArmor restriction, container runtimes' seccomp profiles,
 //! `user.max_user_namespaces = 0`). No namespace at all: the workload runs
 //! on the host's filesystem, process table and network stack, confined by
-//! Landlock (files, TCP, signal and abstract-socket scopes), the box's
-//! seccomp filter plus this backend's socket closures, and the supervisor
-//! as child subreaper (terra-supervisor's `reaper`). See
+//! Landlock (files, TCP, signal, abstract-socket and ptrace scopes), the
+//! box's seccomp filter plus this backend's closures (sockets, other
+//! processes' limits and scheduling, SysV and POSIX IPC), and the
+//! supervisor as child subreaper (terra-supervisor's `reaper`). See
 //! docs/sandbox-landlock.md.
 //!
 //! It declares only what it enforces ([`declared_capabilities`]).
@@ -41,6 +42,24 @@ pub fn declared_capabilities() -> CapabilitySet {
     .into_iter()
     .collect()
 }
+
+/// What the workload can still see or do to the host under this backend
+/// (no namespace hides it, and neither Landlock nor the closures reach it),
+/// for `terra backends`, `terra doctor` and docs/sandbox-landlock.md.
+pub const NOT_CONFINED: [&str; 6] = [
+    "it sees the host's process list, command lines and states (/proc), its network interfaces, \
+     sockets and connections (/proc/net, netlink) and the keys and owners of its SysV IPC objects \
+     (/proc/sysvipc)",
+    "it sees the names and metadata (stat) of host files, and can watch with inotify or fanotify the \
+     host files its user may read",
+    "it reads, but cannot change, the limits, priority, CPU affinity, scheduling and I/O priority of \
+     host processes of its user (as /proc shows them)",
+    "it can chmod, utime and set extended attributes on its user's files outside the grants \
+     (as uid 0: root's files)",
+    "it shares the caller's terminal: it reads what is typed there while it runs (TIOCSTI, \
+     TIOCLINUX and TIOCSETD are refused)",
+    "its daemons outlive the run if the supervisor itself is killed with SIGKILL",
+];
 
 /// Why a capability the linux backend has is missing here, for refusals and
 /// `terra backends`.
@@ -143,7 +162,7 @@ pub fn describe(config: &BoxConfig) -> String {
             );
             s.push_str(&seccomp::describe());
             s.push_str(&filter::describe(spawn::closures(spec.plan.network, kabi)));
-            s.push_str("activation: the canary must fail to open, the host canary TCP listener must refuse, signalling the supervisor must fail with EPERM\n");
+            s.push_str("activation: the canary must fail to open, the host canary TCP listener must refuse, signalling the supervisor must fail with EPERM, and so must changing another process's limits\n");
         }
         Err(e) => {
             let _ = writeln!(s, "refused: {e}");

@@ -7,7 +7,7 @@
 //! `chdir`; capabilities (uid 0: every set emptied and securebits locked, as
 //! in the linux box; another uid: the ambient set cleared, so with
 //! no_new_privs it has none after exec); no_new_privs; Landlock; seccomp
-//! (the box's workload filter, then this backend's socket closures); the
+//! (the box's workload filter, then this backend's closures); the
 //! activation check; execve. It stays in the caller's process group and
 //! session: it shares the caller's terminal, as any child would, and the
 //! terminal's own signals reach it directly.
@@ -190,6 +190,36 @@ fn signal_scope_holds() -> Result<(), SandboxError> {
     }
 }
 
+/// The closure check: changing the limits of another process must fail with
+/// EPERM (the `host` closure). Pid -1 names no process, so the call has no
+/// effect either way: without the closure the kernel answers ESRCH.
+fn process_closure_holds() -> Result<(), SandboxError> {
+    let limit = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` outlives the call, which only reads it; the old-limit
+    // pointer is null.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            -1 as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &limit as *const libc::rlimit64,
+            std::ptr::null_mut::<libc::rlimit64>(),
+        )
+    };
+    match (rc, nix::errno::Errno::last()) {
+        (-1, nix::errno::Errno::EPERM) => Ok(()),
+        (-1, e) => Err(SandboxError::Activation(format!(
+            "changing another process's limits failed with {e}, not EPERM: the seccomp filter that guards host processes is missing"
+        ))),
+        _ => Err(SandboxError::Activation(
+            "changing another process's limits did not fail: the seccomp filter that guards host processes is missing".into(),
+        )),
+    }
+}
+
 fn child(prep: &Prepared, status_fd: BorrowedFd<'_>, caller: Pid) -> ! {
     sys::reset_signals();
     if !sys::die_with_parent(caller) {
@@ -222,7 +252,10 @@ fn child(prep: &Prepared, status_fd: BorrowedFd<'_>, caller: Pid) -> ! {
     if let Err(e) = seccomp::install(&w.seccomp) {
         refuse(status_fd, vec![landlock], e.to_string());
     }
-    if let Err(e) = workload::activation(w).and_then(|()| signal_scope_holds()) {
+    if let Err(e) = workload::activation(w)
+        .and_then(|()| signal_scope_holds())
+        .and_then(|()| process_closure_holds())
+    {
         let why = match &e {
             SandboxError::Activation(why) => why.clone(),
             other => other.to_string(),
