@@ -28,6 +28,12 @@
 //! A closed descriptor gets /dev/null too, silently, so no descriptor terra
 //! opens later lands on 0, 1 or 2 (Rust's runtime already does this at start
 //! on Linux; this keeps it true without relying on it).
+//!
+//! Every other descriptor the CLI inherited (3 and up) is made close-on-exec:
+//! terra starts its supervisor with only 0, 1, 2 and its own pipes. (Rust's
+//! runtime takes an `O_PATH` descriptor on 0 for a closed one, as poll calls
+//! it invalid, and opens /dev/null on the lowest free number, 3 or above;
+//! the supervisor refuses a descriptor on 3, where its run lock goes.)
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -172,6 +178,7 @@ enum Verdict {
 /// whose warnings the caller prints (after the replacing: standard error may
 /// be one of them). Idempotent: a second call finds nothing to replace.
 pub fn replace_unsafe() -> Result<Vec<Replaced>> {
+    close_others_on_exec();
     let mut replaced = Vec::new();
     for fd in StdFd::ALL {
         match fd.with(classify)? {
@@ -185,6 +192,32 @@ pub fn replace_unsafe() -> Result<Vec<Replaced>> {
         }
     }
     Ok(replaced)
+}
+
+/// Marks every descriptor above 2 close-on-exec (those this process
+/// inherited or leaked; the ones terra hands on are made inheritable after).
+fn close_others_on_exec() {
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    {
+        let listing = if cfg!(target_os = "linux") {
+            "/proc/self/fd"
+        } else {
+            "/dev/fd"
+        };
+        // Collected first: the listing's own descriptor is among them.
+        let fds: Vec<i32> = match std::fs::read_dir(listing) {
+            Ok(entries) => entries
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd > 2)
+                .collect(),
+            Err(_) => return,
+        };
+        for fd in fds {
+            // EBADF for the listing's descriptor, closed by now.
+            let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
+        }
+    }
 }
 
 /// What `fd` is and whether it may go into the box.
