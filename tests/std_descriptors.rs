@@ -567,3 +567,57 @@ fn descriptors_above_2_the_caller_leaves_open_do_not_reach_the_box() {
         assert!(!out.contains(&case.outside_str()), "{user:?} {}", show(&o));
     }
 }
+
+#[test]
+#[ignore = "needs root: mknod"]
+fn a_block_device_or_a_namespace_on_stdin_is_replaced_by_dev_null() {
+    common::require_root("a_block_device_or_a_namespace_on_stdin_is_replaced_by_dev_null (mknod)");
+    for user in users() {
+        let case = Case::new("block", user);
+        // A loop device's numbers, in the case's own directory.
+        let node = case.outside.join("loop");
+        let made = Command::new("mknod")
+            .args(["-m", "600"])
+            .arg(&node)
+            .args(["b", "7", "0"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "mknod {}", node.display());
+        let script = "echo fd0 $(readlink /proc/$$/fd/0); test -b /proc/$$/fd/0 && echo block";
+        let o = case.run(&[], script, File::open(&node).unwrap().into(), None, None);
+        let out = text(&o.stdout);
+        assert!(!out.contains("block\n"), "{user:?} {}", show(&o));
+        assert!(out.contains("fd0 /dev/null\n"), "{user:?} {}", show(&o));
+        assert!(
+            text(&o.stderr).contains(&format!(
+                "{} ({}); the box gets /dev/null instead\n",
+                warning("standard input", "a block device"),
+                node.display()
+            )),
+            "{user:?} {}",
+            show(&o)
+        );
+        // The host's network namespace, typed as a regular file.
+        let ns = File::open("/proc/self/ns/net").unwrap();
+        let o = case.run(
+            &[],
+            "echo fd0 $(readlink /proc/$$/fd/0)",
+            ns.into(),
+            None,
+            None,
+        );
+        assert!(
+            text(&o.stdout).contains("fd0 /dev/null\n"),
+            "{user:?} {}",
+            show(&o)
+        );
+        assert!(
+            text(&o.stderr).contains(&format!(
+                "{} (net:[",
+                warning("standard input", "a kernel object, not a file")
+            )),
+            "{user:?} {}",
+            show(&o)
+        );
+    }
+}

@@ -100,7 +100,8 @@ pub enum Unsafe {
     UnixUnconnected,
     /// A socket of another family (its name), or one whose family is unknown.
     OtherSocket(String),
-    /// Typed as a regular file, but not named by a path (e.g. a namespace).
+    /// No file type (an eventfd, a pidfd, ...), or typed as a regular file
+    /// but not named by a path (a namespace).
     KernelObject,
     /// Any other kind of file (its `st_mode` type bits).
     Other(u32),
@@ -248,6 +249,9 @@ fn classify(fd: BorrowedFd<'_>) -> Result<Verdict> {
         regular(raw)
     } else if kind == SFlag::S_IFSOCK {
         socket_verdict(fd)
+    } else if kind.is_empty() {
+        // No file type: an anonymous inode (eventfd, pidfd, epoll, ...).
+        Verdict::Replace(Unsafe::KernelObject)
     } else {
         Verdict::Replace(Unsafe::Other(u32::from(kind.bits())))
     };
@@ -445,6 +449,8 @@ mod tests {
         // A namespace descriptor is typed as a regular file.
         let ns = File::open("/proc/self/ns/net").unwrap();
         assert_eq!(verdict(&ns), Verdict::Replace(Unsafe::KernelObject));
+        let event = nix::sys::eventfd::EventFd::new().unwrap();
+        assert_eq!(verdict(&event), Verdict::Replace(Unsafe::KernelObject));
     }
 
     #[test]
