@@ -103,8 +103,8 @@ pub enum Unsafe {
     /// No file type (an eventfd, a pidfd, ...), or typed as a regular file
     /// but not named by a path (a namespace).
     KernelObject,
-    /// Any other kind of file (its `st_mode` type bits).
-    Other(u32),
+    /// Any other kind of file (its `st_mode` type bits, in octal).
+    Other(String),
 }
 
 impl Unsafe {
@@ -131,7 +131,7 @@ impl Unsafe {
                 "which lives in the host's network stack",
             ),
             Unsafe::KernelObject => ("a kernel object, not a file".into(), ""),
-            Unsafe::Other(kind) => (format!("a file of type {kind:#o}"), ""),
+            Unsafe::Other(kind) => (format!("a file of type {kind}"), ""),
         }
     }
 }
@@ -253,7 +253,7 @@ fn classify(fd: BorrowedFd<'_>) -> Result<Verdict> {
         // No file type: an anonymous inode (eventfd, pidfd, epoll, ...).
         Verdict::Replace(Unsafe::KernelObject)
     } else {
-        Verdict::Replace(Unsafe::Other(u32::from(kind.bits())))
+        Verdict::Replace(Unsafe::Other(format!("{:#o}", kind.bits())))
     };
     Ok(verdict)
 }
@@ -420,7 +420,7 @@ mod tests {
         let lone: OwnedFd = socket::socket(
             AddressFamily::Unix,
             SockType::Stream,
-            socket::SockFlag::SOCK_CLOEXEC,
+            socket::SockFlag::empty(),
             None,
         )
         .unwrap();
