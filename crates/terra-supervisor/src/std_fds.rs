@@ -9,9 +9,9 @@
 //! replaced by /dev/null (read-only for 0, write-only for 1 and 2), with one
 //! warning line each:
 //!
-//! - a directory, or any `O_PATH` descriptor: it cannot be read, but it lists
-//!   a host directory (getdents) and stats the names in it (fstatat)
-//!   wherever the box's grants are;
+//! - a directory, or any `O_PATH` descriptor: neither can be read, but a
+//!   directory lists its entries (getdents) and both stat the names below
+//!   them (fstatat), whatever the box's grants;
 //! - a block device: the box has no block device a rule does not name;
 //! - a socket of any family but Unix (IPv4, IPv6, netlink, ...): it lives in
 //!   the host's network namespace and can be re-aimed (`connect(AF_UNSPEC)`
