@@ -155,7 +155,19 @@ pub struct BackendsArgs {
 /// command line contradicts costs a supervisor killed unused, nothing else.
 pub fn start_early(argv: impl Iterator<Item = OsString>) -> Option<Starting> {
     let early_box = early_start(argv)?;
+    // A refusal is said by `run`, which checks again.
+    standard_descriptors().ok()?;
     Starting::begin(Vec::new(), early_box).ok()
+}
+
+/// The caller's descriptors 0, 1 and 2, made safe to inherit before anything
+/// is started (`terra_supervisor::std_fds`): each replaced one is said on
+/// standard error (also with --quiet: what the workload reads or writes changed).
+fn standard_descriptors() -> Result<(), terra_supervisor::Error> {
+    for r in terra_supervisor::std_fds::replace_unsafe()? {
+        eprintln!("terra: {r}");
+    }
+    Ok(())
 }
 
 /// [`start_early`]'s reading of argv: None, no early start; Some(whether
@@ -253,6 +265,11 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     // (Started before the parse when argv allowed it; one the parsed command
     // line does not want is dropped: killed and reaped.)
     let early = early.filter(|s| log_args.is_empty() && s.early_box() == early_box_fits(&args));
+    if !(dry_run || macos || windows) {
+        if let Err(e) = standard_descriptors() {
+            return crate::fail(Failure::Run(&e));
+        }
+    }
     let supervisor = if dry_run || macos || windows {
         None
     } else if let Some(s) = early {

@@ -98,6 +98,14 @@ pub fn run(args: RunArgs, _log_level: Option<&str>) -> ExitCode {
     if args.json && !args.dry_run {
         return refuse(Error::Argument("--json is for --dry-run only".into()));
     }
+    // The caller's descriptors 0, 1, 2, made safe to inherit before anything
+    // starts (terra_supervisor::std_fds); each replaced one is said.
+    if !args.dry_run {
+        match terra_supervisor::std_fds::replace_unsafe() {
+            Ok(replaced) => replaced.iter().for_each(|r| eprintln!("terra: {r}")),
+            Err(e) => return refuse(e),
+        }
+    }
     // The broker's listeners are bound before the run is built: a mediated
     // run's proxy environment names their port. They are dropped at once
     // when the plan is not mediated; a dry run binds nothing.

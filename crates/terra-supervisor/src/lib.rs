@@ -49,6 +49,8 @@ pub mod run;
 pub mod runs;
 #[cfg(unix)]
 pub mod state;
+#[cfg(unix)]
+pub mod std_fds;
 #[cfg(target_os = "linux")]
 pub mod summary;
 #[cfg(target_os = "linux")]
