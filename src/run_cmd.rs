@@ -333,14 +333,14 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         prepared.plan.rules(),
         &prepared.request.bindings.temp.to_string_lossy(),
     );
-    let writable: Vec<&std::path::Path> = prepared
-        .plan
-        .rules()
-        .iter()
-        .filter(|r| r.access == terra_policy::Access::Write && !r.protect_create)
-        .map(|r| std::path::Path::new(r.path.as_str()))
-        .collect();
-    let held = match terra_supervisor::placeholders::create(&needed, &writable) {
+    // The run's record (its temp directory, its placeholders) goes outside
+    // every grant before the workload starts: the next run cleans up after
+    // this one if it is killed.
+    let held = match terra_supervisor::placeholders::create(
+        &needed,
+        &prepared.plan,
+        &prepared.request.bindings.temp,
+    ) {
         Ok(h) => h,
         Err(e) => {
             prepared.request.limits.remove_cgroups();
@@ -360,15 +360,16 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) => {
-            held.remove();
             prepared.request.limits.remove_cgroups();
-            let _ = fs::remove_dir(&prepared.request.bindings.temp);
+            let _ = temp::remove_tree(&prepared.request.bindings.temp);
+            held.remove();
             return crate::fail(Failure::Run(&e));
         }
     };
-    held.remove();
     prepared.request.limits.remove_cgroups();
     after_run(&prepared, &ended, temp_after, args.quiet);
+    // The record goes last: the temp directory is removed (or kept) by now.
+    held.remove();
     ExitCode::from(ended.code)
 }
 

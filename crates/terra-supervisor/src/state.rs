@@ -3,9 +3,13 @@
 //! - the state directory keeps what outlives the run: the receipt, the
 //!   request without environment values (the canary), the network receipt. Candidates, first usable wins:
 //!   `$XDG_STATE_HOME/terra/runs`, `$HOME/.local/state/terra/runs`,
-//!   `/run/user/UID/terra/runs`; when none is usable, a fresh private
-//!   directory `/tmp/terra-state-UID-RANDOM` (a predictable name in a shared
-//!   directory could be taken first by another user), announced on stderr;
+//!   `/run/user/UID/terra/runs`, then the user's private fallback
+//!   `$TMPDIR/terra-state-UID/runs` (else `/tmp/...`), one per user and
+//!   reused by every run: used only when `terra-state-UID` is a real
+//!   directory (not a symlink) owned by the user and closed to group and
+//!   others (it is made so when absent). When another user took that name
+//!   first, or nothing else is usable, a fresh private directory
+//!   `terra-state-UID-RANDOM` there, announced on stderr;
 //! - the runtime directory holds what lives only as long as the run: the run
 //!   lock and the pid files; it is removed at the end. Candidates
 //!   (memory file systems, so a run costs no disk metadata writes for them):
@@ -424,7 +428,100 @@ pub fn candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
         PathBuf::from(format!("/run/user/{uid}/terra/runs")),
         BaseKind::RuntimeDir,
     ));
+    v.push((
+        shared_tmp().join(format!("terra-state-{uid}/runs")),
+        BaseKind::PrivateFallback,
+    ));
     v
+}
+
+/// The directory of terra's own records (placeholders, temp directories of
+/// runs; see `crate::placeholders`) for a run of `plan`: `records` beside
+/// `runs` in the first state base outside every read and write grant of the
+/// plan, so no box of this run can write or read them. Made owner-only and
+/// opened without following a symlink.
+pub fn records_dir(plan: &SandboxPlan) -> Result<OutDir> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut why_not = Vec::new();
+    for (base, kind) in candidates(uid) {
+        let Some(terra) = base.parent() else {
+            continue;
+        };
+        let records = terra.join(RECORDS);
+        if visible_in_box(plan, &canonical_prefix(&records)) {
+            why_not.push(Error::Host(format!(
+                "{} is inside a grant of the plan",
+                records.display()
+            )));
+            continue;
+        }
+        let opened = prepare_base(&base, kind, uid).and_then(|b| {
+            let records = b.parent().unwrap_or(&b).join(RECORDS);
+            if visible_in_box(plan, &records) {
+                return Err(Error::Host(format!(
+                    "{} is inside a grant of the plan",
+                    records.display()
+                )));
+            }
+            match DirBuilder::new().mode(0o700).create(&records) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("cannot create", &records, e)),
+            }
+            open_private(&records, uid)
+        });
+        match opened {
+            Ok(d) => return Ok(d),
+            Err(e) => why_not.push(e),
+        }
+    }
+    Err(Error::Several(why_not))
+}
+
+/// The record directories that exist for this user (the current one and
+/// the former `placeholders`, of every state base), each opened without
+/// following a symlink and checked to be the user's and private.
+pub fn existing_records_dirs() -> Vec<OutDir> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for (base, _) in candidates(uid) {
+        let Some(terra) = base.parent() else {
+            continue;
+        };
+        for name in [RECORDS, "placeholders"] {
+            let Ok(d) = open_private(&terra.join(name), uid) else {
+                continue;
+            };
+            let Ok(st) = rustix::fs::fstat(d.fd()) else {
+                continue;
+            };
+            if !seen.contains(&(st.st_dev, st.st_ino)) {
+                seen.push((st.st_dev, st.st_ino));
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The directory of terra's records beside `runs`.
+const RECORDS: &str = "records";
+
+/// Opens `path` with no symlink in any component and checks, on the
+/// descriptor, that it is a directory of `uid` closed to group and others.
+fn open_private(path: &Path, uid: u32) -> Result<OutDir> {
+    let d = OutDir::open(path, Follow::Nothing)?;
+    let st = rustix::fs::fstat(d.fd())
+        .map_err(|e| Error::io("", path, std::io::Error::from_raw_os_error(e.raw_os_error())))?;
+    let is_dir = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+    if !is_dir || st.st_uid != uid || st.st_mode & 0o077 != 0 {
+        return Err(Error::Host(format!(
+            "{} is not a directory of uid {uid} closed to group and others",
+            path.display()
+        )));
+    }
+    Ok(d)
 }
 
 /// The runtime bases, in order of preference (memory file systems on a
@@ -451,6 +548,10 @@ pub enum BaseKind {
     UserDir,
     /// Under /run/user/UID: the anchor must exist and be owned by the user.
     RuntimeDir,
+    /// `terra-state-UID/runs` in the shared temp directory: the anchor
+    /// (`$TMPDIR` or /tmp) must exist; `terra-state-UID` is made or, when it
+    /// exists, must pass the checks of every directory terra owns.
+    PrivateFallback,
 }
 
 /// Creates the base if needed and checks ownership; returns its canonical path.
@@ -470,6 +571,14 @@ fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf> {
         }
         BaseKind::UserDir => {
             fs::create_dir_all(anchor).map_err(|e| Error::io("cannot create", anchor, e))?;
+        }
+        BaseKind::PrivateFallback => {
+            if !fs::metadata(anchor).is_ok_and(|m| m.is_dir()) {
+                return Err(Error::Host(format!(
+                    "{} is not a directory",
+                    anchor.display()
+                )));
+            }
         }
     }
     for dir in owned {
