@@ -150,7 +150,10 @@ impl Record {
     /// `PID.START.jsonl`, new (never an existing entry), mode 0600.
     fn create(dir: OutDir) -> Result<Record> {
         let pid = std::process::id();
-        let name = OsString::from(format!("{pid}.{}.jsonl", start_time(pid).unwrap_or_default()));
+        let name = OsString::from(format!(
+            "{pid}.{}.jsonl",
+            start_time(pid).unwrap_or_default()
+        ));
         let file = dir.create_append(&name)?;
         Ok(Record { dir, name, file })
     }
@@ -168,14 +171,24 @@ impl Placeholders {
         line.push(b'\n');
         rec.file
             .write_all(&line)
-            .and_then(|_| if durable { rec.file.sync_data() } else { Ok(()) })
+            .and_then(|_| {
+                if durable {
+                    rec.file.sync_data()
+                } else {
+                    Ok(())
+                }
+            })
             .map_err(|e| io_err("record", &shown, e))
     }
 
     /// Records the run's temp directory (its device and inode).
     fn note_temp(&mut self, temp: &Path) -> Result<()> {
         let st = rustix::fs::lstat(temp).map_err(|e| {
-            Error::io("", temp, std::io::Error::from_raw_os_error(e.raw_os_error()))
+            Error::io(
+                "",
+                temp,
+                std::io::Error::from_raw_os_error(e.raw_os_error()),
+            )
         })?;
         self.note(
             &Made {
@@ -514,7 +527,7 @@ mod tests {
         fs::create_dir_all(host.join("terra-tmp-0-zz")).unwrap();
         let file = host.join("empty-mode-0");
         fs::write(&file, b"").unwrap();
-        fs::set_permissions(&file, fs::Permissions::from_mode(0)).unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o000)).unwrap();
         let dir_meta = fs::symlink_metadata(host.join("empty-dir")).unwrap();
         let uid = nix::unistd::geteuid().as_raw();
         // A directory named like a temp directory of another uid, or not hex.
@@ -562,14 +575,22 @@ mod tests {
         fs::write(temp.join("sub/f"), b"x").unwrap();
         let mut ph = Placeholders::default();
         ph.make(&ws.join("secrets/token")).unwrap();
-        let mut lines = vec![line(&temp, true, true, Some(&fs::symlink_metadata(&temp).unwrap()))];
+        let mut lines = vec![line(
+            &temp,
+            true,
+            true,
+            Some(&fs::symlink_metadata(&temp).unwrap()),
+        )];
         lines.extend(ph.made.iter().map(|m| serde_json::to_string(m).unwrap()));
         // A live run's record (this process) is left alone.
         let me = std::process::id();
         let live = format!("{me}.{}.jsonl", start_time(me).unwrap());
         fs::write(records.join(&live), lines.join("\n")).unwrap();
         clean_stale_in(&OutDir::open(&records, Follow::Nothing).unwrap());
-        assert!(temp.exists() && ws.join("secrets/token").exists(), "a live run's");
+        assert!(
+            temp.exists() && ws.join("secrets/token").exists(),
+            "a live run's"
+        );
         assert!(records.join(&live).exists());
         fs::remove_file(records.join(&live)).unwrap();
         let name = format!("{}.1.jsonl", dead_pid());
@@ -584,7 +605,12 @@ mod tests {
     #[test]
     fn temp_names() {
         assert!(is_temp_name(OsStr::new("terra-tmp-0-0a1b"), 0));
-        for bad in ["terra-tmp-0-", "terra-tmp-0-xy", "terra-tmp-1-ab", "x-terra-tmp-0-ab"] {
+        for bad in [
+            "terra-tmp-0-",
+            "terra-tmp-0-xy",
+            "terra-tmp-1-ab",
+            "x-terra-tmp-0-ab",
+        ] {
             assert!(!is_temp_name(OsStr::new(bad), 0), "{bad}");
         }
     }

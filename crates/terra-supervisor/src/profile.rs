@@ -172,7 +172,10 @@ pub fn open_trusted(path: &Path, label: &str) -> Result<Option<File>> {
     refuse_untrusted(&st, path, label, uid, false)?;
     let real = std::fs::canonicalize(path).map_err(|e| Error::io("", path, e))?;
     let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
-        return Err(Error::Host(format!("{label} {} names no file", path.display())));
+        return Err(Error::Host(format!(
+            "{label} {} names no file",
+            path.display()
+        )));
     };
     let dirs = walk_dirs(dir, label)?;
     // The real path must still name the file that was opened: what was
@@ -267,7 +270,11 @@ fn refuse_untrusted(st: &Stat, path: &Path, label: &str, uid: u32, dir: bool) ->
 }
 
 fn sys_err(path: &Path, e: rustix::io::Errno) -> Error {
-    Error::io("", path, std::io::Error::from_raw_os_error(e.raw_os_error()))
+    Error::io(
+        "",
+        path,
+        std::io::Error::from_raw_os_error(e.raw_os_error()),
+    )
 }
 
 #[cfg(test)]
@@ -322,12 +329,17 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
         let e = read_trusted(&file, 10, "p").unwrap_err().to_string();
         assert!(
-            e.contains(&format!("its directory {} is writable by its group", dir.display())),
+            e.contains(&format!(
+                "its directory {} is writable by its group",
+                dir.display()
+            )),
             "{e}"
         );
         // Missing: none; too large: refused.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(read_trusted(&dir.join("nope.json"), 10, "p").unwrap().is_none());
+        assert!(read_trusted(&dir.join("nope.json"), 10, "p")
+            .unwrap()
+            .is_none());
         assert!(read_trusted(&file, 1, "p").is_err());
     }
 }

@@ -512,8 +512,13 @@ const RECORDS: &str = "records";
 /// descriptor, that it is a directory of `uid` closed to group and others.
 fn open_private(path: &Path, uid: u32) -> Result<OutDir> {
     let d = OutDir::open(path, Follow::Nothing)?;
-    let st = rustix::fs::fstat(d.fd())
-        .map_err(|e| Error::io("", path, std::io::Error::from_raw_os_error(e.raw_os_error())))?;
+    let st = rustix::fs::fstat(d.fd()).map_err(|e| {
+        Error::io(
+            "",
+            path,
+            std::io::Error::from_raw_os_error(e.raw_os_error()),
+        )
+    })?;
     let is_dir = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
     if !is_dir || st.st_uid != uid || st.st_mode & 0o077 != 0 {
         return Err(Error::Host(format!(
