@@ -156,7 +156,16 @@ pub fn read_trusted(path: &Path, limit: usize, label: &str) -> Result<Option<Vec
 /// (`/tmp`) passes: nobody but an entry's owner can replace the entry, and
 /// the entry below it is checked in turn. None when `path` does not exist.
 pub fn open_trusted(path: &Path, label: &str) -> Result<Option<File>> {
-    let file = match File::open(path) {
+    // Non-blocking: a FIFO planted under the name must not hang the open
+    // (it is refused below as not a regular file).
+    let opened = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path)
+    };
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("cannot open", path, e).context(label.to_string())),
@@ -341,5 +350,10 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(read_trusted(&file, 1, "p").is_err());
+        // A FIFO under the name: refused, without waiting for a writer.
+        let fifo = dir.join("fifo.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_trusted(&fifo, 10, "p").unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }
