@@ -292,18 +292,9 @@ impl Placeholders {
 /// empty and mode 0, a directory empty.
 fn remove_made(made: &[Made]) {
     for m in made.iter().rev().filter(|m| !m.temp) {
-        let (Some(parent), Some(name)) = (m.path.parent(), m.path.file_name()) else {
+        let Some((dir, name, st)) = still_made(m) else {
             continue;
         };
-        let Ok(dir) = OutDir::open(parent, Follow::Nothing) else {
-            continue;
-        };
-        let Ok(st) = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW) else {
-            continue;
-        };
-        if (Some(st.st_dev), Some(st.st_ino)) != (m.dev, m.ino) {
-            continue;
-        }
         let kind = FileType::from_raw_mode(st.st_mode);
         if m.dir && kind == FileType::Directory {
             let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::REMOVEDIR); // fails unless empty
@@ -311,6 +302,17 @@ fn remove_made(made: &[Made]) {
             let _ = rustix::fs::unlinkat(dir.fd(), name, AtFlags::empty());
         }
     }
+}
+
+/// The directory (opened from `/` without following a symlink), name and
+/// status of what `m` recorded, when that name still has the recorded
+/// device and inode (never for an intent line, which has neither).
+fn still_made(m: &Made) -> Option<(OutDir, &OsStr, rustix::fs::Stat)> {
+    let (dev, ino) = (m.dev?, m.ino?);
+    let name = m.path.file_name()?;
+    let dir = OutDir::open(m.path.parent()?, Follow::Nothing).ok()?;
+    let st = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    ((st.st_dev, st.st_ino) == (dev, ino)).then_some((dir, name, st))
 }
 
 /// Still an empty regular file of mode 0 (a freed inode number can come
@@ -327,24 +329,13 @@ fn remove_stale(made: &[Made]) -> bool {
     let uid = nix::unistd::geteuid().as_raw();
     let mut all_gone = true;
     for m in made {
-        let (Some(dev), Some(ino)) = (m.dev, m.ino) else {
-            continue; // an intent line: never a removal
-        };
         if m.dir && !m.temp {
             continue; // a placeholder's parent: left in place
         }
-        let (Some(parent), Some(name)) = (m.path.parent(), m.path.file_name()) else {
+        // An intent line (no device and inode) is never a removal.
+        let Some((dir, name, st)) = still_made(m) else {
             continue;
         };
-        let Ok(dir) = OutDir::open(parent, Follow::Nothing) else {
-            continue;
-        };
-        let Ok(st) = rustix::fs::statat(dir.fd(), name, AtFlags::SYMLINK_NOFOLLOW) else {
-            continue;
-        };
-        if (st.st_dev, st.st_ino) != (dev, ino) {
-            continue;
-        }
         if m.temp {
             let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
             if is_dir && st.st_uid == uid && is_temp_name(name, uid) {
