@@ -361,7 +361,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         Ok(ended) => ended,
         Err(e) => {
             prepared.request.limits.remove_cgroups();
-            let _ = temp::remove_tree(&prepared.request.bindings.temp);
+            let _ = temp::after_run(&prepared.request.bindings.temp, temp_after);
             held.remove();
             return crate::fail(Failure::Run(&e));
         }
