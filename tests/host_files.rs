@@ -300,6 +300,9 @@ fn a_forged_record_in_the_state_directory_removes_nothing() {
             "{user:?}: {}",
             show(&o)
         );
+        // The records were read (their process is gone) and dropped.
+        assert!(!record.exists(), "{user:?}: {}", show(&o));
+        assert_eq!(fs::read_dir(&legacy).unwrap().count(), 0, "{}", show(&o));
     }
 }
 
