@@ -578,9 +578,15 @@ fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf> {
             fs::create_dir_all(anchor).map_err(|e| Error::io("cannot create", anchor, e))?;
         }
         BaseKind::PrivateFallback => {
-            if !fs::metadata(anchor).is_ok_and(|m| m.is_dir()) {
+            // Others may create entries there (/tmp), but must not be able to
+            // rename ours away: a sticky directory, or one only its owner
+            // (the user or root) can write.
+            let meta = fs::metadata(anchor).map_err(|e| Error::io("", anchor, e))?;
+            let owner_ok = meta.uid() == uid || meta.uid() == 0;
+            let shared_ok = meta.mode() & 0o022 == 0 || meta.mode() & 0o1000 != 0;
+            if !meta.is_dir() || !owner_ok || !shared_ok {
                 return Err(Error::Host(format!(
-                    "{} is not a directory",
+                    "{} is not a directory of uid {uid} or root that is sticky or closed to others",
                     anchor.display()
                 )));
             }
