@@ -506,3 +506,63 @@ fn a_fallback_someone_else_could_change_is_not_used() {
         }
     }
 }
+
+/// The runtime directories (`<base>/<run-id>`) under `base`.
+fn run_dirs_in(base: &Path) -> Vec<PathBuf> {
+    fs::read_dir(base)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Waits until no process holds the run lock in `runtime` (the kernel drops
+/// it when the killed run's supervisor is gone).
+fn wait_unlocked(runtime: &Path) {
+    common::wait_until(
+        || {
+            let f = fs::File::open(runtime.join("lock")).unwrap();
+            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok()
+        },
+        "the killed run's supervisor to end",
+    );
+}
+
+#[test]
+fn the_next_run_removes_the_runtime_directory_of_a_killed_run() {
+    for user in users() {
+        let d = RunDirs::new("terra-hostfiles", "killruntime", user);
+        d.chown_to_user(None);
+        let base = d.runtime.join("terra/runs");
+        run_and_kill(&d, &[]);
+        let left = run_dirs_in(&base);
+        assert_eq!(
+            left.len(),
+            1,
+            "{user:?}: a killed run cannot clean up: {left:?}"
+        );
+        wait_unlocked(&left[0]);
+        // A directory a supervisor is still setting up (no supervisor.pid
+        // yet) is left alone, and so is one whose lock is held.
+        let setting_up = base.join("20260101T000000Z-1-0123abcd");
+        let held = base.join("20260101T000000Z-2-0123abcd");
+        for dir in [&setting_up, &held] {
+            fs::create_dir(dir).unwrap();
+            fs::write(dir.join("lock"), "").unwrap();
+        }
+        fs::write(held.join("supervisor.pid"), "1\n").unwrap();
+        d.chown_to_user(None);
+        for dir in [&setting_up, &held] {
+            set_mode(dir, 0o700);
+        }
+        let lock = nix::fcntl::Flock::lock(
+            fs::File::open(held.join("lock")).unwrap(),
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap();
+        let o = run_bounded(terra_cmd(&d, &["run", "--", "true"]));
+        assert_eq!(o.status.code(), Some(0), "{user:?}: {}", show(&o));
+        drop(lock);
+        let mut now = run_dirs_in(&base);
+        now.sort();
+        assert_eq!(now, [setting_up, held], "{user:?}: {}", show(&o));
+    }
+}

@@ -358,11 +358,13 @@ fn is_temp_name(name: &OsStr, uid: u32) -> bool {
 }
 
 /// Removes what runs whose process is gone (killed before they could clean
-/// up) left, and their records.
+/// up) left, and their records; and the runtime directories of killed
+/// supervisors ([`crate::state::clean_stale_runtime`]).
 pub fn clean_stale() {
     for dir in crate::state::existing_records_dirs() {
         clean_stale_in(&dir);
     }
+    crate::state::clean_stale_runtime();
 }
 
 fn clean_stale_in(dir: &OutDir) {

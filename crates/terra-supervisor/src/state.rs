@@ -284,6 +284,114 @@ impl RunDir {
     }
 }
 
+/// Removes the runtime directories of runs whose supervisor was killed
+/// before it could remove them: `<runtime base>/<run-id>` and the fresh
+/// `/dev/shm/terra-run-UID-...`. One goes only when it is a directory of
+/// the user closed to others (opened without following a symlink), its
+/// `lock` is a regular file nobody holds (a supervisor holds it for its whole
+/// life: the kernel drops it when the supervisor dies, however it dies) and
+/// its `supervisor.pid` exists (written only once the lock is held, so a
+/// directory without it may still be being set up); then only terra's own
+/// files in it are unlinked and the directory removed if that left it empty.
+#[cfg(target_os = "linux")]
+pub fn clean_stale_runtime() {
+    let uid = nix::unistd::geteuid().as_raw();
+    for (base, _) in runtime_candidates(uid) {
+        if let Ok(dir) = open_private(&base, uid) {
+            for name in dir_names(&dir) {
+                if name.to_str().is_some_and(crate::runs::is_run_id) {
+                    remove_stale_runtime(&dir, &name, uid);
+                }
+            }
+        }
+    }
+    let fresh_prefix = format!("terra-run-{uid}-");
+    if let Ok(shm) = OutDir::open(Path::new("/dev/shm"), Follow::Nothing) {
+        for name in dir_names(&shm) {
+            let fresh = name.to_str().is_some_and(|n| {
+                n.strip_prefix(&fresh_prefix)
+                    .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+            if fresh {
+                remove_stale_runtime(&shm, &name, uid);
+            }
+        }
+    }
+}
+
+/// The names in `dir` (not `.` and `..`).
+#[cfg(target_os = "linux")]
+fn dir_names(dir: &OutDir) -> Vec<std::ffi::OsString> {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(fd) = rustix::fs::openat(
+        dir.fd(),
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let Ok(entries) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}
+
+/// [`clean_stale_runtime`] for the one directory `name` of `parent`.
+#[cfg(target_os = "linux")]
+fn remove_stale_runtime(parent: &OutDir, name: &OsStr, uid: u32) {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let Ok(dir) = rustix::fs::openat(
+        parent.fd(),
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let open = |file: &str| {
+        let fd = rustix::fs::openat(
+            &dir,
+            file,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_uid == uid)
+            .then(|| File::from(fd))
+    };
+    let ours = rustix::fs::fstat(&dir).is_ok_and(|st| {
+        FileType::from_raw_mode(st.st_mode) == FileType::Directory
+            && st.st_uid == uid
+            && st.st_mode & 0o077 == 0
+    });
+    if !ours {
+        return;
+    }
+    // Held while the files go: a supervisor that is alive holds it.
+    let Some(lock) = open("lock") else {
+        return;
+    };
+    let Ok(_held) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) else {
+        return;
+    };
+    // Written once the lock is held: without it the directory may be one a
+    // supervisor is still setting up.
+    if open("supervisor.pid").is_none() {
+        return;
+    }
+    for file in RUNTIME_FILES.iter().chain(&["lock"]) {
+        let _ = rustix::fs::unlinkat(&dir, *file, AtFlags::empty());
+    }
+    let _ = rustix::fs::unlinkat(parent.fd(), name, AtFlags::REMOVEDIR); // fails unless empty
+}
+
 fn write_private(dir: &OutDir, name: &str, bytes: &[u8]) -> Result<PathBuf> {
     dir.write(
         OsStr::new(name),
