@@ -120,8 +120,8 @@ fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> Error {
 /// runs without a record (a kill would then leave its temp directory).
 pub fn create(paths: &[String], plan: &SandboxPlan, temp: &Path) -> Result<Placeholders> {
     let mut ph = Placeholders::default();
-    match crate::state::records_dir(plan) {
-        Ok(dir) => ph.record = Some(Record::create(dir)?),
+    match crate::state::records_dir(plan).and_then(Record::create) {
+        Ok(record) => ph.record = Some(record),
         Err(why) if paths.is_empty() => {
             tracing::debug!("no record of this run (its temp directory): {why}");
         }
