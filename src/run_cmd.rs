@@ -71,16 +71,16 @@ pub struct RunArgs {
     /// no component of its path may be a symlink.
     #[arg(long, value_name = "FILE")]
     receipt: Option<PathBuf>,
-    /// Always keep the run's private temp directory (its path is in the
-    /// receipt). By default it is kept only when the run fails and left files
-    /// there.
+    /// Keep the run's private temp directory after the run (its path is in
+    /// the receipt). By default it is removed, also when the run failed.
     #[arg(long, conflicts_with = "rm_temp")]
     keep_temp: bool,
-    /// Always remove the run's private temp directory, also when the run failed.
+    /// Remove the run's private temp directory after the run: the default,
+    /// accepted so scripts that pass it keep working.
     #[arg(long)]
     rm_temp: bool,
-    /// Print nothing of terra's own after the run: no refusal summary, no
-    /// note about a kept temp directory (errors are still printed).
+    /// Print nothing of terra's own after the run: no refusal summary
+    /// (errors are still printed).
     #[arg(long, short = 'q')]
     quiet: bool,
     /// The backend to run on: auto (linux where user namespaces work, else
@@ -333,12 +333,11 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
         return crate::fail(Failure::Run(&e));
     }
+    // --rm-temp is the default.
     let temp_after = if args.keep_temp {
         TempAfterRun::Keep
-    } else if args.rm_temp {
-        TempAfterRun::Remove
     } else {
-        TempAfterRun::KeepOnFailure
+        TempAfterRun::Remove
     };
     if !args.quiet {
         for w in prepared.warnings() {
@@ -351,14 +350,14 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         prepared.plan.rules(),
         &prepared.request.bindings.temp.to_string_lossy(),
     );
-    let writable: Vec<&std::path::Path> = prepared
-        .plan
-        .rules()
-        .iter()
-        .filter(|r| r.access == terra_policy::Access::Write && !r.protect_create)
-        .map(|r| std::path::Path::new(r.path.as_str()))
-        .collect();
-    let held = match terra_supervisor::placeholders::create(&needed, &writable) {
+    // The run's record (its temp directory, its placeholders) goes outside
+    // every grant before the workload starts: the next run cleans up after
+    // this one if it is killed.
+    let held = match terra_supervisor::placeholders::create(
+        &needed,
+        &prepared.plan,
+        &prepared.request.bindings.temp,
+    ) {
         Ok(h) => h,
         Err(e) => {
             prepared.request.limits.remove_cgroups();
@@ -378,15 +377,16 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     let ended = match ended {
         Ok(ended) => ended,
         Err(e) => {
-            held.remove();
             prepared.request.limits.remove_cgroups();
-            let _ = fs::remove_dir(&prepared.request.bindings.temp);
+            let _ = temp::after_run(&prepared.request.bindings.temp, temp_after);
+            held.remove();
             return crate::fail(Failure::Run(&e));
         }
     };
-    held.remove();
     prepared.request.limits.remove_cgroups();
     after_run(&prepared, &ended, temp_after, args.quiet);
+    // The record goes last: the temp directory is removed (or kept) by now.
+    held.remove();
     ExitCode::from(ended.code)
 }
 
@@ -446,10 +446,8 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
             eprintln!("terra: {hint}");
         }
     }
-    if let Some(note) = temp::after_run(&prepared.request.bindings.temp, temp_after, ended.code) {
-        if !quiet || note.contains("cannot remove") {
-            eprintln!("{note}");
-        }
+    if let Some(note) = temp::after_run(&prepared.request.bindings.temp, temp_after) {
+        eprintln!("{note}");
     }
 }
 

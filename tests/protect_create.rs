@@ -4,7 +4,8 @@
 //! directory, symlink, rename onto it, hard link, moving its directory
 //! away), nothing is left in the
 //! workspace after the run, and after `kill -9` of a run the next run
-//! removes what the killed one left. As the caller and, as root, as 65534.
+//! removes the placeholders the killed one left (not the directory made for
+//! a missing parent). As the caller and, as root, as 65534.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -76,9 +77,9 @@ fn the_box_cannot_create_a_denied_name_and_nothing_is_left() {
             "the box's own file stays (and with it secrets/)"
         );
         assert_eq!(fs::read_to_string(dirs.ws.join("other")).unwrap(), "other");
-        let records = dirs.state.join("terra/placeholders");
+        let records = dirs.state.join("terra/records");
         assert!(
-            fs::read_dir(&records).map_or(true, |mut d| d.next().is_none()),
+            fs::read_dir(&records).unwrap().next().is_none(),
             "the record is gone"
         );
     }
@@ -111,6 +112,15 @@ fn after_kill_9_the_next_run_removes_the_placeholders() {
         let o = command(&dirs, &plain, "true").output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{}", show(&o));
         assert!(!env.exists(), "the next run removed it\n{}", show(&o));
-        assert!(!dirs.ws.join("secrets").exists(), "{}", show(&o));
+        assert!(!dirs.ws.join("secrets/token").exists(), "{}", show(&o));
+        // The directory made for the missing parent stays, empty: a killed
+        // run's record never removes a directory (a forged one could name
+        // any empty directory the box can see).
+        assert_eq!(
+            fs::read_dir(dirs.ws.join("secrets")).unwrap().count(),
+            0,
+            "{}",
+            show(&o)
+        );
     }
 }

@@ -1118,14 +1118,16 @@ fn endless_policy_inputs_are_refused_at_the_limit() {
 #[ignore = "needs root: another user's directory in /tmp, a run as uid 65534"]
 fn state_directory_squatted_in_tmp_falls_back_to_a_fresh_one() {
     // Another user made the predictable /tmp/terra-65534 (and its /dev/shm
-    // twin) first; a run as 65534 without a home or XDG directories still
-    // works, and says where its state went.
+    // twin), and 65534's private state fallback /tmp/terra-state-65534,
+    // first; a run as 65534 without a home or XDG directories still works,
+    // does not use the squatted fallback, and says where its state went.
     require_root("state_directory_squatted_in_tmp_falls_back_to_a_fresh_one");
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     const SQUATTER: u32 = 4242;
     let squats = [
         PathBuf::from("/tmp/terra-65534"),
         PathBuf::from("/dev/shm/terra-65534"),
+        PathBuf::from("/tmp/terra-state-65534"),
     ];
     for d in &squats {
         let _ = fs::remove_dir_all(d);

@@ -1,5 +1,5 @@
 //! The first hour of a new user (issue 15): what `terra run` says after a
-//! run (the refusal summary, a kept temp directory), what it refuses by
+//! run (the refusal summary, the temp directory removed), what it refuses by
 //! default (a current directory that is $HOME, /, /tmp or a parent of
 //! $HOME), `--allow-net` for private literals, `,private` and wildcards, and
 //! `terra runs` (list, show, prune, never following a planted symlink).
@@ -299,31 +299,36 @@ fn last_temp(d: &RunDirs) -> PathBuf {
 }
 
 #[test]
-fn the_temp_directory_is_kept_when_the_run_fails() {
+fn the_temp_directory_is_removed_after_any_run_unless_kept() {
+    // A failed run no longer keeps its temp directory (it filled /tmp):
+    // removed like any other, only --keep-temp keeps it.
     let d = dirs("keeptemp");
     let fail = "echo npm-log > /tmp/npm-debug.log; exit 3";
     let o = terra(&d, &["run", "--", "sh", "-c", fail]);
     assert_eq!(o.status.code(), Some(3), "{}", show(&o));
-    let temp = last_temp(&d);
-    assert!(
-        stderr(&o).contains(&format!("its temp directory is kept: {}", temp.display())),
-        "{}",
-        show(&o)
-    );
-    assert_eq!(
-        fs::read_to_string(temp.join("npm-debug.log")).unwrap(),
-        "npm-log\n"
-    );
-    // --rm-temp: removed even so.
+    assert!(!last_temp(&d).exists(), "{}", show(&o));
+    assert!(!stderr(&o).contains("kept"), "{}", show(&o));
+    let o = terra(&d, &["run", "--", "false"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(!last_temp(&d).exists(), "{}", show(&o));
+    // --rm-temp (the default) is still accepted.
     let o = terra(&d, &["run", "--rm-temp", "--", "sh", "-c", fail]);
     assert_eq!(o.status.code(), Some(3), "{}", show(&o));
     assert!(!last_temp(&d).exists());
-    assert!(!stderr(&o).contains("kept"), "{}", show(&o));
     // Success: removed.
     let o = terra(&d, &["run", "--", "sh", "-c", "echo x > /tmp/f"]);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert!(!last_temp(&d).exists());
-    // --keep-temp: kept after success, without a note.
+    // --keep-temp: kept after a failure and after success, without a note.
+    let o = terra(&d, &["run", "--keep-temp", "--", "sh", "-c", fail]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    let temp = last_temp(&d);
+    assert_eq!(
+        fs::read_to_string(temp.join("npm-debug.log")).unwrap(),
+        "npm-log\n"
+    );
+    assert!(!stderr(&o).contains("kept"), "{}", show(&o));
+    let _ = fs::remove_dir_all(&temp);
     let o = terra(
         &d,
         &["run", "--keep-temp", "--", "sh", "-c", "echo x > /tmp/f"],
@@ -338,7 +343,6 @@ fn the_temp_directory_is_kept_when_the_run_fails() {
     );
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
     assert!(!d.ws.join("ran").exists());
-    let _ = fs::remove_dir_all(&temp);
 }
 
 // ------------------------------------------------------------ terra runs

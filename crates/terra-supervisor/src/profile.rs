@@ -11,8 +11,19 @@
 //! policy format has no place for them): `{"memory": "2G", "pids": "512",
 //! "cpus": "2", "maxFileSize": "4G", "requireLimits": true}`, every field
 //! optional. The command line's flags win over the file's.
+//!
+//! Both are host configuration and are trusted only as far as the caller
+//! owns them ([`open_trusted`], the rule of OpenSSH's StrictModes): the file
+//! and every directory above it, up to the caller's home (or `/` when it is
+//! not under it), must be owned by the caller or root and writable by
+//! nobody else. A symlinked profile (a dotfile manager's) is judged by its
+//! target and the target's directories.
 
+use std::fs::File;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, CWD};
 
 use crate::error::{Error, Result};
 
@@ -101,7 +112,7 @@ pub struct ProfileLimits {
 }
 
 /// Largest limits file read.
-const MAX_LIMITS_LEN: u64 = 64 << 10;
+const MAX_LIMITS_LEN: usize = 64 << 10;
 
 /// The limits beside the profile `profile_file` (none: no such file).
 pub fn limits_of(profile_file: &Path) -> Result<ProfileLimits> {
@@ -111,26 +122,168 @@ pub fn limits_of(profile_file: &Path) -> Result<ProfileLimits> {
     let mut name = stem.to_os_string();
     name.push(".limits.json");
     let file = profile_file.with_file_name(name);
-    let label = || format!("the profile's limits {}", file.display());
-    let bytes = match std::fs::File::open(&file) {
-        Ok(f) => {
-            use std::io::Read;
-            let mut v = Vec::new();
-            f.take(MAX_LIMITS_LEN + 1)
-                .read_to_end(&mut v)
-                .map_err(|e| Error::io("cannot read", &file, e))?;
-            if v.len() as u64 > MAX_LIMITS_LEN {
-                return Err(Error::Argument(format!(
-                    "{} is larger than 64 KiB",
-                    label()
-                )));
-            }
-            v
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ProfileLimits::default()),
-        Err(e) => return Err(Error::io("cannot open", &file, e)),
+    let label = format!("the profile's limits {}", file.display());
+    let Some(bytes) = read_trusted(&file, MAX_LIMITS_LEN, &label)? else {
+        return Ok(ProfileLimits::default());
     };
-    serde_json::from_slice(&bytes).map_err(|e| Error::Argument(format!("{}: {e}", label())))
+    serde_json::from_slice(&bytes).map_err(|e| Error::Argument(format!("{label}: {e}")))
+}
+
+/// Reads the host configuration file `path` (a profile, its limits) through
+/// [`open_trusted`], at most `limit` bytes; None when there is no such file.
+pub fn read_trusted(path: &Path, limit: usize, label: &str) -> Result<Option<Vec<u8>>> {
+    let Some(file) = open_trusted(path, label)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("cannot read", path, e))?;
+    if bytes.len() > limit {
+        return Err(Error::Argument(format!(
+            "{label} is larger than {limit} bytes"
+        )));
+    }
+    Ok(Some(bytes))
+}
+
+/// Opens the host configuration file `path` and checks what was opened:
+/// a regular file owned by the caller or root, not writable by group or
+/// others, and so is every directory above it (by its real path, walked by
+/// descriptor without following a symlink) up to the caller's home, or up to
+/// `/` when it is not under the home. Anyone else who could change one of
+/// them could choose the sandbox. A root-owned directory with the sticky bit
+/// (`/tmp`) passes: nobody but an entry's owner can replace the entry, and
+/// the entry below it is checked in turn. None when `path` does not exist.
+pub fn open_trusted(path: &Path, label: &str) -> Result<Option<File>> {
+    // Non-blocking: a FIFO planted under the name must not hang the open
+    // (it is refused below as not a regular file).
+    let opened = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(path)
+    };
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("cannot open", path, e).context(label.to_string())),
+    };
+    let st = rustix::fs::fstat(&file).map_err(|e| sys_err(path, e))?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(Error::Host(format!(
+            "{label} {} is not a regular file; terra reads its configuration from regular files only",
+            path.display()
+        )));
+    }
+    refuse_untrusted(&st, path, label, uid, false)?;
+    let real = std::fs::canonicalize(path).map_err(|e| Error::io("", path, e))?;
+    let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
+        return Err(Error::Host(format!(
+            "{label} {} names no file",
+            path.display()
+        )));
+    };
+    let dirs = walk_dirs(dir, label)?;
+    // The real path must still name the file that was opened: what was
+    // checked is what is read.
+    let last = dirs.last().map(|(fd, _)| fd);
+    let named = match last {
+        Some(fd) => rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW),
+        None => rustix::fs::statat(CWD, &real, AtFlags::SYMLINK_NOFOLLOW),
+    }
+    .map_err(|e| sys_err(&real, e))?;
+    if (named.st_dev, named.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(Error::Host(format!(
+            "{label} {} changed while it was being opened; run again",
+            path.display()
+        )));
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .and_then(|h| std::fs::canonicalize(h).ok());
+    // From the file's directory up to the home (or to /).
+    for (fd, shown) in dirs.iter().rev() {
+        let st = rustix::fs::fstat(fd).map_err(|e| sys_err(shown, e))?;
+        refuse_untrusted(&st, shown, label, uid, true)?;
+        if home.as_deref() == Some(shown.as_path()) {
+            break;
+        }
+    }
+    Ok(Some(file))
+}
+
+/// Opens `/` and each directory down to `dir` (canonical) without following a
+/// symlink, each with the path it has.
+fn walk_dirs(dir: &Path, label: &str) -> Result<Vec<(std::os::fd::OwnedFd, PathBuf)>> {
+    // O_PATH where it exists: no read permission is needed to hold a directory.
+    #[cfg(target_os = "linux")]
+    const HOLD: OFlags = OFlags::PATH;
+    #[cfg(not(target_os = "linux"))]
+    const HOLD: OFlags = OFlags::RDONLY;
+    let open = |at: &dyn std::os::fd::AsFd, name: &std::ffi::OsStr, shown: &Path| {
+        rustix::fs::openat(
+            at,
+            name,
+            HOLD | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| sys_err(shown, e).context(label.to_string()))
+    };
+    let root = PathBuf::from("/");
+    let mut v = vec![(open(&CWD, std::ffi::OsStr::new("/"), &root)?, root)];
+    for comp in dir.components() {
+        let std::path::Component::Normal(name) = comp else {
+            continue;
+        };
+        let (parent, shown) = v.last().expect("/ is first");
+        let shown = shown.join(name);
+        let fd = open(parent, name, &shown)?;
+        v.push((fd, shown));
+    }
+    Ok(v)
+}
+
+/// Refuses a configuration file or directory that someone other than the
+/// caller and root owns or may write, naming it and the fix.
+fn refuse_untrusted(st: &Stat, path: &Path, label: &str, uid: u32, dir: bool) -> Result<()> {
+    let owner = st.st_uid;
+    let what = if dir { "its directory " } else { "" };
+    if owner != uid && owner != 0 {
+        return Err(Error::Host(format!(
+            "{label}: {what}{} is owned by uid {owner}, neither you (uid {uid}) nor root, so its owner \
+             could choose your sandbox; terra does not use it (fix: chown {uid} {}, or remove it)",
+            path.display(),
+            path.display()
+        )));
+    }
+    let mode = st.st_mode & 0o7777;
+    let sticky_root_dir = dir && owner == 0 && mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky_root_dir {
+        return Err(Error::Host(format!(
+            "{label}: {what}{} is writable by {} (mode {mode:04o}), so they could choose your \
+             sandbox; terra does not use it (fix: chmod go-w {})",
+            path.display(),
+            match (mode & 0o020 != 0, mode & 0o002 != 0) {
+                (true, true) => "its group and others",
+                (true, false) => "its group",
+                _ => "others",
+            },
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn sys_err(path: &Path, e: rustix::io::Errno) -> Error {
+    Error::io(
+        "",
+        path,
+        std::io::Error::from_raw_os_error(e.raw_os_error()),
+    )
 }
 
 #[cfg(test)]
@@ -165,5 +318,42 @@ mod tests {
         std::fs::write(dir.join("ci.limits.json"), r#"{"memroy": "2G"}"#).unwrap();
         assert!(limits_of(&profile).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_profile_others_can_write_is_refused_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("profiles");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = dir.join("ci.json");
+        std::fs::write(&file, "{}").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_trusted(&file, 10, "p").unwrap().unwrap(), b"{}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = read_trusted(&file, 10, "p").unwrap_err().to_string();
+        assert!(e.contains(&format!("chmod go-w {}", file.display())), "{e}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let e = read_trusted(&file, 10, "p").unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "its directory {} is writable by its group",
+                dir.display()
+            )),
+            "{e}"
+        );
+        // Missing: none; too large: refused.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(read_trusted(&dir.join("nope.json"), 10, "p")
+            .unwrap()
+            .is_none());
+        assert!(read_trusted(&file, 1, "p").is_err());
+        // A FIFO under the name: refused, without waiting for a writer.
+        let fifo = dir.join("fifo.json");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_trusted(&fifo, 10, "p").unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

@@ -502,8 +502,16 @@ impl RunBuilder {
                          \"process\": {{\"treeConfinement\": \"disabled\"}} in the policy file"
                     )));
                 }
-                let bytes = crate::files::read_capped(p, self.max_policy_len)
-                    .map_err(|e| Error::Input(e).context(label.clone()))?;
+                // A profile is host configuration: read only when the caller
+                // owns it (profile::open_trusted); --policy names its file on purpose.
+                let bytes = if self.policy.is_some() {
+                    crate::files::read_capped(p, self.max_policy_len)
+                        .map_err(|e| Error::Input(e).context(label.clone()))?
+                } else {
+                    crate::profile::read_trusted(p, self.max_policy_len, label)?.ok_or_else(
+                        || Error::Argument(format!("{label}: {} is gone", p.display())),
+                    )?
+                };
                 let context = || {
                     if label.starts_with("--policy") {
                         label.clone()

@@ -3,9 +3,13 @@
 //! - the state directory keeps what outlives the run: the receipt, the
 //!   request without environment values (the canary), the network receipt. Candidates, first usable wins:
 //!   `$XDG_STATE_HOME/terra/runs`, `$HOME/.local/state/terra/runs`,
-//!   `/run/user/UID/terra/runs`; when none is usable, a fresh private
-//!   directory `/tmp/terra-state-UID-RANDOM` (a predictable name in a shared
-//!   directory could be taken first by another user), announced on stderr;
+//!   `/run/user/UID/terra/runs`, then the user's private fallback
+//!   `$TMPDIR/terra-state-UID/runs` (else `/tmp/...`), one per user and
+//!   reused by every run: used only when `terra-state-UID` is a real
+//!   directory (not a symlink) owned by the user and closed to group and
+//!   others (it is made so when absent). When another user took that name
+//!   first, or nothing else is usable, a fresh private directory
+//!   `terra-state-UID-RANDOM` there, announced on stderr;
 //! - the runtime directory holds what lives only as long as the run: the run
 //!   lock and the pid files; it is removed at the end. Candidates
 //!   (memory file systems, so a run costs no disk metadata writes for them):
@@ -280,6 +284,114 @@ impl RunDir {
     }
 }
 
+/// Removes the runtime directories of runs whose supervisor was killed
+/// before it could remove them: `<runtime base>/<run-id>` and the fresh
+/// `/dev/shm/terra-run-UID-...`. One goes only when it is a directory of
+/// the user closed to others (opened without following a symlink), its
+/// `lock` is a regular file nobody holds (a supervisor holds it for its whole
+/// life: the kernel drops it when the supervisor dies, however it dies) and
+/// its `supervisor.pid` exists (written only once the lock is held, so a
+/// directory without it may still be being set up); then only terra's own
+/// files in it are unlinked and the directory removed if that left it empty.
+#[cfg(target_os = "linux")]
+pub fn clean_stale_runtime() {
+    let uid = nix::unistd::geteuid().as_raw();
+    for (base, _) in runtime_candidates(uid) {
+        if let Ok(dir) = open_private(&base, uid) {
+            for name in dir_names(&dir) {
+                if name.to_str().is_some_and(crate::runs::is_run_id) {
+                    remove_stale_runtime(&dir, &name, uid);
+                }
+            }
+        }
+    }
+    let fresh_prefix = format!("terra-run-{uid}-");
+    if let Ok(shm) = OutDir::open(Path::new("/dev/shm"), Follow::Nothing) {
+        for name in dir_names(&shm) {
+            let fresh = name.to_str().is_some_and(|n| {
+                n.strip_prefix(&fresh_prefix)
+                    .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit()))
+            });
+            if fresh {
+                remove_stale_runtime(&shm, &name, uid);
+            }
+        }
+    }
+}
+
+/// The names in `dir` (not `.` and `..`).
+#[cfg(target_os = "linux")]
+fn dir_names(dir: &OutDir) -> Vec<std::ffi::OsString> {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(fd) = rustix::fs::openat(
+        dir.fd(),
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
+    let Ok(entries) = rustix::fs::Dir::new(fd) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|n| n != "." && n != "..")
+        .collect()
+}
+
+/// [`clean_stale_runtime`] for the one directory `name` of `parent`.
+#[cfg(target_os = "linux")]
+fn remove_stale_runtime(parent: &OutDir, name: &OsStr, uid: u32) {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let Ok(dir) = rustix::fs::openat(
+        parent.fd(),
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let open = |file: &str| {
+        let fd = rustix::fs::openat(
+            &dir,
+            file,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && st.st_uid == uid)
+            .then(|| File::from(fd))
+    };
+    let ours = rustix::fs::fstat(&dir).is_ok_and(|st| {
+        FileType::from_raw_mode(st.st_mode) == FileType::Directory
+            && st.st_uid == uid
+            && st.st_mode & 0o077 == 0
+    });
+    if !ours {
+        return;
+    }
+    // Held while the files go: a supervisor that is alive holds it.
+    let Some(lock) = open("lock") else {
+        return;
+    };
+    let Ok(_held) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) else {
+        return;
+    };
+    // Written once the lock is held: without it the directory may be one a
+    // supervisor is still setting up.
+    if open("supervisor.pid").is_none() {
+        return;
+    }
+    for file in RUNTIME_FILES.iter().chain(&["lock"]) {
+        let _ = rustix::fs::unlinkat(&dir, *file, AtFlags::empty());
+    }
+    let _ = rustix::fs::unlinkat(parent.fd(), name, AtFlags::REMOVEDIR); // fails unless empty
+}
+
 fn write_private(dir: &OutDir, name: &str, bytes: &[u8]) -> Result<PathBuf> {
     dir.write(
         OsStr::new(name),
@@ -424,7 +536,105 @@ pub fn candidates(uid: u32) -> Vec<(PathBuf, BaseKind)> {
         PathBuf::from(format!("/run/user/{uid}/terra/runs")),
         BaseKind::RuntimeDir,
     ));
+    v.push((
+        shared_tmp().join(format!("terra-state-{uid}/runs")),
+        BaseKind::PrivateFallback,
+    ));
     v
+}
+
+/// The directory of terra's own records (placeholders, temp directories of
+/// runs; see `crate::placeholders`) for a run of `plan`: `records` beside
+/// `runs` in the first state base outside every read and write grant of the
+/// plan, so no box of this run can write or read them. Made owner-only and
+/// opened without following a symlink.
+pub fn records_dir(plan: &SandboxPlan) -> Result<OutDir> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut why_not = Vec::new();
+    for (base, kind) in candidates(uid) {
+        let Some(terra) = base.parent() else {
+            continue;
+        };
+        let records = terra.join(RECORDS);
+        if visible_in_box(plan, &canonical_prefix(&records)) {
+            why_not.push(Error::Host(format!(
+                "{} is inside a grant of the plan",
+                records.display()
+            )));
+            continue;
+        }
+        let opened = prepare_base(&base, kind, uid).and_then(|b| {
+            let records = b.parent().unwrap_or(&b).join(RECORDS);
+            if visible_in_box(plan, &records) {
+                return Err(Error::Host(format!(
+                    "{} is inside a grant of the plan",
+                    records.display()
+                )));
+            }
+            match DirBuilder::new().mode(0o700).create(&records) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io("cannot create", &records, e)),
+            }
+            open_private(&records, uid)
+        });
+        match opened {
+            Ok(d) => return Ok(d),
+            Err(e) => why_not.push(e),
+        }
+    }
+    Err(Error::Several(why_not))
+}
+
+/// The record directories that exist for this user (the current one and
+/// the former `placeholders`, of every state base), each opened without
+/// following a symlink and checked to be the user's and private.
+pub fn existing_records_dirs() -> Vec<OutDir> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for (base, _) in candidates(uid) {
+        let Some(terra) = base.parent() else {
+            continue;
+        };
+        for name in [RECORDS, "placeholders"] {
+            let Ok(d) = open_private(&terra.join(name), uid) else {
+                continue;
+            };
+            let Ok(st) = rustix::fs::fstat(d.fd()) else {
+                continue;
+            };
+            if !seen.contains(&(st.st_dev, st.st_ino)) {
+                seen.push((st.st_dev, st.st_ino));
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The directory of terra's records beside `runs`.
+const RECORDS: &str = "records";
+
+/// Opens `path` with no symlink in any component and checks, on the
+/// descriptor, that it is a directory of `uid` closed to group and others.
+fn open_private(path: &Path, uid: u32) -> Result<OutDir> {
+    let d = OutDir::open(path, Follow::Nothing)?;
+    let st = rustix::fs::fstat(d.fd()).map_err(|e| {
+        Error::io(
+            "",
+            path,
+            std::io::Error::from_raw_os_error(e.raw_os_error()),
+        )
+    })?;
+    let is_dir = rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory;
+    if !is_dir || st.st_uid != uid || st.st_mode & 0o077 != 0 {
+        return Err(Error::Host(format!(
+            "{} is not a directory of uid {uid} closed to group and others",
+            path.display()
+        )));
+    }
+    Ok(d)
 }
 
 /// The runtime bases, in order of preference (memory file systems on a
@@ -451,6 +661,10 @@ pub enum BaseKind {
     UserDir,
     /// Under /run/user/UID: the anchor must exist and be owned by the user.
     RuntimeDir,
+    /// `terra-state-UID/runs` in the shared temp directory: the anchor
+    /// (`$TMPDIR` or /tmp) must exist; `terra-state-UID` is made or, when it
+    /// exists, must pass the checks of every directory terra owns.
+    PrivateFallback,
 }
 
 /// Creates the base if needed and checks ownership; returns its canonical path.
@@ -470,6 +684,20 @@ fn prepare_base(base: &Path, kind: BaseKind, uid: u32) -> Result<PathBuf> {
         }
         BaseKind::UserDir => {
             fs::create_dir_all(anchor).map_err(|e| Error::io("cannot create", anchor, e))?;
+        }
+        BaseKind::PrivateFallback => {
+            // Others may create entries there (/tmp), but must not be able to
+            // rename ours away: a sticky directory, or one only its owner
+            // (the user or root) can write.
+            let meta = fs::metadata(anchor).map_err(|e| Error::io("", anchor, e))?;
+            let owner_ok = meta.uid() == uid || meta.uid() == 0;
+            let shared_ok = meta.mode() & 0o022 == 0 || meta.mode() & 0o1000 != 0;
+            if !meta.is_dir() || !owner_ok || !shared_ok {
+                return Err(Error::Host(format!(
+                    "{} is not a directory of uid {uid} or root that is sticky or closed to others",
+                    anchor.display()
+                )));
+            }
         }
     }
     for dir in owned {

@@ -1,8 +1,9 @@
 //! The run's private temp directory once the run is over. `terra run`
 //! decides, after the supervisor ended (so no process of the box is left):
-//! by default it is kept when the workload failed and left files there
-//! (package managers write their logs to it), and removed otherwise;
-//! `--keep-temp` always keeps it, `--rm-temp` always removes it.
+//! it is removed, whatever the run's outcome, unless `--keep-temp` keeps it
+//! (its path is in the receipt). `--rm-temp` names the default. A run killed
+//! before it could remove it leaves a record that the user's next run acts
+//! on (see `placeholders::clean_stale`).
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -12,34 +13,21 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, CWD};
 /// What happens to the temp directory after the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TempAfterRun {
-    /// Kept when the run failed (exit status not 0) and it is not empty.
+    /// Removed (the default; `--rm-temp` says so explicitly).
     #[default]
-    KeepOnFailure,
-    /// Always kept (`--keep-temp`).
-    Keep,
-    /// Always removed (`--rm-temp`).
     Remove,
+    /// Kept (`--keep-temp`).
+    Keep,
 }
 
 /// Deepest directory nesting opened up for removal.
 const MAX_DEPTH: usize = 256;
 
-/// Keeps or removes `temp` after a run that exited with `code`; returns the
-/// line to print on stderr, if any.
-pub fn after_run(temp: &Path, mode: TempAfterRun, code: u8) -> Option<String> {
-    let keep = match mode {
-        TempAfterRun::Keep => true,
-        TempAfterRun::Remove => false,
-        TempAfterRun::KeepOnFailure => code != 0 && !is_empty_dir(temp),
-    };
-    if keep {
-        return (mode == TempAfterRun::KeepOnFailure).then(|| {
-            format!(
-                "terra: the run failed (exit status {code}); its temp directory is kept: {} \
-                 (--rm-temp removes it)",
-                temp.display()
-            )
-        });
+/// Keeps or removes `temp` after a run; returns the line to print on
+/// stderr, if any (only a failed removal).
+pub fn after_run(temp: &Path, mode: TempAfterRun) -> Option<String> {
+    if mode == TempAfterRun::Keep {
+        return None;
     }
     remove_tree(temp).err().map(|e| {
         format!(
@@ -47,10 +35,6 @@ pub fn after_run(temp: &Path, mode: TempAfterRun, code: u8) -> Option<String> {
             temp.display()
         )
     })
-}
-
-fn is_empty_dir(p: &Path) -> bool {
-    std::fs::read_dir(p).is_ok_and(|mut d| d.next().is_none())
 }
 
 /// Removes `path` and everything in it, never following a symlink (std's
@@ -132,29 +116,19 @@ mod tests {
     }
 
     #[test]
-    fn kept_only_after_a_failure_that_left_files() {
+    fn removed_after_any_run_unless_kept() {
+        // A failure that left files: removed all the same.
         let d = scratch("fail");
         fs::write(d.join("npm-debug.log"), "x").unwrap();
-        let msg = after_run(&d, TempAfterRun::KeepOnFailure, 1).unwrap();
-        assert!(
-            msg.contains("exit status 1") && msg.contains(&d.display().to_string()),
-            "{msg}"
-        );
-        assert!(d.join("npm-debug.log").exists());
-        // Success: removed, nothing said.
-        assert_eq!(after_run(&d, TempAfterRun::KeepOnFailure, 0), None);
+        assert_eq!(after_run(&d, TempAfterRun::Remove), None);
         assert!(!d.exists());
-        // A failure that left nothing: removed.
-        let d = scratch("empty");
-        assert_eq!(after_run(&d, TempAfterRun::KeepOnFailure, 2), None);
-        assert!(!d.exists());
-        // --rm-temp removes after a failure; --keep-temp keeps after success.
-        let d = scratch("flags");
+        assert_eq!(TempAfterRun::default(), TempAfterRun::Remove);
+        // --keep-temp keeps it, without a note.
+        let d = scratch("keep");
         fs::write(d.join("f"), "x").unwrap();
-        assert_eq!(after_run(&d, TempAfterRun::Keep, 0), None);
-        assert!(d.exists());
-        assert_eq!(after_run(&d, TempAfterRun::Remove, 3), None);
-        assert!(!d.exists());
+        assert_eq!(after_run(&d, TempAfterRun::Keep), None);
+        assert!(d.join("f").exists());
+        remove_tree(&d).unwrap();
     }
 
     #[test]
