@@ -112,13 +112,38 @@ fn a_profile_is_used_only_when_nobody_else_can_change_it() {
             &profile,
             &format!("chmod go-w {}", profile.display()),
         );
-        set_mode(&profile, 0o664);
-        refused(&run(), &profile, "writable by its group");
-        set_mode(&profile, 0o644);
-        // A group-writable directory above it: refused, naming the directory.
-        set_mode(&profiles, 0o775);
-        refused(&run(), &profiles, "writable by its group");
-        set_mode(&profiles, 0o755);
+        // Group write is trusted only for the user's private group (umask
+        // 002 on Debian and Ubuntu): root hands the file and its directory
+        // to nogroup, which is nobody's private group (65534 is `nobody`).
+        if common::is_root() {
+            for p in [&profile, &profiles] {
+                chown(p, None, Some(common::NOBODY)).unwrap();
+            }
+        }
+        if common::is_root() || !callers_group_is_private() {
+            set_mode(&profile, 0o664);
+            refused(&run(), &profile, "writable by its group");
+            set_mode(&profile, 0o644);
+            // A group-writable directory above it: refused, naming the directory.
+            set_mode(&profiles, 0o775);
+            refused(&run(), &profiles, "writable by its group");
+            set_mode(&profiles, 0o755);
+        }
+        if user == User::Caller && common::is_root() {
+            // Root's own private group (`root`, no other member here) may
+            // write them: used.
+            for p in [&profile, &profiles] {
+                chown(p, None, Some(0)).unwrap();
+                set_mode(p, if p == &profile { 0o664 } else { 0o775 });
+            }
+            if callers_group_is_private() {
+                let o = run();
+                assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+                assert_eq!(stdout(&o), "granted\n");
+            }
+            set_mode(&profile, 0o644);
+            set_mode(&profiles, 0o755);
+        }
         set_mode(&d.home, 0o777);
         refused(&run(), &d.home, "chmod go-w");
         set_mode(&d.home, 0o755);
@@ -566,3 +591,17 @@ fn the_next_run_removes_the_runtime_directory_of_a_killed_run() {
         assert_eq!(now, [setting_up, held], "{user:?}: {}", show(&o));
     }
 }
+
+/// Whether the caller's primary group is named after it with no other
+/// member (a user private group, whose write bit terra trusts).
+fn callers_group_is_private() -> bool {
+    let uid = nix::unistd::geteuid();
+    let Some(user) = nix::unistd::User::from_uid(uid).ok().flatten() else {
+        return false;
+    };
+    nix::unistd::Group::from_gid(user.gid)
+        .ok()
+        .flatten()
+        .is_some_and(|g| g.name == user.name && g.mem.iter().all(|m| *m == user.name))
+}
+

@@ -171,14 +171,14 @@ pub fn open_trusted(path: &Path, label: &str) -> Result<Option<File>> {
         Err(e) => return Err(Error::io("cannot open", path, e).context(label.to_string())),
     };
     let st = rustix::fs::fstat(&file).map_err(|e| sys_err(path, e))?;
-    let uid = nix::unistd::geteuid().as_raw();
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return Err(Error::Host(format!(
             "{label} {} is not a regular file; terra reads its configuration from regular files only",
             path.display()
         )));
     }
-    refuse_untrusted(&st, path, label, uid, false)?;
+    let who = Caller::this();
+    refuse_untrusted(&st, path, label, &who, false)?;
     let real = std::fs::canonicalize(path).map_err(|e| Error::io("", path, e))?;
     let (Some(dir), Some(name)) = (real.parent(), real.file_name()) else {
         return Err(Error::Host(format!(
@@ -208,7 +208,7 @@ pub fn open_trusted(path: &Path, label: &str) -> Result<Option<File>> {
     // From the file's directory up to the home (or to /).
     for (fd, shown) in dirs.iter().rev() {
         let st = rustix::fs::fstat(fd).map_err(|e| sys_err(shown, e))?;
-        refuse_untrusted(&st, shown, label, uid, true)?;
+        refuse_untrusted(&st, shown, label, &who, true)?;
         if home.as_deref() == Some(shown.as_path()) {
             break;
         }
@@ -247,10 +247,45 @@ fn walk_dirs(dir: &Path, label: &str) -> Result<Vec<(std::os::fd::OwnedFd, PathB
     Ok(v)
 }
 
+/// Who may own and write terra's configuration: the caller, and the
+/// caller's private group when it has one.
+struct Caller {
+    uid: u32,
+    /// The caller's primary group when it is a user private group (named
+    /// after the caller, no other member listed), as Debian and Ubuntu make
+    /// for each user and give write access with umask 002: its write bit
+    /// lets nobody else in, so a group-writable `~/.config` is not refused
+    /// (Debian's OpenSSH makes the same exception).
+    private_gid: Option<u32>,
+}
+
+impl Caller {
+    fn this() -> Caller {
+        let uid = nix::unistd::geteuid();
+        let private_gid = nix::unistd::User::from_uid(uid)
+            .ok()
+            .flatten()
+            .and_then(|user| {
+                let group = nix::unistd::Group::from_gid(user.gid).ok().flatten()?;
+                is_private_group(&user.name, &group.name, &group.mem).then_some(user.gid.as_raw())
+            });
+        Caller {
+            uid: uid.as_raw(),
+            private_gid,
+        }
+    }
+}
+
+/// A group is the user's private group when it bears the user's name and
+/// lists nobody else as a member.
+fn is_private_group(user: &str, group: &str, members: &[String]) -> bool {
+    group == user && members.iter().all(|m| m == user)
+}
+
 /// Refuses a configuration file or directory that someone other than the
 /// caller and root owns or may write, naming it and the fix.
-fn refuse_untrusted(st: &Stat, path: &Path, label: &str, uid: u32, dir: bool) -> Result<()> {
-    let owner = st.st_uid;
+fn refuse_untrusted(st: &Stat, path: &Path, label: &str, who: &Caller, dir: bool) -> Result<()> {
+    let (owner, uid) = (st.st_uid, who.uid);
     let what = if dir { "its directory " } else { "" };
     if owner != uid && owner != 0 {
         return Err(Error::Host(format!(
@@ -262,7 +297,9 @@ fn refuse_untrusted(st: &Stat, path: &Path, label: &str, uid: u32, dir: bool) ->
     }
     let mode = st.st_mode & 0o7777;
     let sticky_root_dir = dir && owner == 0 && mode & 0o1000 != 0;
-    if mode & 0o022 != 0 && !sticky_root_dir {
+    let own_group = who.private_gid == Some(st.st_gid);
+    let others_write = mode & 0o002 != 0 || (mode & 0o020 != 0 && !own_group);
+    if others_write && !sticky_root_dir {
         return Err(Error::Host(format!(
             "{label}: {what}{} is writable by {} (mode {mode:04o}), so they could choose your \
              sandbox; terra does not use it (fix: chmod go-w {})",
@@ -336,14 +373,23 @@ mod tests {
         assert!(e.contains(&format!("chmod go-w {}", file.display())), "{e}");
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
-        let e = read_trusted(&file, 10, "p").unwrap_err().to_string();
-        assert!(
-            e.contains(&format!(
-                "its directory {} is writable by its group",
-                dir.display()
-            )),
-            "{e}"
-        );
+        // A group that is not the caller's private one (root can hand the
+        // directory to nogroup; another caller's own group may be private:
+        // `group_write_is_trusted_only_for_the_callers_private_group`).
+        let gid = |p: &Path| std::os::unix::fs::MetadataExt::gid(&std::fs::metadata(p).unwrap());
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(&dir, None, Some(nix::unistd::Gid::from_raw(65534))).unwrap();
+        }
+        if Caller::this().private_gid != Some(gid(&dir)) {
+            let e = read_trusted(&file, 10, "p").unwrap_err().to_string();
+            assert!(
+                e.contains(&format!(
+                    "its directory {} is writable by its group",
+                    dir.display()
+                )),
+                "{e}"
+            );
+        }
         // Missing: none; too large: refused.
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(read_trusted(&dir.join("nope.json"), 10, "p")
@@ -355,5 +401,29 @@ mod tests {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let e = read_trusted(&fifo, 10, "p").unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn group_write_is_trusted_only_for_the_callers_private_group() {
+        assert!(is_private_group("ana", "ana", &[]));
+        assert!(is_private_group("ana", "ana", &["ana".into()]));
+        assert!(!is_private_group("ana", "staff", &[]));
+        assert!(!is_private_group("ana", "ana", &["bob".into()]));
+        let f = tempfile::NamedTempFile::new().unwrap();
+        let mut st = rustix::fs::fstat(f.as_file()).unwrap();
+        let uid = st.st_uid;
+        st.st_gid = 4321;
+        let path = Path::new("/x/ci.json");
+        let check = |st: &Stat, private_gid| {
+            refuse_untrusted(st, path, "p", &Caller { uid, private_gid }, false)
+        };
+        st.st_mode = 0o100664;
+        assert!(check(&st, Some(4321)).is_ok(), "the caller's own group");
+        let e = check(&st, None).unwrap_err().to_string();
+        assert!(e.contains("writable by its group"), "{e}");
+        assert!(check(&st, Some(1)).is_err(), "another group");
+        st.st_mode = 0o100666;
+        let e = check(&st, Some(4321)).unwrap_err().to_string();
+        assert!(e.contains("its group and others"), "{e}");
     }
 }
