@@ -22,6 +22,7 @@ use tracing::debug;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VERSION};
+use crate::workspace_git;
 
 /// The network broker role (`terra __network`, crate terra-netd) is part of
 /// this binary on Linux and on macOS (there fed by its own loopback
@@ -525,6 +526,7 @@ impl RunBuilder {
         };
         let mut overlay = Vec::new();
         let mut builder = base.to_builder();
+        let mut git_grant = workspace_git::CliGrant::None;
         let lists: [(&[PathBuf], Access); 3] = [
             (&self.read, Access::Read),
             (&self.write, Access::Write),
@@ -535,6 +537,12 @@ impl RunBuilder {
                 let flag = || format!("--{access} {}", p.display());
                 let (root, path) =
                     cli_rule_path(p, cwd, workspace).map_err(|e| e.context(flag()))?;
+                if access == Access::Write
+                    && workspace_git::cli_write(root, &path, &flag())?
+                        == workspace_git::CliGrant::Whole
+                {
+                    git_grant = workspace_git::CliGrant::Whole;
+                }
                 builder
                     .add_rule(access, root, &path, Scope::Tree, Missing::Error)
                     .map_err(|e| Error::policy(flag(), e))?;
@@ -587,6 +595,9 @@ impl RunBuilder {
         if self.no_process_tree {
             builder.set_process_tree(terra_policy::ProcessTree::Disabled);
             overlay.push("process-tree disabled".into());
+        }
+        if workspace_git::protect(&mut builder, &base, workspace, git_grant)? {
+            overlay.push(workspace_git::OVERLAY_LINE.into());
         }
         let mir = builder
             .build()
@@ -685,8 +696,18 @@ fn refuse_missing_on_landlock(
             }
         ));
     }
+    let git = bindings.workspace.join(workspace_git::GIT);
+    let git_hint = if plan.rules().iter().any(|r| {
+        r.access == Access::DenyWrite && Path::new(r.path.as_str()) == git.as_path()
+    }) {
+        "; the workspace's .git is read-only in a box by default (its hooks and config run with your next \
+         git): pass --write .git to let the box write it"
+    } else {
+        ""
+    };
     Err(Error::Unsupported(format!(
-        "the landlock backend ({reason}) does not declare {}; use --backend linux where user namespaces work",
+        "the landlock backend ({reason}) does not declare {}; use --backend linux where user namespaces \
+         work{git_hint}",
         parts.join("; ")
     )))
 }
