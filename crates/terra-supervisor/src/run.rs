@@ -179,8 +179,7 @@ impl RunBuilder {
             .iter()
             .map(|n| {
                 crate::presets::find(n)
-                    .map(|p| p.resolve(&crate::presets::HostDirs::from_env()))
-                    .map_err(Error::Argument)
+                    .and_then(|p| p.resolve(&crate::presets::HostDirs::from_env()))
             })
             .collect::<Result<Vec<_>>>()?;
         let policy_file = self.policy_file(&workspace)?;
