@@ -266,3 +266,32 @@ fn the_node_preset_cannot_read_a_global_npmrc_twin() {
         );
     }
 }
+
+#[test]
+fn the_hint_for_a_program_outside_the_grants_never_suggests_a_credential_tree() {
+    for user in users() {
+        let dirs = RunDirs::new("terra-preset", "hint", user);
+        dirs.chown_to_user(None);
+        let cargo_bin = dirs.home.join(".cargo/bin");
+        let home_bin = dirs.home.join("bin");
+        for (bin, name) in [(&cargo_bin, "cargotool"), (&home_bin, "hometool")] {
+            fs::create_dir_all(bin).unwrap();
+            let tool = bin.join(name);
+            fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
+            fs::set_permissions(&tool, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        fs::write(dirs.home.join(".cargo/credentials.toml"), SECRET).unwrap();
+        for (bin, name) in [(&cargo_bin, "cargotool"), (&home_bin, "hometool")] {
+            let mut c = terra_as(dirs.user, &[]);
+            let path = format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display());
+            dirs.run_env(&mut c, &path);
+            c.args(["run", "--", name]);
+            let o = c.output().unwrap();
+            assert_eq!(o.status.code(), Some(127), "{}", show(&o));
+            // The program's own directory, never ~/.cargo or ~ (which
+            // hold credentials.toml and ~/.ssh).
+            let want = format!("--read {} grants it", bin.display());
+            assert!(text(&o).contains(&want), "{user:?}: {}", show(&o));
+        }
+    }
+}

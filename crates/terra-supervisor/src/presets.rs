@@ -268,29 +268,33 @@ impl Preset {
     }
 
     /// Refuses a grant of `dir` that would hold one of the
-    /// [`HOME_CREDENTIALS`] (compared as written and canonical).
+    /// [`HOME_CREDENTIALS`].
     fn refuse_credentials_under(&self, dir: &Path, host: &HostDirs) -> Result<()> {
-        let Some(home) = &host.home else {
+        let Some(cred) = host.home.as_deref().and_then(|h| credential_under(dir, h)) else {
             return Ok(());
         };
-        let dirs = [Some(dir.to_path_buf()), std::fs::canonicalize(dir).ok()];
-        let homes = [Some(home.clone()), std::fs::canonicalize(home).ok()];
-        for cred in HOME_CREDENTIALS {
-            for h in homes.iter().flatten() {
-                let c = h.join(cred);
-                if dirs.iter().flatten().any(|d| c.starts_with(d)) {
-                    return Err(Error::Argument(format!(
-                        "--preset {}: its grant of {} would hold {} (credentials); point the toolchain's \
-                         variable at its own directory",
-                        self.name,
-                        dir.display(),
-                        c.display()
-                    )));
-                }
-            }
-        }
-        Ok(())
+        Err(Error::Argument(format!(
+            "--preset {}: its grant of {} would hold {} (credentials); point the toolchain's \
+             variable at its own directory",
+            self.name,
+            dir.display(),
+            cred.display()
+        )))
     }
+}
+
+/// The first of the [`HOME_CREDENTIALS`] under `home` that a tree grant of
+/// `dir` would hold (both compared as written and canonical), if any.
+pub fn credential_under(dir: &Path, home: &Path) -> Option<PathBuf> {
+    let dirs = [Some(dir.to_path_buf()), std::fs::canonicalize(dir).ok()];
+    let homes = [Some(home.to_path_buf()), std::fs::canonicalize(home).ok()];
+    HOME_CREDENTIALS.iter().find_map(|cred| {
+        homes
+            .iter()
+            .flatten()
+            .map(|h| h.join(cred))
+            .find(|c| dirs.iter().flatten().any(|d| c.starts_with(d)))
+    })
 }
 
 /// The paths under `dir` that match `pattern` (`/`-separated, `*` any one
