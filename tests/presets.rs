@@ -52,14 +52,22 @@ fn rustup_home_for(user: User, root: &Path) -> PathBuf {
     for d in ["toolchains", "update-hashes", "downloads", "tmp"] {
         fs::create_dir_all(copy.join(d)).unwrap();
     }
-    fs::copy(rustup_home.join("settings.toml"), copy.join("settings.toml")).unwrap();
+    fs::copy(
+        rustup_home.join("settings.toml"),
+        copy.join("settings.toml"),
+    )
+    .unwrap();
     let o = Command::new("cp")
         .arg("-al")
         .arg(rustup_home.join("toolchains").join(&toolchain))
         .arg(copy.join("toolchains"))
         .output()
         .unwrap();
-    assert!(o.status.success(), "hard-linking the toolchain: {}", show(&o));
+    assert!(
+        o.status.success(),
+        "hard-linking the toolchain: {}",
+        show(&o)
+    );
     copy
 }
 
@@ -193,7 +201,10 @@ fn the_rust_preset_cannot_read_cargo_credentials_twin() {
                 show(&o)
             );
             assert!(
-                out.contains(&format!("CARGO_HOME={}", dirs.home.join(".cargo").display())),
+                out.contains(&format!(
+                    "CARGO_HOME={}",
+                    dirs.home.join(".cargo").display()
+                )),
                 "{}",
                 show(&o)
             );
@@ -207,7 +218,11 @@ fn fake_nvm(home: &Path) -> (PathBuf, PathBuf) {
     fs::create_dir_all(node.join("etc")).unwrap();
     fs::create_dir_all(node.join("bin")).unwrap();
     let npmrc = node.join("etc/npmrc");
-    fs::write(&npmrc, format!("//registry.npmjs.org/:_authToken={SECRET}\n")).unwrap();
+    fs::write(
+        &npmrc,
+        format!("//registry.npmjs.org/:_authToken={SECRET}\n"),
+    )
+    .unwrap();
     let tool = node.join("bin/node");
     fs::write(&tool, "#!/bin/sh\necho node-v20\n").unwrap();
     fs::set_permissions(&tool, fs::Permissions::from_mode(0o755)).unwrap();
@@ -237,7 +252,12 @@ fn the_node_preset_cannot_read_a_global_npmrc() {
             show(&o)
         );
         // The landlock backend cannot deny inside the grant: refused.
-        let o = run(&dirs, &[], &["--backend", "landlock", "--preset", "node"], &script);
+        let o = run(
+            &dirs,
+            &[],
+            &["--backend", "landlock", "--preset", "node"],
+            &script,
+        );
         assert_eq!(o.status.code(), Some(125), "{user:?}: {}", show(&o));
         assert!(!text(&o).contains(SECRET), "{}", show(&o));
         assert!(text(&o).contains("fs-deny"), "{}", show(&o));
@@ -258,7 +278,11 @@ fn the_node_preset_cannot_read_a_global_npmrc_twin() {
         let o = run(&dirs, &[], &["--preset", "node"], &script);
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(0), "{user:?}: {}", show(&o));
-        assert!(out.contains("node-v20") && out.contains("nvm()"), "{}", show(&o));
+        assert!(
+            out.contains("node-v20") && out.contains("nvm()"),
+            "{}",
+            show(&o)
+        );
         assert!(
             out.contains(&format!("NVM_DIR={}", dirs.home.join(".nvm").display())),
             "{}",

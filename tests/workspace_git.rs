@@ -78,10 +78,12 @@ fn run_in(dirs: &RunDirs, ws: &Path, extra: &[&str], script: &str) -> Output {
     dirs.chown_to_user(None);
     let mut c = terra_as(dirs.user, &[]);
     dirs.run_env(&mut c, "/usr/local/bin:/usr/bin:/bin");
-    c.current_dir(ws)
-        .args(["run", "-q"])
-        .args(extra)
-        .args(["--", "/bin/sh", "-c", &format!("{PRELUDE}{script}")]);
+    c.current_dir(ws).args(["run", "-q"]).args(extra).args([
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("{PRELUDE}{script}"),
+    ]);
     c.output().unwrap()
 }
 
@@ -216,7 +218,8 @@ fn a_write_grant_inside_git_is_refused_not_silently_read_only() {
             assert_eq!(o.status.code(), Some(125), "{path}: {}", show(&o));
             assert!(!stdout(&o).contains("RAN"));
             assert!(
-                String::from_utf8_lossy(&o.stderr).contains("--write .git makes all of it writable"),
+                String::from_utf8_lossy(&o.stderr)
+                    .contains("--write .git makes all of it writable"),
                 "{}",
                 show(&o)
             );
@@ -264,7 +267,10 @@ fn a_worktree_cannot_rewrite_its_gitdir_file_nor_reach_the_main_repository() {
         // Twin: the worktree's files are writable.
         let o = run(&dirs, &[], "need 'echo two > tracked'\nok");
         assert!(stdout(&o).contains(OK), "{user:?}: {}", show(&o));
-        assert_eq!(fs::read_to_string(dirs.ws.join("tracked")).unwrap(), "two\n");
+        assert_eq!(
+            fs::read_to_string(dirs.ws.join("tracked")).unwrap(),
+            "two\n"
+        );
     }
 }
 
@@ -343,9 +349,114 @@ fn the_landlock_backend_refuses_a_workspace_git_and_names_the_fix_twin() {
             "need 'echo two > tracked'\nneed 'git commit -qam boxed'\nok",
         );
         assert!(stdout(&o).contains(OK), "{user:?}: {}", show(&o));
-        assert_eq!(
-            git(&dirs.ws, &["log", "--format=%s"]),
-            "boxed\nfirst\n"
+        assert_eq!(git(&dirs.ws, &["log", "--format=%s"]), "boxed\nfirst\n");
+    }
+}
+
+/// A repository whose configuration names hooks and configuration inside
+/// the working tree (husky's `core.hooksPath`, an `include.path`), with a
+/// submodule: returns the workspace's protected files and their contents.
+fn repo_with_configured_paths(dirs: &RunDirs) -> Vec<(std::path::PathBuf, String)> {
+    let lib = dirs.root.join("lib");
+    init_repo(&lib);
+    init_repo(&dirs.ws);
+    let ws = &dirs.ws;
+    fs::create_dir_all(ws.join(".husky/_")).unwrap();
+    fs::write(ws.join(".husky/_/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+    fs::write(ws.join(".gitconfig"), "[alias]\n\tst = status\n").unwrap();
+    git(ws, &["config", "core.hooksPath", ".husky/_"]);
+    git(ws, &["config", "include.path", "../.gitconfig"]);
+    git(
+        ws,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "vendor/lib",
+        ],
+    );
+    git(ws, &["commit", "-qam", "with a submodule"]);
+    [".husky/_/pre-commit", ".gitconfig", "vendor/lib/.git"]
+        .iter()
+        .map(|rel| {
+            let p = ws.join(rel);
+            let text = fs::read_to_string(&p).unwrap();
+            (p, text)
+        })
+        .collect()
+}
+
+#[test]
+fn the_box_cannot_write_what_the_repository_configuration_names_in_the_workspace() {
+    for user in users() {
+        let dirs = RunDirs::new("terra-git", "configured", user);
+        let protected = repo_with_configured_paths(&dirs);
+        let o = run(
+            &dirs,
+            &[],
+            r#"
+            try 'echo "echo pwned" >> .husky/_/pre-commit'
+            try 'echo x > .husky/_/post-checkout'
+            try 'mv .husky/_ .husky/old'
+            try 'rm -rf .husky'
+            try 'printf "[core]\n\tfsmonitor = ./x\n" >> .gitconfig'
+            try 'mv .gitconfig old && echo "[core] fsmonitor = x" > .gitconfig'
+            try 'echo "gitdir: ../../planted" > vendor/lib/.git'
+            try 'rm -f vendor/lib/.git'
+            try 'mv vendor/lib vendor/moved'
+            blocked
+            "#,
         );
+        let out = stdout(&o);
+        assert!(
+            out.contains(BLOCKED) && !out.contains(ESCAPED),
+            "{user:?}: {}",
+            show(&o)
+        );
+        for (p, text) in &protected {
+            assert_eq!(&fs::read_to_string(p).unwrap(), text, "{}", p.display());
+        }
+        assert!(!dirs.ws.join(".husky/_/post-checkout").exists());
+        // The dry run names each, with why.
+        let o = run(&dirs, &["--dry-run"], "true");
+        let out = stdout(&o);
+        for line in [
+            "+ deny-write workspace:.husky/_ (core.hooksPath in ",
+            "+ deny-write workspace:.gitconfig (include.path in ",
+            "+ deny-write workspace:vendor/lib/.git (the git metadata of submodule vendor/lib",
+        ] {
+            assert!(out.contains(line), "{line}\n{}", show(&o));
+        }
+    }
+}
+
+#[test]
+fn the_box_cannot_write_what_the_repository_configuration_names_in_the_workspace_twin() {
+    for user in users() {
+        let dirs = RunDirs::new("terra-git", "configured-twin", user);
+        repo_with_configured_paths(&dirs);
+        let o = run(
+            &dirs,
+            &[],
+            r#"
+            need 'echo two > tracked'
+            need 'echo more > .husky/notes'
+            need 'echo x > vendor/lib/new-file'
+            need 'git st --porcelain | grep -qx " M tracked"'
+            need 'git submodule status'
+            ok
+            "#,
+        );
+        assert!(stdout(&o).contains(OK), "{user:?}: {}", show(&o));
+        // Lifted one by one by naming them.
+        let o = run(
+            &dirs,
+            &["--write", ".husky/_", "--write", ".gitconfig"],
+            "need 'echo x > .husky/_/post-checkout'\nneed 'echo \"# ok\" >> .gitconfig'\nok",
+        );
+        assert!(stdout(&o).contains(OK), "{user:?}: {}", show(&o));
     }
 }

@@ -327,7 +327,9 @@ fn is_dir(p: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terra_policy::{CapabilitySet, HostBindings, MirBuilder, Missing, Permission, RootKind, Scope};
+    use terra_policy::{
+        CapabilitySet, HostBindings, MirBuilder, Missing, Permission, RootKind, Scope,
+    };
 
     fn host(home: &str) -> HostDirs {
         HostDirs {
@@ -417,7 +419,11 @@ mod tests {
     fn fake_home() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         let home = std::fs::canonicalize(d.path()).unwrap();
-        for rel in HOME_CREDENTIALS.iter().chain(IN_TOOLCHAINS).chain(TOOLCHAIN) {
+        for rel in HOME_CREDENTIALS
+            .iter()
+            .chain(IN_TOOLCHAINS)
+            .chain(TOOLCHAIN)
+        {
             let p = home.join(rel);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(&p, "secret-or-tool").unwrap();
@@ -511,7 +517,11 @@ mod tests {
             .unwrap();
         let plan = plan_of(&r);
         for rel in HOME_CREDENTIALS {
-            assert_eq!(permission(&plan, &home.join(rel)), Permission::None, "{rel}");
+            assert_eq!(
+                permission(&plan, &home.join(rel)),
+                Permission::None,
+                "{rel}"
+            );
         }
     }
 
