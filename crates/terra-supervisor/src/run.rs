@@ -682,7 +682,13 @@ fn refuse_missing_on_landlock(
         let mut quoted: Vec<String> = plan
             .rules()
             .iter()
-            .filter(|r| terra_policy::capability::capability_for_access(r.access) == c)
+            .filter(|r| {
+                if c == Capability::FsProtectCreate {
+                    r.protect_create
+                } else {
+                    terra_policy::capability::capability_for_access(r.access) == c
+                }
+            })
             .map(|r| {
                 format!(
                     "`{} {} {}` ({})",

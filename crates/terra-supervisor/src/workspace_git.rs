@@ -11,12 +11,11 @@
 //!   worktree or submodule), when it exists;
 //! - each submodule's `.git` file (`submodule.NAME.path` in `.gitmodules`)
 //!   that exists: the superproject's `git status` follows it;
-//! - a hooks directory (`core.hooksPath`, e.g. husky's `.husky/_`) that
-//!   exists, and an included configuration file (`include.path`,
-//!   `includeIf.*.path`, present or not: the box must not create it either)
-//!   that the repository's or the user's git configuration names inside
-//!   the workspace. The repository is the one git would find: the
-//!   workspace's own, or the checkout the workspace is a directory of.
+//! - a hooks directory (`core.hooksPath`, e.g. husky's `.husky/_`) and an
+//!   included configuration file (`include.path`, `includeIf.*.path`) that
+//!   the repository's or the user's git configuration names inside the
+//!   workspace, when they exist. The repository is the one git would find:
+//!   the workspace's own, or the checkout the workspace is a directory of.
 //!
 //! The box can read them (`git status`, `git log`, `git diff` work) but not
 //! change, rename or remove them.
@@ -301,9 +300,9 @@ fn configured_paths(top: &Path, home: Option<&Path>) -> Vec<(PathBuf, String)> {
                     out.push((p, format!("core.hooksPath in {}", file.display())));
                 }
             } else if include {
-                // Also one that is absent: git reads the empty placeholder
-                // that keeps the box from creating it as an empty file.
-                if let Some(p) = expand(&value, home, &dir) {
+                // Only one that exists: an absent one would be held by a
+                // placeholder git cannot read (it then refuses to run).
+                if let Some(p) = expand(&value, home, &dir).filter(|p| p.exists()) {
                     out.push((p.clone(), format!("include.path in {}", file.display())));
                     if !files.contains(&p) {
                         files.push(p);
@@ -512,6 +511,8 @@ mod tests {
             ),
         )
         .unwrap();
+        // (An absent include, shared/extra.cfg, is left alone.)
+        std::fs::write(ws.join("team.cfg"), "").unwrap();
         let g = GitProtection::find(&ws, Some(&home)).unwrap();
         assert_eq!(
             rels(&g),
@@ -519,13 +520,12 @@ mod tests {
                 ".git",
                 ".gitconfig",
                 ".husky/_",
-                "shared/extra.cfg",
                 "team.cfg",
                 "tools/hooks",
                 "vendor/lib/.git"
             ]
         );
-        assert_eq!(added(&g, &default_policy()).len(), 7);
+        assert_eq!(added(&g, &default_policy()).len(), 6);
     }
 
     #[test]
