@@ -786,16 +786,18 @@ pub struct PresetsArgs {
     json: bool,
 }
 
-/// `terra presets`: each preset with the rules and variables it gives on this host.
+/// `terra presets`: each preset with the rules and variables it gives on
+/// this host (or why it is refused here), then the credential files no
+/// preset grants.
 pub fn presets(args: PresetsArgs) -> ExitCode {
-    use terra_supervisor::presets::{HostDirs, PRESETS};
+    use terra_supervisor::presets::{HostDirs, HOME_CREDENTIALS, PRESETS};
     let host = HostDirs::from_env();
     let rows: Vec<_> = PRESETS.iter().map(|p| (p, p.resolve(&host))).collect();
     if args.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(p, r)| {
-                json!({
+            .map(|(p, r)| match r {
+                Ok(r) => json!({
                     "name": p.name,
                     "about": p.about,
                     "rules": r.rules.iter().map(|x| json!({
@@ -804,7 +806,14 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
                     "env": r.env.iter().map(|(k, v)| json!({
                         "name": k.to_string_lossy(), "value": v.to_string_lossy(),
                     })).collect::<Vec<_>>(),
-                })
+                    "neverGranted": HOME_CREDENTIALS,
+                }),
+                Err(e) => json!({
+                    "name": p.name,
+                    "about": p.about,
+                    "refused": e.to_string(),
+                    "neverGranted": HOME_CREDENTIALS,
+                }),
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -812,8 +821,15 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
     }
     for (p, r) in &rows {
         println!("{:<8} {}", p.name, p.about);
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                println!("         refused here: {e}");
+                continue;
+            }
+        };
         for x in &r.rules {
-            let here = if x.path.is_dir() {
+            let here = if x.path.exists() {
                 ""
             } else {
                 "  (missing here: skipped)"
@@ -828,5 +844,9 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
             );
         }
     }
+    println!(
+        "never granted by a preset (credentials, under ~): {}",
+        HOME_CREDENTIALS.join(" ")
+    );
     ExitCode::SUCCESS
 }

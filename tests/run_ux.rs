@@ -507,11 +507,15 @@ fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
     let d = dirs("preset");
     let cargo_home = d.root.join("cargo");
     let rustup_home = d.root.join("rustup");
+    // CARGO_HOME itself is not granted (it holds credentials.toml), its
+    // bin and registry are, read-only: neither can be written.
     let tool = d.write(
         "cargo/bin/faux-cargo",
         "#!/bin/sh\ncat \"$RUSTUP_HOME/toolchain\"; echo \"CARGO_HOME=$CARGO_HOME\"\n\
-         if touch \"$CARGO_HOME/registry-poisoned\" 2>/dev/null; then echo WROTE; fi\n",
+         for f in bin/poisoned registry/poisoned; do \
+           if touch \"$CARGO_HOME/$f\" 2>/dev/null; then echo \"WROTE $f\"; fi; done\n",
     );
+    fs::create_dir_all(cargo_home.join("registry")).unwrap();
     fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     d.write("rustup/toolchain", "stable\n");
     let path = format!("{}:{PATH}", cargo_home.join("bin").display());
@@ -532,7 +536,8 @@ fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
         "read, not written: {}",
         show(&o)
     );
-    assert!(!cargo_home.join("registry-poisoned").exists());
+    assert!(!cargo_home.join("bin/poisoned").exists());
+    assert!(!cargo_home.join("registry/poisoned").exists());
     // Without the preset the toolchain is outside every grant.
     let o = terra_env(&d, &path, &vars, &["run", "--", "faux-cargo"]);
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));

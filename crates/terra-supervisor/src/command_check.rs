@@ -53,8 +53,18 @@ pub fn locate(program: &OsStr, path: &OsStr, cwd: &Path, plan: &SandboxPlan) -> 
     match outside {
         Some(host_path) => {
             let dir = host_path.parent().unwrap_or(Path::new("/"));
+            // The toolchain's root, unless granting it would expose a
+            // credential (`~/.cargo` holds credentials.toml, `~/bin`'s
+            // root is HOME): then the program's own directory.
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let exposes = |d: &Path| {
+                home.as_deref()
+                    .is_some_and(|h| crate::presets::credential_under(d, h).is_some())
+            };
             let grant = match (dir.file_name(), dir.parent()) {
-                (Some(b), Some(root)) if b == "bin" && root != Path::new("/") => root,
+                (Some(b), Some(root)) if b == "bin" && root != Path::new("/") && !exposes(root) => {
+                    root
+                }
                 _ => dir,
             };
             Program::OutsideGrants {

@@ -38,6 +38,8 @@ mod reaper;
 pub mod receipt;
 #[cfg(windows)]
 pub mod windows;
+#[cfg(unix)]
+pub mod workspace_git;
 // Arguments and environment travel as their bytes: Unix only.
 #[cfg(unix)]
 pub mod request;

@@ -15,11 +15,67 @@
 //! addressed by hash and `npm ci` checks every tarball against the
 //! lockfile's integrity, but a workload can add index entries that a later
 //! `npm install` without a lockfile would use; `terra presets` says so.
+//!
+//! No preset exposes a credential. The grants are narrowed so that no
+//! token file lies under them (cargo's `bin`, `registry` and `git`, never
+//! CARGO_HOME itself, which holds `credentials.toml` and `config.toml`);
+//! where a token file can sit inside a granted toolchain directory (an nvm
+//! node's global `etc/npmrc`, a pyenv interpreter's `pip.conf`), each one
+//! present is denied. A preset directory that would hold one of the
+//! [`HOME_CREDENTIALS`] (a variable pointing at `$HOME`, say) is refused.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use terra_policy::Access;
+
+use crate::error::{Error, Result};
+
+/// Credential files and directories under `$HOME` that no preset grant may
+/// cover: tokens of package registries, git hosts, clouds and container
+/// registries, and keys. `terra presets` and docs/run.md list them.
+pub const HOME_CREDENTIALS: &[&str] = &[
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".cargo/config",
+    ".cargo/config.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".config/pip",
+    ".pip",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".ssh",
+    ".gnupg",
+    ".docker/config.json",
+    ".config/containers/auth.json",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".nuget/NuGet/NuGet.Config",
+    ".composer/auth.json",
+    ".config/composer/auth.json",
+    ".bundle/config",
+    ".terraform.d/credentials.tfrc.json",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube/config",
+    ".local/share/keyrings",
+    ".password-store",
+];
+
+/// The directories of CARGO_HOME the rust preset grants: installed
+/// binaries (the rustup proxies), the registry's index, downloads and
+/// sources, git dependencies' checkouts. Not CARGO_HOME itself:
+/// `credentials.toml` and `config.toml` (registry tokens) live there.
+pub const CARGO_DIRS: &[&str] = &["bin", "registry", "git"];
 
 /// One rule of a preset, resolved for this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,16 +93,39 @@ pub struct Resolved {
     pub env: Vec<(OsString, OsString)>,
 }
 
-/// One grant of a preset before resolution: access, host path, and the
-/// variable that names the directory to the toolchain.
-type Grant = (Access, PathBuf, Option<&'static str>);
+/// One part of a preset before resolution.
+enum Part {
+    /// A grant of a host directory, with the credential files that can sit
+    /// inside it (patterns relative to it, `*` one directory name): each
+    /// one present is denied.
+    Grant {
+        access: Access,
+        path: PathBuf,
+        secrets: &'static [&'static str],
+    },
+    /// A variable naming a directory to the toolchain (set when it exists).
+    Var(&'static str, PathBuf),
+}
+
+fn grant(access: Access, path: PathBuf) -> Part {
+    Part::Grant {
+        access,
+        path,
+        secrets: &[],
+    }
+}
 
 /// A preset: its name, what it is for, and how it resolves.
-#[derive(Debug)]
 pub struct Preset {
     pub name: &'static str,
     pub about: &'static str,
-    resolve: fn(&HostDirs) -> Vec<Grant>,
+    parts: fn(&HostDirs) -> Vec<Part>,
+}
+
+impl std::fmt::Debug for Preset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Preset").field("name", &self.name).finish()
+    }
 }
 
 /// The caller's directories the presets are resolved from.
@@ -81,15 +160,18 @@ impl HostDirs {
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "rust",
-        about: "cargo and rustup: CARGO_HOME (~/.cargo) and RUSTUP_HOME (~/.rustup) readable, \
-                CARGO_HOME and RUSTUP_HOME set",
-        resolve: |h| {
+        about: "cargo and rustup: CARGO_HOME's bin, registry and git (~/.cargo/{bin,registry,git}; not \
+                CARGO_HOME itself, which holds credentials.toml and config.toml) and RUSTUP_HOME (~/.rustup) \
+                readable, CARGO_HOME and RUSTUP_HOME set",
+        parts: |h| {
             let mut v = Vec::new();
             if let Some(d) = h.dir("CARGO_HOME", ".cargo") {
-                v.push((Access::Read, d, Some("CARGO_HOME")));
+                v.extend(CARGO_DIRS.iter().map(|s| grant(Access::Read, d.join(s))));
+                v.push(Part::Var("CARGO_HOME", d));
             }
             if let Some(d) = h.dir("RUSTUP_HOME", ".rustup") {
-                v.push((Access::Read, d, Some("RUSTUP_HOME")));
+                v.push(grant(Access::Read, d.clone()));
+                v.push(Part::Var("RUSTUP_HOME", d));
             }
             v
         },
@@ -97,58 +179,145 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         name: "node",
         about: "npm and nvm: the npm cache (~/.npm) WRITABLE with npm_config_cache set (a workload \
-                can add cache entries; npm ci checks them against the lockfile), NVM_DIR (~/.nvm) readable",
-        resolve: |h| {
+                can add cache entries; npm ci checks them against the lockfile), NVM_DIR (~/.nvm) readable \
+                but each node's global etc/npmrc (tokens) denied",
+        parts: |h| {
             let mut v = Vec::new();
             if let Some(d) = h.dir("npm_config_cache", ".npm") {
-                v.push((Access::Write, d, Some("npm_config_cache")));
+                v.push(grant(Access::Write, d.clone()));
+                v.push(Part::Var("npm_config_cache", d));
             }
             if let Some(d) = h.dir("NVM_DIR", ".nvm") {
-                v.push((Access::Read, d, Some("NVM_DIR")));
+                v.push(Part::Grant {
+                    access: Access::Read,
+                    path: d.clone(),
+                    secrets: &["versions/node/*/etc/npmrc", "versions/io.js/*/etc/npmrc"],
+                });
+                v.push(Part::Var("NVM_DIR", d));
             }
             v
         },
     },
     Preset {
         name: "python",
-        about: "pyenv: PYENV_ROOT (~/.pyenv) readable with PYENV_ROOT set; venvs live in the \
-                workspace, pip's cache in the run's temp directory",
-        resolve: |h| {
-            h.dir("PYENV_ROOT", ".pyenv")
-                .map(|d| vec![(Access::Read, d, Some("PYENV_ROOT"))])
-                .unwrap_or_default()
+        about: "pyenv: PYENV_ROOT (~/.pyenv) readable with PYENV_ROOT set, each interpreter's and \
+                virtualenv's pip.conf (index credentials) denied; venvs live in the workspace, pip's cache \
+                in the run's temp directory",
+        parts: |h| {
+            let mut v = Vec::new();
+            if let Some(d) = h.dir("PYENV_ROOT", ".pyenv") {
+                v.push(Part::Grant {
+                    access: Access::Read,
+                    path: d.clone(),
+                    secrets: &["versions/*/pip.conf", "versions/*/envs/*/pip.conf"],
+                });
+                v.push(Part::Var("PYENV_ROOT", d));
+            }
+            v
         },
     },
 ];
 
 /// The preset called `name`, or an error listing the presets.
-pub fn find(name: &str) -> Result<&'static Preset, String> {
+pub fn find(name: &str) -> Result<&'static Preset> {
     PRESETS.iter().find(|p| p.name == name).ok_or_else(|| {
         let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
-        format!(
+        Error::Argument(format!(
             "--preset {name:?}: no such preset (presets: {}; see `terra presets`)",
             names.join(", ")
-        )
+        ))
     })
 }
 
 impl Preset {
-    /// The rules and environment of this preset on this host.
-    pub fn resolve(&self, host: &HostDirs) -> Resolved {
+    /// The rules and environment of this preset on this host. Refused when
+    /// a grant would hold one of the [`HOME_CREDENTIALS`].
+    pub fn resolve(&self, host: &HostDirs) -> Result<Resolved> {
         let mut rules = Vec::new();
         let mut env = Vec::new();
-        for (access, path, var) in (self.resolve)(host) {
-            if let Some(var) = var.filter(|_| is_dir(&path)) {
-                env.push((OsString::from(var), path.clone().into_os_string()));
+        for part in (self.parts)(host) {
+            match part {
+                Part::Var(var, path) => {
+                    if is_dir(&path) {
+                        env.push((OsString::from(var), path.into_os_string()));
+                    }
+                }
+                Part::Grant {
+                    access,
+                    path,
+                    secrets,
+                } => {
+                    self.refuse_credentials_under(&path, host)?;
+                    let denied: Vec<PathBuf> = secrets
+                        .iter()
+                        .flat_map(|pattern| present_matches(&path, pattern))
+                        .collect();
+                    rules.push(PresetRule { access, path });
+                    rules.extend(denied.into_iter().map(|path| PresetRule {
+                        access: Access::Deny,
+                        path,
+                    }));
+                }
             }
-            rules.push(PresetRule { access, path });
         }
-        Resolved {
+        Ok(Resolved {
             name: self.name,
             rules,
             env,
-        }
+        })
     }
+
+    /// Refuses a grant of `dir` that would hold one of the
+    /// [`HOME_CREDENTIALS`].
+    fn refuse_credentials_under(&self, dir: &Path, host: &HostDirs) -> Result<()> {
+        let Some(cred) = host.home.as_deref().and_then(|h| credential_under(dir, h)) else {
+            return Ok(());
+        };
+        Err(Error::Argument(format!(
+            "--preset {}: its grant of {} would hold {} (credentials); point the toolchain's \
+             variable at its own directory",
+            self.name,
+            dir.display(),
+            cred.display()
+        )))
+    }
+}
+
+/// The first of the [`HOME_CREDENTIALS`] under `home` that a tree grant of
+/// `dir` would hold (both compared as written and canonical), if any.
+pub fn credential_under(dir: &Path, home: &Path) -> Option<PathBuf> {
+    let dirs = [Some(dir.to_path_buf()), std::fs::canonicalize(dir).ok()];
+    let homes = [Some(home.to_path_buf()), std::fs::canonicalize(home).ok()];
+    HOME_CREDENTIALS.iter().find_map(|cred| {
+        homes
+            .iter()
+            .flatten()
+            .map(|h| h.join(cred))
+            .find(|c| dirs.iter().flatten().any(|d| c.starts_with(d)))
+    })
+}
+
+/// The paths under `dir` that match `pattern` (`/`-separated, `*` any one
+/// name) and exist (symlinks not followed at the last name).
+fn present_matches(dir: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut found = vec![dir.to_path_buf()];
+    for seg in pattern.split('/') {
+        let mut next = Vec::new();
+        for d in &found {
+            if seg == "*" {
+                let Ok(entries) = std::fs::read_dir(d) else {
+                    continue;
+                };
+                next.extend(entries.flatten().map(|e| e.path()).filter(|p| is_dir(p)));
+            } else {
+                next.push(d.join(seg));
+            }
+        }
+        found = next;
+    }
+    found.retain(|p| std::fs::symlink_metadata(p).is_ok());
+    found.sort();
+    found
 }
 
 fn is_dir(p: &Path) -> bool {
@@ -158,6 +327,9 @@ fn is_dir(p: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use terra_policy::{
+        CapabilitySet, HostBindings, MirBuilder, Missing, Permission, RootKind, Scope,
+    };
 
     fn host(home: &str) -> HostDirs {
         HostDirs {
@@ -168,26 +340,29 @@ mod tests {
 
     #[test]
     fn presets_resolve_from_the_environment_then_home() {
-        let r = find("rust").unwrap().resolve(&host("/home/u"));
+        let r = find("rust").unwrap().resolve(&host("/home/u")).unwrap();
         let paths: Vec<(Access, &Path)> = r
             .rules
             .iter()
             .map(|r| (r.access, r.path.as_path()))
             .collect();
+        // CARGO_HOME's toolchain directories only, never CARGO_HOME itself.
         assert_eq!(
             paths,
             [
-                (Access::Read, Path::new("/opt/cargo")),
+                (Access::Read, Path::new("/opt/cargo/bin")),
+                (Access::Read, Path::new("/opt/cargo/registry")),
+                (Access::Read, Path::new("/opt/cargo/git")),
                 (Access::Read, Path::new("/home/u/.rustup"))
             ]
         );
         // Neither directory exists here: no variable points at nothing.
         assert!(r.env.is_empty());
-        let n = find("node").unwrap().resolve(&host("/home/u"));
+        let n = find("node").unwrap().resolve(&host("/home/u")).unwrap();
         assert_eq!(n.rules[0].access, Access::Write);
         assert_eq!(n.rules[0].path, Path::new("/home/u/.npm"));
         assert!(find("python").is_ok());
-        let e = find("perl").unwrap_err();
+        let e = find("perl").unwrap_err().to_string();
         assert!(e.contains("presets: rust, node, python"), "{e}");
     }
 
@@ -195,15 +370,179 @@ mod tests {
     fn a_directory_that_exists_gets_its_variable() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir(d.path().join(".rustup")).unwrap();
+        std::fs::create_dir(d.path().join(".cargo")).unwrap();
         let r = find("rust")
             .unwrap()
-            .resolve(&host(d.path().to_str().unwrap()));
+            .resolve(&HostDirs {
+                home: Some(d.path().to_path_buf()),
+                var: |_| None,
+            })
+            .unwrap();
         assert_eq!(
             r.env,
-            [(
-                OsString::from("RUSTUP_HOME"),
-                d.path().join(".rustup").into_os_string()
-            )]
+            [
+                (
+                    OsString::from("CARGO_HOME"),
+                    d.path().join(".cargo").into_os_string()
+                ),
+                (
+                    OsString::from("RUSTUP_HOME"),
+                    d.path().join(".rustup").into_os_string()
+                )
+            ]
         );
+    }
+
+    /// Credential files inside the toolchains' own directories (beside the
+    /// ones directly in HOME): what each preset must deny or not grant.
+    const IN_TOOLCHAINS: &[&str] = &[
+        ".nvm/versions/node/v20.1.0/etc/npmrc",
+        ".nvm/versions/node/v22.0.0/etc/npmrc",
+        ".nvm/versions/io.js/v3.3.1/etc/npmrc",
+        ".pyenv/versions/3.12.1/pip.conf",
+        ".pyenv/versions/3.12.1/envs/work/pip.conf",
+    ];
+
+    /// Toolchain files the presets exist to grant.
+    const TOOLCHAIN: &[&str] = &[
+        ".cargo/bin/cargo",
+        ".cargo/registry/index/x",
+        ".cargo/git/db/x",
+        ".rustup/toolchains/stable/bin/rustc",
+        ".npm/_cacache/x",
+        ".nvm/versions/node/v20.1.0/bin/node",
+        ".nvm/nvm.sh",
+        ".pyenv/versions/3.12.1/bin/python3",
+    ];
+
+    /// A fake HOME holding every credential of the table and the toolchains.
+    fn fake_home() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        for rel in HOME_CREDENTIALS
+            .iter()
+            .chain(IN_TOOLCHAINS)
+            .chain(TOOLCHAIN)
+        {
+            let p = home.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, "secret-or-tool").unwrap();
+        }
+        d
+    }
+
+    /// Each preset's rules in a plan of their own (as `terra run` adds
+    /// them: tree, missing skip), resolved on this host.
+    fn plan_of(r: &Resolved) -> terra_policy::SandboxPlan {
+        let mut b = MirBuilder::new();
+        for rule in &r.rules {
+            b.add_rule(
+                rule.access,
+                RootKind::Host,
+                rule.path.to_str().unwrap(),
+                Scope::Tree,
+                Missing::Skip,
+            )
+            .unwrap();
+        }
+        let mir = b.build().unwrap();
+        terra_policy::compile_plan(&mir, &HostBindings::default(), CapabilitySet::ALL).unwrap()
+    }
+
+    /// The permission of `path` (a file present) under the plan.
+    fn permission(plan: &terra_policy::SandboxPlan, path: &Path) -> Permission {
+        plan.evaluate(path.to_str().unwrap()).unwrap().permission
+    }
+
+    #[test]
+    fn no_preset_grants_a_credential_and_every_one_still_grants_its_toolchain() {
+        let d = fake_home();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        let dirs = HostDirs {
+            home: Some(home.clone()),
+            var: |_| None,
+        };
+        let mut granted: Vec<&str> = Vec::new();
+        for preset in PRESETS {
+            let r = preset.resolve(&dirs).unwrap();
+            let plan = plan_of(&r);
+            for rel in HOME_CREDENTIALS.iter().chain(IN_TOOLCHAINS) {
+                assert_eq!(
+                    permission(&plan, &home.join(rel)),
+                    Permission::None,
+                    "--preset {} exposes ~/{rel}: {:?}",
+                    preset.name,
+                    r.rules
+                );
+            }
+            granted.extend(
+                TOOLCHAIN
+                    .iter()
+                    .copied()
+                    .filter(|rel| permission(&plan, &home.join(rel)) > Permission::None),
+            );
+        }
+        // Twin: every toolchain file is granted by some preset.
+        granted.sort();
+        let mut all = TOOLCHAIN.to_vec();
+        all.sort();
+        assert_eq!(granted, all);
+    }
+
+    #[test]
+    fn a_preset_directory_holding_home_credentials_is_refused() {
+        let d = fake_home();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        // A variable pointing at HOME itself, or at a parent of a credential.
+        for (preset, var) in [
+            ("node", "NVM_DIR"),
+            ("node", "npm_config_cache"),
+            ("python", "PYENV_ROOT"),
+            ("rust", "RUSTUP_HOME"),
+        ] {
+            for target in [home.clone(), home.join(".config"), PathBuf::from("/")] {
+                let e = find(preset)
+                    .unwrap()
+                    .resolve(&with_var(&home, var, &target))
+                    .expect_err(&format!("{var}={}", target.display()))
+                    .to_string();
+                assert!(e.contains("(credentials)"), "{e}");
+            }
+        }
+        // CARGO_HOME=$HOME: only its bin, registry and git are granted,
+        // none of which holds a credential of the table.
+        let r = find("rust")
+            .unwrap()
+            .resolve(&with_var(&home, "CARGO_HOME", &home))
+            .unwrap();
+        let plan = plan_of(&r);
+        for rel in HOME_CREDENTIALS {
+            assert_eq!(
+                permission(&plan, &home.join(rel)),
+                Permission::None,
+                "{rel}"
+            );
+        }
+    }
+
+    thread_local! {
+        /// The one variable [`with_var`]'s host has.
+        static VAR: std::cell::RefCell<Option<(String, OsString)>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// A host whose environment holds only `name=value` (on this thread).
+    fn with_var(home: &Path, name: &str, value: &Path) -> HostDirs {
+        VAR.with(|v| *v.borrow_mut() = Some((name.to_string(), value.as_os_str().to_owned())));
+        HostDirs {
+            home: Some(home.to_path_buf()),
+            var: |n| {
+                VAR.with(|v| {
+                    v.borrow()
+                        .as_ref()
+                        .filter(|(k, _)| k == n)
+                        .map(|(_, x)| x.clone())
+                })
+            },
+        }
     }
 }

@@ -22,6 +22,7 @@ use tracing::debug;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::request::{hex, hex_os, Bindings, PolicyOrigin, RunRequest, REQUEST_VERSION};
+use crate::workspace_git;
 
 /// The network broker role (`terra __network`, crate terra-netd) is part of
 /// this binary on Linux and on macOS (there fed by its own loopback
@@ -178,8 +179,7 @@ impl RunBuilder {
             .iter()
             .map(|n| {
                 crate::presets::find(n)
-                    .map(|p| p.resolve(&crate::presets::HostDirs::from_env()))
-                    .map_err(Error::Argument)
+                    .and_then(|p| p.resolve(&crate::presets::HostDirs::from_env()))
             })
             .collect::<Result<Vec<_>>>()?;
         let policy_file = self.policy_file(&workspace)?;
@@ -188,7 +188,8 @@ impl RunBuilder {
             (Some((file, _)), None) => crate::profile::limits_of(file)?,
             _ => crate::profile::ProfileLimits::default(),
         };
-        let (mir, origin) = self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
+        let (mir, origin, git_protected) =
+            self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
 
         let t1 = Instant::now();
@@ -258,7 +259,13 @@ impl RunBuilder {
         let result = (|| {
             #[cfg(target_os = "linux")]
             if choice.backend == Backend::Landlock {
-                refuse_missing_on_landlock(&mir, &bindings, declared, &choice.reason)?;
+                refuse_missing_on_landlock(
+                    &mir,
+                    &bindings,
+                    declared,
+                    &choice.reason,
+                    &git_protected,
+                )?;
             }
             let plan = terra_policy::compile_plan(&mir, &bindings.host_bindings(), declared)
                 .map_err(|e| {
@@ -477,7 +484,7 @@ impl RunBuilder {
         presets: &[crate::presets::Resolved],
         cwd: &Path,
         workspace: &Path,
-    ) -> Result<(Mir, PolicyOrigin)> {
+    ) -> Result<(Mir, PolicyOrigin, Vec<workspace_git::Protected>)> {
         let (base, source, format, digest) = match policy {
             None => {
                 let src = terra_policy::DEFAULT_POLICY_SOURCE.as_bytes();
@@ -533,6 +540,13 @@ impl RunBuilder {
         };
         let mut overlay = Vec::new();
         let mut builder = base.to_builder();
+        let mut git = workspace_git::GitProtection::find(
+            workspace,
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|h| h.is_absolute())
+                .as_deref(),
+        )?;
         let lists: [(&[PathBuf], Access); 3] = [
             (&self.read, Access::Read),
             (&self.write, Access::Write),
@@ -543,6 +557,9 @@ impl RunBuilder {
                 let flag = || format!("--{access} {}", p.display());
                 let (root, path) =
                     cli_rule_path(p, cwd, workspace).map_err(|e| e.context(flag()))?;
+                if access == Access::Write {
+                    git.cli_write(root, &path, &flag())?;
+                }
                 builder
                     .add_rule(access, root, &path, Scope::Tree, Missing::Error)
                     .map_err(|e| Error::policy(flag(), e))?;
@@ -596,6 +613,12 @@ impl RunBuilder {
             builder.set_process_tree(terra_policy::ProcessTree::Disabled);
             overlay.push("process-tree disabled".into());
         }
+        let git_protected = git.apply(&mut builder, &base)?;
+        overlay.extend(
+            git_protected
+                .iter()
+                .map(workspace_git::Protected::overlay_line),
+        );
         let mir = builder
             .build()
             .map_err(|e| Error::policy("the policy with the command line's rules", e))?;
@@ -605,7 +628,7 @@ impl RunBuilder {
             artifact_digest: digest,
             overlay,
         };
-        Ok((mir, origin))
+        Ok((mir, origin, git_protected))
     }
 }
 
@@ -651,6 +674,7 @@ fn refuse_missing_on_landlock(
     bindings: &Bindings,
     declared: CapabilitySet,
     reason: &str,
+    git_protected: &[workspace_git::Protected],
 ) -> Result<()> {
     // Resolved against every capability only to see what the plan needs.
     let Ok(plan) = terra_policy::compile_plan(mir, &bindings.host_bindings(), CapabilitySet::ALL)
@@ -666,7 +690,13 @@ fn refuse_missing_on_landlock(
         let mut quoted: Vec<String> = plan
             .rules()
             .iter()
-            .filter(|r| terra_policy::capability::capability_for_access(r.access) == c)
+            .filter(|r| {
+                if c == Capability::FsProtectCreate {
+                    r.protect_create
+                } else {
+                    terra_policy::capability::capability_for_access(r.access) == c
+                }
+            })
             .map(|r| {
                 format!(
                     "`{} {} {}` ({})",
@@ -693,8 +723,35 @@ fn refuse_missing_on_landlock(
             }
         ));
     }
+    // Refused for the read-only git paths terra added: say how to lift them.
+    let unprotectable = plan
+        .required_capabilities()
+        .missing_from(declared)
+        .into_iter()
+        .any(|c| matches!(c, Capability::FsDenyWrite | Capability::FsProtectCreate));
+    let lifts: Vec<String> = git_protected
+        .iter()
+        .filter(|_| unprotectable)
+        .filter(|p| {
+            let host = bindings.workspace.join(&p.rel);
+            plan.rules().iter().any(|r| {
+                r.access == Access::DenyWrite && Path::new(r.path.as_str()).starts_with(&host)
+            })
+        })
+        .map(|p| format!("--write {}", p.rel))
+        .collect();
+    let git_hint = if lifts.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; terra makes the workspace's git metadata read-only in a box (its hooks and configuration run \
+             with your next git): pass {} to let the box write it",
+            lifts.join(" ")
+        )
+    };
     Err(Error::Unsupported(format!(
-        "the landlock backend ({reason}) does not declare {}; use --backend linux where user namespaces work",
+        "the landlock backend ({reason}) does not declare {}; use --backend linux where user namespaces \
+         work{git_hint}",
         parts.join("; ")
     )))
 }
