@@ -14,11 +14,14 @@
 //!   addresses nothing lists, and AF_UNIX sockets on the box's writable
 //!   mounts ([`crate::unixconn`]), are connected by the service itself on
 //!   the workload's own socket, inside the box. The kernel never runs the
-//!   workload's connect().
+//!   workload's connect(), and a socket that lives outside the box's
+//!   network namespace (one the broker connected) never gets a new
+//!   destination ([`Shared::off_box_refusal`]).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::net::{sockopt, AddressFamily, SocketType};
@@ -157,6 +160,7 @@ fn serve_notifications(
     drop(channel);
     let shared = Arc::new(Shared {
         listener,
+        box_netns: box_netns(),
         broker,
         proc_dir,
         relay: relay.map(Mutex::new),
@@ -185,6 +189,10 @@ fn serve_notifications(
 
 struct Shared {
     listener: OwnedFd,
+    /// The box's network namespace (its `SO_NETNS_COOKIE`); None when the
+    /// kernel cannot name a socket's namespace, and then no socket the
+    /// broker connected is handed over (see `on_connect`).
+    box_netns: Option<u64>,
     /// The broker's channel (mediated networking only).
     broker: Option<Arc<OwnedFd>>,
     proc_dir: OwnedFd,
@@ -197,7 +205,64 @@ struct Shared {
     defaults: Mutex<Vec<(AddressFamily, Defaults)>>,
 }
 
+/// The cookie of the box's network namespace, from a socket the service
+/// makes here (it runs inside the box). None, said once on stderr, when the
+/// kernel cannot tell (SO_NETNS_COOKIE is Linux 5.14).
+fn box_netns() -> Option<u64> {
+    let probe = match rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, None) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(
+                "terra: the box network service cannot make a socket ({e}); \
+                 connections to outside the box are refused (the proxy still works)"
+            );
+            return None;
+        }
+    };
+    match notify::netns_cookie(probe.as_fd()) {
+        Ok(cookie) => Some(cookie),
+        Err(e) => {
+            tracing::warn!(
+                "terra: this kernel cannot tell which network namespace a socket lives in \
+                 (SO_NETNS_COOKIE, Linux 5.14: {e}); a connect() to outside the box fails \
+                 with ECONNREFUSED (the proxy on 127.0.0.1:3128 still works)"
+            );
+            None
+        }
+    }
+}
+
+/// Whether the "re-aimed a socket connected outside the box" warning was
+/// already given (once per run: a workload could repeat the call).
+static REAIM_WARNED: AtomicBool = AtomicBool::new(false);
+
 impl Shared {
+    /// The errno of a connect() on `sock` when it does not live in the box's
+    /// network namespace: a socket the broker connected on the host network
+    /// (or one received from outside the box) never gets a new destination,
+    /// whatever the address (AF_UNSPEC included: it would make the socket
+    /// connectable again). Read on the service's own copy of the socket,
+    /// so the workload cannot swap it after the check. None: the socket is
+    /// the box's, or the kernel cannot tell and then no socket connected
+    /// outside was ever handed over.
+    fn off_box_refusal(&self, sock: BorrowedFd<'_>, bytes: &[u8]) -> Option<i32> {
+        let home = self.box_netns?;
+        match notify::netns_cookie(sock) {
+            Ok(cookie) if cookie == home => None,
+            Ok(_) => {
+                if !REAIM_WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "terra: refused a connect() on a socket connected outside the box: \
+                         a connection the broker made cannot be given another destination \
+                         (said once per run)"
+                    );
+                }
+                Some(off_box_errno(bytes))
+            }
+            Err(e) => Some(e.raw_os_error().unwrap_or(libc::EPERM)),
+        }
+    }
+
     /// Asks the broker; without one (network none or direct) nothing
     /// leaves the box: ENETUNREACH, as the kernel would say.
     fn ask(&self, q: &Ask, extra: Option<BorrowedFd<'_>>) -> io::Result<(Answer, Option<OwnedFd>)> {
@@ -295,6 +360,9 @@ fn on_connect(s: &Shared, n: &Notification) {
         Err(e) if e.raw_os_error() == Some(libc::EBADF) => return fail(libc::EBADF),
         Err(_) => return fail(libc::ECONNREFUSED),
     };
+    if let Some(errno) = s.off_box_refusal(sock.as_fd(), &bytes) {
+        return fail(errno);
+    }
     let domain = match sockopt::socket_domain(&sock) {
         Ok(d) => d,
         Err(_) => return fail(libc::ENOTSOCK),
@@ -351,6 +419,10 @@ fn on_connect(s: &Shared, n: &Notification) {
     };
     match s.ask(&question, None) {
         Ok((Answer::Connected, Some(conn))) => {
+            if s.box_netns.is_none() {
+                // Without the namespace check a handed socket could be re-aimed.
+                return fail(libc::ECONNREFUSED);
+            }
             if nonblocking {
                 let _ = rustix::io::ioctl_fionbio(&conn, true);
             }
@@ -379,6 +451,22 @@ fn on_connect(s: &Shared, n: &Notification) {
         Err(_) if is_box_local(to.ip()) => here(),
         Err(e) if s.broker.is_none() => fail(e.raw_os_error().unwrap_or(libc::ENETUNREACH)),
         Err(_) => fail(libc::ECONNREFUSED),
+    }
+}
+
+/// The errno for a connect() on a socket that lives outside the box: an
+/// address gets what a connected socket says (EISCONN, and the socket
+/// stays connected); AF_UNSPEC, which would disconnect it, and anything
+/// else, EPERM.
+fn off_box_errno(bytes: &[u8]) -> i32 {
+    let family = match bytes {
+        [lo, hi, ..] => i32::from(u16::from_ne_bytes([*lo, *hi])),
+        _ => libc::AF_UNSPEC,
+    };
+    if family == libc::AF_INET || family == libc::AF_INET6 {
+        libc::EISCONN
+    } else {
+        libc::EPERM
     }
 }
 
@@ -444,14 +532,19 @@ fn netlink_addr(b: &[u8]) -> Option<rustix::net::netlink::SocketAddrNetlink> {
 /// A sendto() with a destination address (the filter passes no other):
 /// a UDP datagram to the box's loopback goes ahead; to anywhere else it is
 /// refused with a receipt line (the box has no route; the broker writes the
-/// line and says ENETUNREACH). On other sockets the kernel decides (a TCP
-/// socket ignores the address, or connects with MSG_FASTOPEN inside the
-/// box's network namespace, which reaches only the box's loopback).
+/// line and says ENETUNREACH). On other sockets the kernel decides: a TCP
+/// socket ignores the address. MSG_FASTOPEN, which would connect to it, is
+/// refused by the workload's filter before the call gets here, and again
+/// here, so this never lets the kernel run one.
 fn on_sendto(s: &Shared, n: &Notification) {
     let l = s.listener.as_fd();
     let proceed = || {
         let _ = notify::reply_continue(l, n.id);
     };
+    if n.args[3] as u32 & libc::MSG_FASTOPEN as u32 != 0 {
+        let _ = notify::reply_errno(l, n.id, libc::EOPNOTSUPP);
+        return;
+    }
     let fd = n.args[0] as u32 as i32 as RawFd;
     let len = n.args[5] as u32 as usize;
     if !(2..=128).contains(&len) {
