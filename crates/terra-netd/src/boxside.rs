@@ -174,12 +174,10 @@ fn serve_notifications(
             Err(_) => return,
         };
         let s = Arc::clone(&shared);
-        let job = move || {
-            if i64::from(n.nr) == libc::SYS_sendto {
-                on_sendto(&s, &n)
-            } else {
-                on_connect(&s, &n)
-            }
+        let job = move || match i64::from(n.nr) {
+            libc::SYS_sendto => on_sendto(&s, &n),
+            libc::SYS_bind => on_bind(&s, &n),
+            _ => on_connect(&s, &n),
         };
         if pool.run(job).is_err() {
             let _ = notify::reply_errno(shared.listener.as_fd(), n.id, libc::EAGAIN);
@@ -580,6 +578,47 @@ fn on_sendto(s: &Shared, n: &Notification) {
         _ => libc::ENETUNREACH,
     };
     let _ = notify::reply_errno(l, n.id, errno);
+}
+
+/// A bind(). On a socket that lives outside the box's network namespace (a
+/// socket the broker connected, whose connection may have ended and given
+/// its port back) it fails with EINVAL, what the kernel says for a socket
+/// that is already bound, so no host port is ever taken from the box. On
+/// the box's own sockets the kernel runs the call (an AF_UNIX path must be
+/// bound with the workload's own rights, not the service's). The check is
+/// made on the service's copy; the kernel then reads the descriptor number
+/// again, so a thread that puts a handed socket there in between could
+/// still bind it (docs/network.md, "Why a handed socket cannot be
+/// re-aimed").
+fn on_bind(s: &Shared, n: &Notification) {
+    let l = s.listener.as_fd();
+    let fail = |errno: i32| {
+        let _ = notify::reply_errno(l, n.id, errno);
+    };
+    if s.box_netns.is_none() {
+        // No socket connected outside the box was ever handed over.
+        let _ = notify::reply_continue(l, n.id);
+        return;
+    }
+    let fd = n.args[0] as u32 as i32 as RawFd;
+    let Ok(tgid) = notify::thread_group(s.proc_dir.as_fd(), n.pid) else {
+        return fail(libc::EPERM);
+    };
+    if !notify::id_valid(l, n.id) {
+        return;
+    }
+    let sock = match notify::take_fd(tgid, fd) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => return fail(libc::EBADF),
+        Err(_) => return fail(libc::EPERM),
+    };
+    match (s.box_netns, notify::netns_cookie(sock.as_fd())) {
+        (Some(home), Ok(cookie)) if cookie == home => {
+            let _ = notify::reply_continue(l, n.id);
+        }
+        (_, Ok(_)) => fail(libc::EINVAL),
+        (_, Err(e)) => fail(e.raw_os_error().unwrap_or(libc::EPERM)),
+    }
 }
 
 /// The option values [`options_set`] compares.

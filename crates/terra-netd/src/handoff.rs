@@ -494,7 +494,6 @@ fn connect_socket(
     if let (Some(v), AddressFamily::INET6) = (o.v6_only, family) {
         sockopt::set_ipv6_v6only(&sock, v)?;
     }
-    bind_own_port(&sock, family)?;
     rustix::io::ioctl_fionbio(&sock, true)?;
     match rustix::net::connect(&sock, &target) {
         Ok(()) => {}
@@ -528,42 +527,6 @@ fn connect_socket(
     }
     rustix::io::ioctl_fionbio(&sock, false)?;
     Ok(sock)
-}
-
-/// The local ports a handed socket is bound to: Linux's default ephemeral
-/// range.
-const OWN_PORTS: std::ops::RangeInclusive<u16> = 32768..=60999;
-/// Random ports tried before the connect fails (EADDRNOTAVAIL).
-const OWN_PORT_TRIES: usize = 64;
-
-/// Binds `sock` to a random port of its own on the unspecified address
-/// before it connects. The socket goes to the workload but lives on the
-/// host network, so it must never be bound anew (a host port squatted). A
-/// port bound by number stays the socket's when its connection ends (the
-/// kernel's SOCK_BINDPORT_LOCK), so bind() on the handed socket fails with
-/// EINVAL for as long as the workload holds it; the port connect() would
-/// pick is given back when the connection ends, and bind() would then work.
-fn bind_own_port(sock: &OwnedFd, family: AddressFamily) -> io::Result<()> {
-    let any: IpAddr = if family == AddressFamily::INET6 {
-        std::net::Ipv6Addr::UNSPECIFIED.into()
-    } else {
-        std::net::Ipv4Addr::UNSPECIFIED.into()
-    };
-    let span = u32::from(OWN_PORTS.end() - OWN_PORTS.start()) + 1;
-    for _ in 0..OWN_PORT_TRIES {
-        let mut r = [0u8; 4];
-        rustix::rand::getrandom(&mut r, rustix::rand::GetRandomFlags::empty())?;
-        let port = OWN_PORTS.start() + (u32::from_ne_bytes(r) % span) as u16;
-        match rustix::net::bind(sock, &SocketAddr::new(any, port)) {
-            Ok(()) => return Ok(()),
-            Err(rustix::io::Errno::ADDRINUSE) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AddrNotAvailable,
-        format!("no free local port in {OWN_PORTS:?} after {OWN_PORT_TRIES} tries"),
-    ))
 }
 
 #[cfg(test)]
@@ -713,31 +676,5 @@ mod tests {
         let s = std::net::TcpStream::from(s);
         // An AF_INET6 socket to a v4 address: the peer is the mapped form.
         assert!(s.peer_addr().unwrap().is_ipv6());
-    }
-
-    /// The handed socket keeps its own port when the connection ends, so
-    /// it can never be bound to another (a host port squatted).
-    #[test]
-    fn a_handed_socket_cannot_be_bound_even_after_its_connection_ended() {
-        for (listen, v6_socket) in [("127.0.0.1:0", false), ("127.0.0.1:0", true), ("[::1]:0", true)] {
-            let Ok(l) = std::net::TcpListener::bind(listen) else {
-                continue; // no IPv6 loopback here
-            };
-            let s = connect_socket(l.local_addr().unwrap(), v6_socket, &SocketOptions::default(), Duration::from_secs(5))
-                .unwrap();
-            let port = rustix::net::getsockname(&s).unwrap();
-            let (peer, _) = l.accept().unwrap();
-            let target = if v6_socket { "[::]:0" } else { "127.0.0.1:0" };
-            let target: SocketAddr = target.parse().unwrap();
-            assert_eq!(rustix::net::bind(&s, &target), Err(rustix::io::Errno::INVAL));
-            // Both sides close: the socket leaves the connection (TCP_CLOSE).
-            rustix::net::shutdown(&s, rustix::net::Shutdown::Both).unwrap();
-            drop(peer);
-            let mut b = [0u8; 1];
-            assert_eq!(rustix::net::recv(&s, &mut b, rustix::net::RecvFlags::empty()).unwrap().0, 0);
-            std::thread::sleep(Duration::from_millis(100));
-            assert_eq!(rustix::net::bind(&s, &target), Err(rustix::io::Errno::INVAL), "{listen}");
-            assert_eq!(rustix::net::getsockname(&s).unwrap(), port);
-        }
     }
 }

@@ -155,11 +155,6 @@ fn role_allowlists_list_the_calls_every_process_needs_and_nothing_dangerous() {
             "pivot_root",
             "io_uring_setup",
         ] {
-            // The broker binds the sockets it hands to the box to a port by
-            // number (so the workload cannot bind them anew); it never listens.
-            if t == Table::Broker && never == "bind" {
-                continue;
-            }
             assert!(!a.contains(never), "{} allows {never}", t.name());
         }
     }
