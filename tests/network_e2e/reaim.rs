@@ -148,7 +148,7 @@ fn probe(mode: &str, user: User, echo: u16, http: &Http, sentinel: &mut Sentinel
     let free = free_port();
     let script = format!(
         "unset http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; \
-         {PY} reaim.py {mode} {echo} {u4} {u4b} {u6} {free}; \
+         {PY} -u reaim.py {mode} {echo} {u4} {u4b} {u6} {free}; \
          {CURL} --noproxy '*' http://127.0.0.1:{}/after; echo",
         http.port
     );
