@@ -149,15 +149,18 @@ fn probe(mode: &str, user: User, echo: u16, http: &Http, sentinel: &mut Sentinel
     let script = format!(
         "unset http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; \
          {PY} -u reaim.py {mode} {echo} {u4} {u4b} {u6} {free}; \
-         {CURL} --noproxy '*' http://127.0.0.1:{}/after; echo",
-        http.port
+         {CURL} --tcp-fastopen --noproxy '*' http://127.0.0.1:{h}/fastopen; echo; \
+         {CURL} --noproxy '*' http://127.0.0.1:{h}/after; echo",
+        h = http.port
     );
     let r = fx.run(
         &[("127.0.0.1", echo, false, true), ("127.0.0.1", http.port, false, true)],
         &script,
     );
     assert!(r.stdout().contains("\ndone\n") || r.stdout().starts_with("done\n"), "{}", r.show());
-    // The twin: a normal client through the hand-off, after the probes.
+    // The twins: normal clients through the hand-off, after the probes; one
+    // asked for Fast Open, is told it is not available and connects.
+    assert!(r.stdout().contains("\nfrom-host /fastopen\n"), "{}", r.show());
     assert!(r.stdout().ends_with("from-host /after\n"), "{}", r.show());
     // Every receipt line is an admitted hand-off to a listed port.
     for l in &r.lines {
