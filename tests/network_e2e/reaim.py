@@ -6,6 +6,7 @@ mode = sys.argv[1]
 P, U4, U4B, U6, FREE = map(int, sys.argv[2:7])
 MSG_FASTOPEN = 0x20000000
 TCP_FASTOPEN_CONNECT = 30
+TCP_REPAIR = 19
 
 def name(e):
     # EOPNOTSUPP by its Linux name (python3 calls the same number ENOTSUP).
@@ -173,6 +174,9 @@ elif mode == "bind":
         s = handed(v6)
         here = ("::", FREE) if v6 else ("127.0.0.1", FREE)
         connected = (res(lambda: s.bind(here)), res(lambda: s.listen(4)))
+        # TCP_REPAIR could set new addresses; it needs CAP_NET_ADMIN over the
+        # host's network namespace, which nothing in the box has.
+        print(fam(v6), "repair", res(lambda: s.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 1)))
         # The connection ends (the server closes, so do we): the socket is
         # in TCP_CLOSE, where a port connect() picked would be given back.
         s.sendall(b"close\n")
