@@ -122,7 +122,10 @@ impl Sentinel {
         }
         self.markers += 3;
         let seen = self.hits.settled(self.markers);
-        assert!(seen >= self.markers, "the listeners did not report the test's connections");
+        assert!(
+            seen >= self.markers,
+            "the listeners did not report the test's connections"
+        );
         // A read the box made would come before the marker on its listener;
         // give the listener's output pipe a moment to carry it.
         std::thread::sleep(Duration::from_millis(200));
@@ -141,7 +144,13 @@ fn free_port() -> u16 {
 
 /// Runs `reaim.py MODE` in a box of `user` that lists the echo server (and
 /// the HTTP server, for curl); returns the run with the sentinel's count.
-fn probe(mode: &str, user: User, echo: u16, http: &Http, sentinel: &mut Sentinel) -> (RunOutcome, usize) {
+fn probe(
+    mode: &str,
+    user: User,
+    echo: u16,
+    http: &Http,
+    sentinel: &mut Sentinel,
+) -> (RunOutcome, usize) {
     let fx = BoxWorld::new(&format!("reaim-{mode}"), user);
     fs::write(fx.ws.join("reaim.py"), REAIM_PY).unwrap();
     let [u4, u4b, u6] = sentinel.ports;
@@ -154,13 +163,24 @@ fn probe(mode: &str, user: User, echo: u16, http: &Http, sentinel: &mut Sentinel
         h = http.port
     );
     let r = fx.run(
-        &[("127.0.0.1", echo, false, true), ("127.0.0.1", http.port, false, true)],
+        &[
+            ("127.0.0.1", echo, false, true),
+            ("127.0.0.1", http.port, false, true),
+        ],
         &script,
     );
-    assert!(r.stdout().contains("\ndone\n") || r.stdout().starts_with("done\n"), "{}", r.show());
+    assert!(
+        r.stdout().contains("\ndone\n") || r.stdout().starts_with("done\n"),
+        "{}",
+        r.show()
+    );
     // The twins: normal clients through the hand-off, after the probes; one
     // asked for Fast Open, is told it is not available and connects.
-    assert!(r.stdout().contains("\nfrom-host /fastopen\n"), "{}", r.show());
+    assert!(
+        r.stdout().contains("\nfrom-host /fastopen\n"),
+        "{}",
+        r.show()
+    );
     assert!(r.stdout().ends_with("from-host /after\n"), "{}", r.show());
     // Every receipt line is an admitted hand-off to a listed port.
     for l in &r.lines {
@@ -232,7 +252,12 @@ fn handoff_connect_on_a_handed_socket_never_re_aims_it() {
             }
         }
         assert!(out.contains("box-socket ok ok"), "{}", r.show());
-        assert_eq!(others, 0, "an unlisted host listener was reached\n{}", r.show());
+        assert_eq!(
+            others,
+            0,
+            "an unlisted host listener was reached\n{}",
+            r.show()
+        );
     }
 }
 
@@ -265,7 +290,12 @@ fn handoff_fast_open_is_refused_on_every_socket() {
             );
         }
         assert!(out.contains("io_uring EPERM"), "{}", r.show());
-        assert_eq!(others, 0, "an unlisted host listener was reached\n{}", r.show());
+        assert_eq!(
+            others,
+            0,
+            "an unlisted host listener was reached\n{}",
+            r.show()
+        );
     }
 }
 
@@ -283,7 +313,12 @@ fn handoff_send_with_an_address_reaches_only_the_connected_peer() {
         for l in sends {
             assert!(l.ends_with(" 3 True 4 True 5 True"), "{l}\n{}", r.show());
         }
-        assert_eq!(others, 0, "an unlisted host listener was reached\n{}", r.show());
+        assert_eq!(
+            others,
+            0,
+            "an unlisted host listener was reached\n{}",
+            r.show()
+        );
     }
 }
 
@@ -306,6 +341,11 @@ fn handoff_a_handed_socket_cannot_be_bound_or_listened_on() {
             assert!(out.contains(&want), "{want}\n{}", r.show());
         }
         assert!(out.contains("box-socket ok ok"), "{}", r.show());
-        assert_eq!(others, 0, "an unlisted host listener was reached\n{}", r.show());
+        assert_eq!(
+            others,
+            0,
+            "an unlisted host listener was reached\n{}",
+            r.show()
+        );
     }
 }

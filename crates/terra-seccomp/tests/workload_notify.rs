@@ -1,5 +1,5 @@
-//! The workload-notify table as a program: connect() and sendto() with an
-//! address go to the box network service, while TCP Fast Open (which
+//! The workload-notify table as a program: connect(), sendto() with an
+//! address and bind() go to the box network service, while TCP Fast Open (which
 //! connects without a connect() call) is refused on every socket before the
 //! service could be asked.
 #![cfg(target_os = "linux")]
@@ -35,15 +35,30 @@ fn fast_open_is_refused_on_every_send_call_and_its_socket_option() {
     let addr = 0x7000_0000;
     let flags = MSG_FASTOPEN | libc::MSG_NOSIGNAL as u64;
     // sendto(fd, buf, len, flags, addr, addrlen), with and without an address.
-    assert_eq!(decide(libc::SYS_sendto, [3, 1, 1, flags, addr, 16]), eopnotsupp());
-    assert_eq!(decide(libc::SYS_sendto, [3, 1, 1, flags, 0, 0]), eopnotsupp());
+    assert_eq!(
+        decide(libc::SYS_sendto, [3, 1, 1, flags, addr, 16]),
+        eopnotsupp()
+    );
+    assert_eq!(
+        decide(libc::SYS_sendto, [3, 1, 1, flags, 0, 0]),
+        eopnotsupp()
+    );
     // sendmsg(fd, msg, flags), sendmmsg(fd, vec, n, flags).
-    assert_eq!(decide(libc::SYS_sendmsg, [3, 1, flags, 0, 0, 0]), eopnotsupp());
-    assert_eq!(decide(libc::SYS_sendmmsg, [3, 1, 1, flags, 0, 0]), eopnotsupp());
+    assert_eq!(
+        decide(libc::SYS_sendmsg, [3, 1, flags, 0, 0, 0]),
+        eopnotsupp()
+    );
+    assert_eq!(
+        decide(libc::SYS_sendmmsg, [3, 1, 1, flags, 0, 0]),
+        eopnotsupp()
+    );
     // setsockopt(fd, IPPROTO_TCP, TCP_FASTOPEN_CONNECT, ...).
     let tcp = libc::IPPROTO_TCP as u64;
     assert_eq!(
-        decide(libc::SYS_setsockopt, [3, tcp, TCP_FASTOPEN_CONNECT, 1, 4, 0]),
+        decide(
+            libc::SYS_setsockopt,
+            [3, tcp, TCP_FASTOPEN_CONNECT, 1, 4, 0]
+        ),
         eopnotsupp()
     );
 }
@@ -52,18 +67,39 @@ fn fast_open_is_refused_on_every_send_call_and_its_socket_option() {
 fn the_same_calls_without_fast_open_are_untouched_or_go_to_the_service() {
     let addr = 0x7000_0000;
     let nosig = libc::MSG_NOSIGNAL as u64;
-    assert_eq!(decide(libc::SYS_connect, [3, addr, 16, 0, 0, 0]), RET_USER_NOTIF);
-    assert_eq!(decide(libc::SYS_sendto, [3, 1, 1, nosig, addr, 16]), RET_USER_NOTIF);
+    assert_eq!(
+        decide(libc::SYS_connect, [3, addr, 16, 0, 0, 0]),
+        RET_USER_NOTIF
+    );
+    // bind(): a handed socket must never take a host port; the service decides.
+    assert_eq!(
+        decide(libc::SYS_bind, [3, addr, 16, 0, 0, 0]),
+        RET_USER_NOTIF
+    );
+    assert_eq!(decide(libc::SYS_listen, [3, 16, 0, 0, 0, 0]), RET_ALLOW);
+    assert_eq!(
+        decide(libc::SYS_sendto, [3, 1, 1, nosig, addr, 16]),
+        RET_USER_NOTIF
+    );
     assert_eq!(decide(libc::SYS_sendto, [3, 1, 1, nosig, 0, 0]), RET_ALLOW);
     assert_eq!(decide(libc::SYS_sendmsg, [3, 1, nosig, 0, 0, 0]), RET_ALLOW);
-    assert_eq!(decide(libc::SYS_sendmmsg, [3, 1, 1, nosig, 0, 0]), RET_ALLOW);
+    assert_eq!(
+        decide(libc::SYS_sendmmsg, [3, 1, 1, nosig, 0, 0]),
+        RET_ALLOW
+    );
     let tcp = libc::IPPROTO_TCP as u64;
     let nodelay = libc::TCP_NODELAY as u64;
-    assert_eq!(decide(libc::SYS_setsockopt, [3, tcp, nodelay, 1, 4, 0]), RET_ALLOW);
+    assert_eq!(
+        decide(libc::SYS_setsockopt, [3, tcp, nodelay, 1, 4, 0]),
+        RET_ALLOW
+    );
     // Option 30 at another level (SOL_SOCKET's SO_PEERSEC, say) is not Fast Open.
     let sol = libc::SOL_SOCKET as u64;
     assert_eq!(
-        decide(libc::SYS_setsockopt, [3, sol, TCP_FASTOPEN_CONNECT, 1, 4, 0]),
+        decide(
+            libc::SYS_setsockopt,
+            [3, sol, TCP_FASTOPEN_CONNECT, 1, 4, 0]
+        ),
         RET_ALLOW
     );
 }
