@@ -349,3 +349,36 @@ fn handoff_a_handed_socket_cannot_be_bound_or_listened_on() {
         );
     }
 }
+
+/// The box's own sockets still bind as the kernel binds them, now that
+/// every bind() waits for the service: AF_UNIX paths (relative, absolute; the
+/// workload's umask and uid; EADDRINUSE; EROFS on the read-only root;
+/// ENOENT), abstract names, autobind, datagram sockets, inet and inet6
+/// (EINVAL for a second bind, the AF_UNSPEC compatibility rule, a short
+/// address, a family mismatch), netlink.
+#[test]
+fn handoff_the_box_sockets_bind_as_before() {
+    let mut w = World::start();
+    for user in users() {
+        let (r, _) = w.probe("unixbind", user);
+        let out = r.stdout();
+        for want in [
+            "unix relative ok reached 0o700 True",
+            "unix absolute ok reached",
+            "unix again EADDRINUSE",
+            "unix abstract ok reached EADDRINUSE",
+            "unix autobind ok True",
+            "unix read-only EROFS",
+            "unix no-dir ENOENT",
+            "unix dgram ok",
+            "inet ok EINVAL",
+            "inet6 ok",
+            "inet unspec-any ok",
+            "inet short EINVAL",
+            "inet6 family EAFNOSUPPORT",
+            "netlink ok",
+        ] {
+            assert!(out.lines().any(|l| l == want), "{want}\n{}", r.show());
+        }
+    }
+}
