@@ -190,6 +190,43 @@ elif mode == "bind":
     # The twin: a socket of the box's own binds and listens.
     t = socket.socket()
     print("box-socket", res(lambda: t.bind(("127.0.0.1", FREE))), res(lambda: t.listen(4)))
+elif mode == "race":
+    # One thread swaps descriptor 100 between a handed socket whose
+    # connection ended and a fresh AF_UNIX socket of the box, and the
+    # address between that socket's path and a free host port, while this
+    # thread binds descriptor 100 with it: the handed socket never gets
+    # the port, whatever check a bind() might pass first.
+    import threading
+    h = socket.create_connection(("127.0.0.1", P))
+    h.sendall(b"close\n")
+    h.shutdown(socket.SHUT_RDWR)
+    h.recv(10)
+    time.sleep(0.2)
+    inet = sa(False, "127.0.0.1", FREE)
+    path = os.path.join(os.getcwd(), "race.sock").encode()
+    unix = struct.pack("=H", socket.AF_UNIX) + path + b"\0"
+    n = max(len(inet), len(unix))
+    inet, unix = inet.ljust(n, b"\0"), unix.ljust(n, b"\0")
+    buf = ctypes.create_string_buffer(unix, n)
+    u = socket.socket(socket.AF_UNIX)
+    os.dup2(u.fileno(), 100)
+    stop = False
+    def flip():
+        while not stop:
+            ctypes.memmove(buf, inet, n)
+            os.dup2(h.fileno(), 100)
+            ctypes.memmove(buf, unix, n)
+            os.dup2(u.fileno(), 100)
+    threading.Thread(target=flip, daemon=True).start()
+    for i in range(2000):
+        if os.path.exists("race.sock"):
+            os.unlink("race.sock")
+        libc.bind(100, buf, n)
+        if h.getsockname()[1] == FREE:
+            break
+    stop = True
+    print("race", "squatted" if h.getsockname()[1] == FREE else "port-free", i + 1)
+
 elif mode == "unixbind":
     # The box's own sockets bind as the kernel would bind them.
     os.umask(0o077)

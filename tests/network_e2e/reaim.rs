@@ -323,8 +323,9 @@ fn handoff_send_with_an_address_reaches_only_the_connected_peer() {
 }
 
 /// bind() and listen() on a handed socket fail (EINVAL) while it is
-/// connected and after its connection ended (both sides closed), so no host
-/// port is squatted or listened on; connect() on it is still refused, and
+/// connected and after its connection ended (both sides closed: the box
+/// bound it to a port by number, which it keeps), so no host port is
+/// squatted or listened on; connect() on it is still refused, and
 /// TCP_REPAIR (which could set new addresses) needs a capability over the
 /// host's network namespace (EPERM). A socket of the box's own binds and
 /// listens on the same port number.
@@ -350,8 +351,26 @@ fn handoff_a_handed_socket_cannot_be_bound_or_listened_on() {
     }
 }
 
-/// The box's own sockets still bind as the kernel binds them, now that
-/// every bind() waits for the service: AF_UNIX paths (relative, absolute; the
+/// A thread swaps the descriptor a bind() names between a box socket and a
+/// handed socket whose connection ended, and the address between a path
+/// and a free host port, for 2,000 calls: the handed socket never takes the
+/// port (it keeps the port it was bound to by number). A check of the
+/// socket followed by the kernel's own bind ("continue") lost this race
+/// within a few dozen calls.
+#[test]
+fn handoff_a_thread_swapping_descriptors_never_binds_a_handed_socket() {
+    let mut w = World::start();
+    for user in users() {
+        let (r, others) = w.probe("race", user);
+        let out = r.stdout();
+        let line = lines_with(&out, "race ").join("\n");
+        assert_eq!(line, "race port-free 2000", "{}", r.show());
+        assert_eq!(others, 0, "{}", r.show());
+    }
+}
+
+/// The box's own sockets bind as the kernel binds them (bind() is not
+/// intercepted): AF_UNIX paths (relative, absolute; the
 /// workload's umask and uid; EADDRINUSE; EROFS on the read-only root;
 /// ENOENT), abstract names, autobind, datagram sockets, inet and inet6
 /// (EINVAL for a second bind, the AF_UNSPEC compatibility rule, a short

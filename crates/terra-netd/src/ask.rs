@@ -68,6 +68,11 @@ pub enum Ask {
 pub enum Answer {
     /// Connected and judged: the socket travels with this message.
     Connected,
+    /// Admitted: the broker's socket, not yet connected, travels with this
+    /// message, for the box to bind to a port of its own ([`ask_connect`]);
+    /// the box says `bound` (or `unbound`) on the same reply socket and the
+    /// broker then connects it and answers again.
+    Bind,
     /// A box-local address no destination lists: the box service connects
     /// the workload's socket itself, inside the box (its own loopback).
     Local,
@@ -153,14 +158,48 @@ pub fn ask_with(
     fds.extend(extra);
     send_with(channel, &payload, &fds)?;
     drop(theirs);
-    let (bytes, fds) = recv_with(mine.as_fd())?
+    receive_answer(mine.as_fd())
+}
+
+/// The box's word after [`Answer::Bind`].
+pub const BOUND: &[u8] = b"bound";
+pub const UNBOUND: &[u8] = b"unbound";
+
+/// [`ask`] for [`Ask::Connect`]: when the broker answers [`Answer::Bind`],
+/// `bind` binds its socket (the broker's, shared through SCM_RIGHTS) before
+/// the broker connects it, and the answer after that is returned.
+pub fn ask_connect(
+    channel: BorrowedFd<'_>,
+    question: &Ask,
+    bind: impl Fn(BorrowedFd<'_>) -> io::Result<()>,
+) -> io::Result<(Answer, Option<OwnedFd>)> {
+    let (mine, theirs) = crate::fdpass::broker_socketpair()?;
+    let mut payload = vec![ASK_TAG];
+    serde_json::to_writer(&mut payload, question).map_err(io::Error::other)?;
+    send_with(channel, &payload, &[theirs.as_fd()])?;
+    drop(theirs);
+    let (answer, fd) = receive_answer(mine.as_fd())?;
+    if answer != Answer::Bind {
+        return Ok((answer, fd));
+    }
+    let word = match fd.as_ref().map(|s| bind(s.as_fd())) {
+        Some(Ok(())) => BOUND,
+        _ => UNBOUND,
+    };
+    send_with(mine.as_fd(), word, &[])?;
+    receive_answer(mine.as_fd())
+}
+
+/// One answer and the socket it carries.
+fn receive_answer(mine: BorrowedFd<'_>) -> io::Result<(Answer, Option<OwnedFd>)> {
+    let (bytes, fds) = recv_with(mine)?
         .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the broker did not answer"))?;
     let fd = fds.into_iter().next();
     let answer: Answer = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
-    if answer == Answer::Connected && fd.is_none() {
-        return Err(io::Error::other(
-            "the broker said connected without a socket",
-        ));
+    if matches!(answer, Answer::Connected | Answer::Bind) && fd.is_none() {
+        return Err(io::Error::other(format!(
+            "the broker answered {answer:?} without a socket"
+        )));
     }
     Ok((answer, fd))
 }

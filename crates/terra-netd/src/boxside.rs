@@ -176,7 +176,6 @@ fn serve_notifications(
         let s = Arc::clone(&shared);
         let job = move || match i64::from(n.nr) {
             libc::SYS_sendto => on_sendto(&s, &n),
-            libc::SYS_bind => on_bind(&s, &n),
             _ => on_connect(&s, &n),
         };
         if pool.run(job).is_err() {
@@ -266,6 +265,16 @@ impl Shared {
     fn ask(&self, q: &Ask, extra: Option<BorrowedFd<'_>>) -> io::Result<(Answer, Option<OwnedFd>)> {
         match &self.broker {
             Some(b) => ask::ask_with(b.as_fd(), q, extra),
+            None => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
+        }
+    }
+
+    /// [`Shared::ask`] for a connect: the socket the broker admits comes
+    /// first unconnected, and is bound here to a port of its own
+    /// ([`bind_own_port`]) before the broker connects it.
+    fn ask_connect(&self, q: &Ask) -> io::Result<(Answer, Option<OwnedFd>)> {
+        match &self.broker {
+            Some(b) => ask::ask_connect(b.as_fd(), q, bind_own_port),
             None => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
         }
     }
@@ -415,7 +424,7 @@ fn on_connect(s: &Shared, n: &Notification) {
         v6_socket,
         options,
     };
-    match s.ask(&question, None) {
+    match s.ask_connect(&question) {
         Ok((Answer::Connected, Some(conn))) => {
             if s.box_netns.is_none() {
                 // Without the namespace check a handed socket could be re-aimed.
@@ -450,6 +459,39 @@ fn on_connect(s: &Shared, n: &Notification) {
         Err(e) if s.broker.is_none() => fail(e.raw_os_error().unwrap_or(libc::ENETUNREACH)),
         Err(_) => fail(libc::ECONNREFUSED),
     }
+}
+
+/// Local ports a handed socket is bound to: Linux's default ephemeral range.
+const OWN_PORTS: std::ops::RangeInclusive<u16> = 32768..=60999;
+/// Random ports tried before the hand-off fails.
+const OWN_PORT_TRIES: usize = 64;
+
+/// Binds the broker's socket (not yet connected, on the host network) to a
+/// random port of its own on the unspecified address. A port bound by
+/// number stays the socket's when its connection ends, so bind() on the
+/// handed socket fails with EINVAL for as long as the workload holds it,
+/// whatever descriptor swapping it tries; a port connect() picks would be
+/// given back, and the socket could then take any host port.
+fn bind_own_port(sock: BorrowedFd<'_>) -> io::Result<()> {
+    let any: IpAddr = match sockopt::socket_domain(sock)? {
+        AddressFamily::INET6 => Ipv6Addr::UNSPECIFIED.into(),
+        _ => Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let span = u32::from(OWN_PORTS.end() - OWN_PORTS.start()) + 1;
+    for _ in 0..OWN_PORT_TRIES {
+        let mut r = [0u8; 4];
+        rustix::rand::getrandom(&mut r, rustix::rand::GetRandomFlags::empty())?;
+        let port = OWN_PORTS.start() + (u32::from_ne_bytes(r) % span) as u16;
+        match rustix::net::bind(sock, &SocketAddr::new(any, port)) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::ADDRINUSE) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrNotAvailable,
+        format!("no free local port in {OWN_PORTS:?} after {OWN_PORT_TRIES} tries"),
+    ))
 }
 
 /// The errno for a connect() on a socket that lives outside the box: an
@@ -580,47 +622,6 @@ fn on_sendto(s: &Shared, n: &Notification) {
     let _ = notify::reply_errno(l, n.id, errno);
 }
 
-/// A bind(). On a socket that lives outside the box's network namespace (a
-/// socket the broker connected, whose connection may have ended and given
-/// its port back) it fails with EINVAL, what the kernel says for a socket
-/// that is already bound, so no host port is ever taken from the box. On
-/// the box's own sockets the kernel runs the call (an AF_UNIX path must be
-/// bound with the workload's own rights, not the service's). The check is
-/// made on the service's copy; the kernel then reads the descriptor number
-/// again, so a thread that puts a handed socket there in between could
-/// still bind it (docs/network.md, "Why a handed socket cannot be
-/// re-aimed").
-fn on_bind(s: &Shared, n: &Notification) {
-    let l = s.listener.as_fd();
-    let fail = |errno: i32| {
-        let _ = notify::reply_errno(l, n.id, errno);
-    };
-    if s.box_netns.is_none() {
-        // No socket connected outside the box was ever handed over.
-        let _ = notify::reply_continue(l, n.id);
-        return;
-    }
-    let fd = n.args[0] as u32 as i32 as RawFd;
-    let Ok(tgid) = notify::thread_group(s.proc_dir.as_fd(), n.pid) else {
-        return fail(libc::EPERM);
-    };
-    if !notify::id_valid(l, n.id) {
-        return;
-    }
-    let sock = match notify::take_fd(tgid, fd) {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EBADF) => return fail(libc::EBADF),
-        Err(_) => return fail(libc::EPERM),
-    };
-    match (s.box_netns, notify::netns_cookie(sock.as_fd())) {
-        (Some(home), Ok(cookie)) if cookie == home => {
-            let _ = notify::reply_continue(l, n.id);
-        }
-        (_, Ok(_)) => fail(libc::EINVAL),
-        (_, Err(e)) => fail(e.raw_os_error().unwrap_or(libc::EPERM)),
-    }
-}
-
 /// The option values [`options_set`] compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Defaults {
@@ -712,6 +713,50 @@ mod tests {
         ));
         assert!(is_box_local("0.0.0.0".parse().unwrap()));
         assert!(!is_box_local("10.0.0.1".parse().unwrap()));
+    }
+
+    /// A socket bound by number keeps its port when its connection ends, so
+    /// the workload can never bind a handed socket to another (a host port).
+    #[test]
+    fn a_socket_bound_to_its_own_port_cannot_be_bound_again_after_its_connection() {
+        for (listen, family) in [
+            ("127.0.0.1:0", AddressFamily::INET),
+            ("127.0.0.1:0", AddressFamily::INET6),
+            ("[::1]:0", AddressFamily::INET6),
+        ] {
+            let Ok(l) = TcpListener::bind(listen) else {
+                continue; // no IPv6 loopback here
+            };
+            let s = rustix::net::socket(family, SocketType::STREAM, None).unwrap();
+            bind_own_port(s.as_fd()).unwrap();
+            let mut to = l.local_addr().unwrap();
+            if family == AddressFamily::INET6 {
+                if let SocketAddr::V4(v4) = to {
+                    to = SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port());
+                }
+            }
+            rustix::net::connect(&s, &to).unwrap();
+            let mine = rustix::net::getsockname(&s).unwrap();
+            let (peer, _) = l.accept().unwrap();
+            let any: SocketAddr = match family {
+                AddressFamily::INET6 => "[::]:0".parse().unwrap(),
+                _ => "127.0.0.1:0".parse().unwrap(),
+            };
+            assert_eq!(rustix::net::bind(&s, &any), Err(rustix::io::Errno::INVAL));
+            // Both sides close: the socket leaves its connection (TCP_CLOSE).
+            rustix::net::shutdown(&s, rustix::net::Shutdown::Both).unwrap();
+            drop(peer);
+            let mut b = [0u8; 1];
+            let got = rustix::net::recv(&s, &mut b, rustix::net::RecvFlags::empty()).unwrap();
+            assert_eq!(got.0, 0);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(
+                rustix::net::bind(&s, &any),
+                Err(rustix::io::Errno::INVAL),
+                "{listen}"
+            );
+            assert_eq!(rustix::net::getsockname(&s).unwrap(), mine);
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The workload-notify table as a program: connect(), sendto() with an
-//! address and bind() go to the box network service, while TCP Fast Open (which
+//! The workload-notify table as a program: connect() and sendto() with an
+//! address go to the box network service, while TCP Fast Open (which
 //! connects without a connect() call) is refused on every socket before the
 //! service could be asked.
 #![cfg(target_os = "linux")]
@@ -71,11 +71,9 @@ fn the_same_calls_without_fast_open_are_untouched_or_go_to_the_service() {
         decide(libc::SYS_connect, [3, addr, 16, 0, 0, 0]),
         RET_USER_NOTIF
     );
-    // bind(): a handed socket must never take a host port; the service decides.
-    assert_eq!(
-        decide(libc::SYS_bind, [3, addr, 16, 0, 0, 0]),
-        RET_USER_NOTIF
-    );
+    // bind() and listen() are the kernel's: a handed socket keeps the port
+    // the box bound it to, and stays connected.
+    assert_eq!(decide(libc::SYS_bind, [3, addr, 16, 0, 0, 0]), RET_ALLOW);
     assert_eq!(decide(libc::SYS_listen, [3, 16, 0, 0, 0, 0]), RET_ALLOW);
     assert_eq!(
         decide(libc::SYS_sendto, [3, 1, 1, nosig, addr, 16]),
