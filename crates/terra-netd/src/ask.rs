@@ -257,6 +257,47 @@ mod tests {
         assert_eq!(got, q);
     }
 
+    /// The broker sends its unconnected socket, the box binds it and says
+    /// so, and only then does the broker connect and answer again.
+    #[test]
+    fn an_admitted_connect_is_bound_by_the_box_before_it_is_connected() {
+        let (box_end, broker_end) = crate::fdpass::broker_socketpair().unwrap();
+        let q = Ask::Connect {
+            to: "127.0.0.1:1".parse().unwrap(),
+            v6_socket: false,
+            options: SocketOptions::default(),
+        };
+        let broker = std::thread::spawn(move || {
+            let (_, fds) = recv_with(broker_end.as_fd()).unwrap().unwrap();
+            let reply_end = fds.into_iter().next().unwrap();
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let s = rustix::net::socket(
+                rustix::net::AddressFamily::INET,
+                rustix::net::SocketType::STREAM,
+                None,
+            )
+            .unwrap();
+            reply(reply_end.as_fd(), &Answer::Bind, Some(s.as_fd())).unwrap();
+            let (word, _) = recv_with(reply_end.as_fd()).unwrap().unwrap();
+            rustix::net::connect(&s, &l.local_addr().unwrap()).unwrap();
+            reply(reply_end.as_fd(), &Answer::Connected, Some(s.as_fd())).unwrap();
+            (word, l)
+        });
+        let bound_to = std::sync::Mutex::new(None);
+        let (answer, fd) = ask_connect(box_end.as_fd(), &q, |sock| {
+            let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+            rustix::net::bind(sock, &any)?;
+            *bound_to.lock().unwrap() = Some(rustix::net::getsockname(sock)?);
+            Ok(())
+        })
+        .unwrap();
+        let (word, _listener) = broker.join().unwrap();
+        assert_eq!(word, BOUND);
+        assert_eq!(answer, Answer::Connected);
+        let local = rustix::net::getsockname(fd.unwrap()).unwrap();
+        assert_eq!(Some(local), bound_to.into_inner().unwrap());
+    }
+
     #[test]
     fn garbage_is_refused_with_a_reason() {
         assert!(parse_ask(&[0]).is_err());
