@@ -1536,6 +1536,8 @@ mod dns_server;
 
 #[path = "network_e2e/handoff.rs"]
 mod handoff;
+#[path = "network_e2e/reaim.rs"]
+mod reaim;
 
 /// Where the test's DNS server listens (a loopback address nothing else uses).
 const DNS_ADDR: &str = "127.0.0.153:53";

@@ -68,6 +68,11 @@ pub enum Ask {
 pub enum Answer {
     /// Connected and judged: the socket travels with this message.
     Connected,
+    /// Admitted: the broker's socket, not yet connected, travels with this
+    /// message, for the box to bind to a port of its own ([`ask_connect`]);
+    /// the box says `bound` (or `unbound`) on the same reply socket and the
+    /// broker then connects it and answers again.
+    Bind,
     /// A box-local address no destination lists: the box service connects
     /// the workload's socket itself, inside the box (its own loopback).
     Local,
@@ -153,14 +158,48 @@ pub fn ask_with(
     fds.extend(extra);
     send_with(channel, &payload, &fds)?;
     drop(theirs);
-    let (bytes, fds) = recv_with(mine.as_fd())?
+    receive_answer(mine.as_fd())
+}
+
+/// The box's word after [`Answer::Bind`].
+pub const BOUND: &[u8] = b"bound";
+pub const UNBOUND: &[u8] = b"unbound";
+
+/// [`ask`] for [`Ask::Connect`]: when the broker answers [`Answer::Bind`],
+/// `bind` binds its socket (the broker's, shared through SCM_RIGHTS) before
+/// the broker connects it, and the answer after that is returned.
+pub fn ask_connect(
+    channel: BorrowedFd<'_>,
+    question: &Ask,
+    bind: impl Fn(BorrowedFd<'_>) -> io::Result<()>,
+) -> io::Result<(Answer, Option<OwnedFd>)> {
+    let (mine, theirs) = crate::fdpass::broker_socketpair()?;
+    let mut payload = vec![ASK_TAG];
+    serde_json::to_writer(&mut payload, question).map_err(io::Error::other)?;
+    send_with(channel, &payload, &[theirs.as_fd()])?;
+    drop(theirs);
+    let (answer, fd) = receive_answer(mine.as_fd())?;
+    if answer != Answer::Bind {
+        return Ok((answer, fd));
+    }
+    let word = match fd.as_ref().map(|s| bind(s.as_fd())) {
+        Some(Ok(())) => BOUND,
+        _ => UNBOUND,
+    };
+    send_with(mine.as_fd(), word, &[])?;
+    receive_answer(mine.as_fd())
+}
+
+/// One answer and the socket it carries.
+fn receive_answer(mine: BorrowedFd<'_>) -> io::Result<(Answer, Option<OwnedFd>)> {
+    let (bytes, fds) = recv_with(mine)?
         .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the broker did not answer"))?;
     let fd = fds.into_iter().next();
     let answer: Answer = serde_json::from_slice(&bytes).map_err(io::Error::other)?;
-    if answer == Answer::Connected && fd.is_none() {
-        return Err(io::Error::other(
-            "the broker said connected without a socket",
-        ));
+    if matches!(answer, Answer::Connected | Answer::Bind) && fd.is_none() {
+        return Err(io::Error::other(format!(
+            "the broker answered {answer:?} without a socket"
+        )));
     }
     Ok((answer, fd))
 }
@@ -216,6 +255,47 @@ mod tests {
         let (got, _listener, sent) = broker.join().unwrap();
         assert_eq!(s.local_addr().unwrap(), sent);
         assert_eq!(got, q);
+    }
+
+    /// The broker sends its unconnected socket, the box binds it and says
+    /// so, and only then does the broker connect and answer again.
+    #[test]
+    fn an_admitted_connect_is_bound_by_the_box_before_it_is_connected() {
+        let (box_end, broker_end) = crate::fdpass::broker_socketpair().unwrap();
+        let q = Ask::Connect {
+            to: "127.0.0.1:1".parse().unwrap(),
+            v6_socket: false,
+            options: SocketOptions::default(),
+        };
+        let broker = std::thread::spawn(move || {
+            let (_, fds) = recv_with(broker_end.as_fd()).unwrap().unwrap();
+            let reply_end = fds.into_iter().next().unwrap();
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let s = rustix::net::socket(
+                rustix::net::AddressFamily::INET,
+                rustix::net::SocketType::STREAM,
+                None,
+            )
+            .unwrap();
+            reply(reply_end.as_fd(), &Answer::Bind, Some(s.as_fd())).unwrap();
+            let (word, _) = recv_with(reply_end.as_fd()).unwrap().unwrap();
+            rustix::net::connect(&s, &l.local_addr().unwrap()).unwrap();
+            reply(reply_end.as_fd(), &Answer::Connected, Some(s.as_fd())).unwrap();
+            (word, l)
+        });
+        let bound_to = std::sync::Mutex::new(None);
+        let (answer, fd) = ask_connect(box_end.as_fd(), &q, |sock| {
+            let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+            rustix::net::bind(sock, &any)?;
+            *bound_to.lock().unwrap() = Some(rustix::net::getsockname(sock)?);
+            Ok(())
+        })
+        .unwrap();
+        let (word, _listener) = broker.join().unwrap();
+        assert_eq!(word, BOUND);
+        assert_eq!(answer, Answer::Connected);
+        let local = rustix::net::getsockname(fd.unwrap()).unwrap();
+        assert_eq!(Some(local), bound_to.into_inner().unwrap());
     }
 
     #[test]

@@ -14,11 +14,14 @@
 //!   addresses nothing lists, and AF_UNIX sockets on the box's writable
 //!   mounts ([`crate::unixconn`]), are connected by the service itself on
 //!   the workload's own socket, inside the box. The kernel never runs the
-//!   workload's connect().
+//!   workload's connect(), and a socket that lives outside the box's
+//!   network namespace (one the broker connected) never gets a new
+//!   destination ([`Shared::off_box_refusal`]).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::net::{sockopt, AddressFamily, SocketType};
@@ -157,6 +160,7 @@ fn serve_notifications(
     drop(channel);
     let shared = Arc::new(Shared {
         listener,
+        box_netns: box_netns(),
         broker,
         proc_dir,
         relay: relay.map(Mutex::new),
@@ -170,12 +174,9 @@ fn serve_notifications(
             Err(_) => return,
         };
         let s = Arc::clone(&shared);
-        let job = move || {
-            if i64::from(n.nr) == libc::SYS_sendto {
-                on_sendto(&s, &n)
-            } else {
-                on_connect(&s, &n)
-            }
+        let job = move || match i64::from(n.nr) {
+            libc::SYS_sendto => on_sendto(&s, &n),
+            _ => on_connect(&s, &n),
         };
         if pool.run(job).is_err() {
             let _ = notify::reply_errno(shared.listener.as_fd(), n.id, libc::EAGAIN);
@@ -185,6 +186,10 @@ fn serve_notifications(
 
 struct Shared {
     listener: OwnedFd,
+    /// The box's network namespace (its `SO_NETNS_COOKIE`); None when the
+    /// kernel cannot name a socket's namespace, and then no socket the
+    /// broker connected is handed over (see `on_connect`).
+    box_netns: Option<u64>,
     /// The broker's channel (mediated networking only).
     broker: Option<Arc<OwnedFd>>,
     proc_dir: OwnedFd,
@@ -197,12 +202,79 @@ struct Shared {
     defaults: Mutex<Vec<(AddressFamily, Defaults)>>,
 }
 
+/// The cookie of the box's network namespace, from a socket the service
+/// makes here (it runs inside the box). None, said once on stderr, when the
+/// kernel cannot tell (SO_NETNS_COOKIE is Linux 5.14).
+fn box_netns() -> Option<u64> {
+    let probe = match rustix::net::socket(AddressFamily::INET, SocketType::DGRAM, None) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(
+                "terra: the box network service cannot make a socket ({e}); \
+                 connections to outside the box are refused (the proxy still works)"
+            );
+            return None;
+        }
+    };
+    match notify::netns_cookie(probe.as_fd()) {
+        Ok(cookie) => Some(cookie),
+        Err(e) => {
+            tracing::warn!(
+                "terra: this kernel cannot tell which network namespace a socket lives in \
+                 (SO_NETNS_COOKIE, Linux 5.14: {e}); a connect() to outside the box fails \
+                 with ECONNREFUSED (the proxy on 127.0.0.1:3128 still works)"
+            );
+            None
+        }
+    }
+}
+
+/// Whether the "re-aimed a socket connected outside the box" warning was
+/// already given (once per run: a workload could repeat the call).
+static REAIM_WARNED: AtomicBool = AtomicBool::new(false);
+
 impl Shared {
+    /// The errno of a connect() on `sock` when it does not live in the box's
+    /// network namespace: a socket the broker connected on the host network
+    /// (or one received from outside the box) never gets a new destination,
+    /// whatever the address (AF_UNSPEC included: it would make the socket
+    /// connectable again). Read on the service's own copy of the socket,
+    /// so the workload cannot swap it after the check. None: the socket is
+    /// the box's, or the kernel cannot tell and then no socket connected
+    /// outside was ever handed over.
+    fn off_box_refusal(&self, sock: BorrowedFd<'_>, bytes: &[u8]) -> Option<i32> {
+        let home = self.box_netns?;
+        match notify::netns_cookie(sock) {
+            Ok(cookie) if cookie == home => None,
+            Ok(_) => {
+                if !REAIM_WARNED.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "terra: refused a connect() on a socket connected outside the box: \
+                         a connection the broker made cannot be given another destination \
+                         (said once per run)"
+                    );
+                }
+                Some(off_box_errno(bytes))
+            }
+            Err(e) => Some(e.raw_os_error().unwrap_or(libc::EPERM)),
+        }
+    }
+
     /// Asks the broker; without one (network none or direct) nothing
     /// leaves the box: ENETUNREACH, as the kernel would say.
     fn ask(&self, q: &Ask, extra: Option<BorrowedFd<'_>>) -> io::Result<(Answer, Option<OwnedFd>)> {
         match &self.broker {
             Some(b) => ask::ask_with(b.as_fd(), q, extra),
+            None => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
+        }
+    }
+
+    /// [`Shared::ask`] for a connect: the socket the broker admits comes
+    /// first unconnected, and is bound here to a port of its own
+    /// ([`bind_own_port`]) before the broker connects it.
+    fn ask_connect(&self, q: &Ask) -> io::Result<(Answer, Option<OwnedFd>)> {
+        match &self.broker {
+            Some(b) => ask::ask_connect(b.as_fd(), q, bind_own_port),
             None => Err(io::Error::from_raw_os_error(libc::ENETUNREACH)),
         }
     }
@@ -295,6 +367,9 @@ fn on_connect(s: &Shared, n: &Notification) {
         Err(e) if e.raw_os_error() == Some(libc::EBADF) => return fail(libc::EBADF),
         Err(_) => return fail(libc::ECONNREFUSED),
     };
+    if let Some(errno) = s.off_box_refusal(sock.as_fd(), &bytes) {
+        return fail(errno);
+    }
     let domain = match sockopt::socket_domain(&sock) {
         Ok(d) => d,
         Err(_) => return fail(libc::ENOTSOCK),
@@ -349,8 +424,12 @@ fn on_connect(s: &Shared, n: &Notification) {
         v6_socket,
         options,
     };
-    match s.ask(&question, None) {
+    match s.ask_connect(&question) {
         Ok((Answer::Connected, Some(conn))) => {
+            if s.box_netns.is_none() {
+                // Without the namespace check a handed socket could be re-aimed.
+                return fail(libc::ECONNREFUSED);
+            }
             if nonblocking {
                 let _ = rustix::io::ioctl_fionbio(&conn, true);
             }
@@ -379,6 +458,55 @@ fn on_connect(s: &Shared, n: &Notification) {
         Err(_) if is_box_local(to.ip()) => here(),
         Err(e) if s.broker.is_none() => fail(e.raw_os_error().unwrap_or(libc::ENETUNREACH)),
         Err(_) => fail(libc::ECONNREFUSED),
+    }
+}
+
+/// Local ports a handed socket is bound to: Linux's default ephemeral range.
+const OWN_PORTS: std::ops::RangeInclusive<u16> = 32768..=60999;
+/// Random ports tried before the hand-off fails.
+const OWN_PORT_TRIES: usize = 64;
+
+/// Binds the broker's socket (not yet connected, on the host network) to a
+/// random port of its own on the unspecified address. A port bound by
+/// number stays the socket's when its connection ends, so bind() on the
+/// handed socket fails with EINVAL for as long as the workload holds it,
+/// whatever descriptor swapping it tries; a port connect() picks would be
+/// given back, and the socket could then take any host port.
+fn bind_own_port(sock: BorrowedFd<'_>) -> io::Result<()> {
+    let any: IpAddr = match sockopt::socket_domain(sock)? {
+        AddressFamily::INET6 => Ipv6Addr::UNSPECIFIED.into(),
+        _ => Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let span = u32::from(OWN_PORTS.end() - OWN_PORTS.start()) + 1;
+    for _ in 0..OWN_PORT_TRIES {
+        let mut r = [0u8; 4];
+        rustix::rand::getrandom(&mut r, rustix::rand::GetRandomFlags::empty())?;
+        let port = OWN_PORTS.start() + (u32::from_ne_bytes(r) % span) as u16;
+        match rustix::net::bind(sock, &SocketAddr::new(any, port)) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::ADDRINUSE) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrNotAvailable,
+        format!("no free local port in {OWN_PORTS:?} after {OWN_PORT_TRIES} tries"),
+    ))
+}
+
+/// The errno for a connect() on a socket that lives outside the box: an
+/// address gets what a connected socket says (EISCONN, and the socket
+/// stays connected); AF_UNSPEC, which would disconnect it, and anything
+/// else, EPERM.
+fn off_box_errno(bytes: &[u8]) -> i32 {
+    let family = match bytes {
+        [lo, hi, ..] => i32::from(u16::from_ne_bytes([*lo, *hi])),
+        _ => libc::AF_UNSPEC,
+    };
+    if family == libc::AF_INET || family == libc::AF_INET6 {
+        libc::EISCONN
+    } else {
+        libc::EPERM
     }
 }
 
@@ -444,14 +572,19 @@ fn netlink_addr(b: &[u8]) -> Option<rustix::net::netlink::SocketAddrNetlink> {
 /// A sendto() with a destination address (the filter passes no other):
 /// a UDP datagram to the box's loopback goes ahead; to anywhere else it is
 /// refused with a receipt line (the box has no route; the broker writes the
-/// line and says ENETUNREACH). On other sockets the kernel decides (a TCP
-/// socket ignores the address, or connects with MSG_FASTOPEN inside the
-/// box's network namespace, which reaches only the box's loopback).
+/// line and says ENETUNREACH). On other sockets the kernel decides: a TCP
+/// socket ignores the address. MSG_FASTOPEN, which would connect to it, is
+/// refused by the workload's filter before the call gets here, and again
+/// here, so this never lets the kernel run one.
 fn on_sendto(s: &Shared, n: &Notification) {
     let l = s.listener.as_fd();
     let proceed = || {
         let _ = notify::reply_continue(l, n.id);
     };
+    if n.args[3] as u32 & libc::MSG_FASTOPEN as u32 != 0 {
+        let _ = notify::reply_errno(l, n.id, libc::EOPNOTSUPP);
+        return;
+    }
     let fd = n.args[0] as u32 as i32 as RawFd;
     let len = n.args[5] as u32 as usize;
     if !(2..=128).contains(&len) {
@@ -580,6 +713,50 @@ mod tests {
         ));
         assert!(is_box_local("0.0.0.0".parse().unwrap()));
         assert!(!is_box_local("10.0.0.1".parse().unwrap()));
+    }
+
+    /// A socket bound by number keeps its port when its connection ends, so
+    /// the workload can never bind a handed socket to another (a host port).
+    #[test]
+    fn a_socket_bound_to_its_own_port_cannot_be_bound_again_after_its_connection() {
+        for (listen, family) in [
+            ("127.0.0.1:0", AddressFamily::INET),
+            ("127.0.0.1:0", AddressFamily::INET6),
+            ("[::1]:0", AddressFamily::INET6),
+        ] {
+            let Ok(l) = TcpListener::bind(listen) else {
+                continue; // no IPv6 loopback here
+            };
+            let s = rustix::net::socket(family, SocketType::STREAM, None).unwrap();
+            bind_own_port(s.as_fd()).unwrap();
+            let mut to = l.local_addr().unwrap();
+            if family == AddressFamily::INET6 {
+                if let SocketAddr::V4(v4) = to {
+                    to = SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port());
+                }
+            }
+            rustix::net::connect(&s, &to).unwrap();
+            let mine = rustix::net::getsockname(&s).unwrap();
+            let (peer, _) = l.accept().unwrap();
+            let any: SocketAddr = match family {
+                AddressFamily::INET6 => "[::]:0".parse().unwrap(),
+                _ => "127.0.0.1:0".parse().unwrap(),
+            };
+            assert_eq!(rustix::net::bind(&s, &any), Err(rustix::io::Errno::INVAL));
+            // Both sides close: the socket leaves its connection (TCP_CLOSE).
+            rustix::net::shutdown(&s, rustix::net::Shutdown::Both).unwrap();
+            drop(peer);
+            let mut b = [0u8; 1];
+            let got = rustix::net::recv(&s, &mut b, rustix::net::RecvFlags::empty()).unwrap();
+            assert_eq!(got.0, 0);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert_eq!(
+                rustix::net::bind(&s, &any),
+                Err(rustix::io::Errno::INVAL),
+                "{listen}"
+            );
+            assert_eq!(rustix::net::getsockname(&s).unwrap(), mine);
+        }
     }
 
     #[test]

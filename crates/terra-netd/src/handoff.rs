@@ -367,7 +367,12 @@ impl Broker {
             }
         };
         let timeout = Duration::from_millis(self.limits.connect_timeout_ms);
-        match connect_socket(to, v6_socket, options, timeout) {
+        let opened = open_socket(to, v6_socket, options).and_then(|(sock, target)| {
+            bound_by_box(reply, &sock)?;
+            connect_opened(&sock, target, timeout)?;
+            Ok(sock)
+        });
+        match opened {
             Ok(sock) => {
                 let sent = ask::reply(reply.as_fd(), &Answer::Connected, Some(sock.as_fd()));
                 self.record(Attempt {
@@ -454,15 +459,36 @@ impl Broker {
     }
 }
 
-/// A socket of the workload's family with its options, connected to `to`
-/// within `timeout`. Blocking again once connected (the box sets the
-/// workload's own status flags).
-fn connect_socket(
+/// How long the box may take to bind a socket ([`bound_by_box`]).
+const BIND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends `sock` (not yet connected) to the box, which binds it to a port of
+/// its own, and waits for its word. A socket bound to a port by number
+/// keeps that port when its connection ends (the kernel's
+/// SOCK_BINDPORT_LOCK), so once handed to the workload it can never be
+/// bound anew (EINVAL): a port connect() picks is given back when the
+/// connection ends, and the socket, which lives on the host network, could
+/// then take any host port. The broker itself never binds (its Landlock
+/// domain and allowlist grant no bind); the box's service binds it.
+fn bound_by_box(reply: &OwnedFd, sock: &OwnedFd) -> io::Result<()> {
+    ask::reply(reply.as_fd(), &Answer::Bind, Some(sock.as_fd()))?;
+    sockopt::set_socket_timeout(reply, sockopt::Timeout::Recv, Some(BIND_TIMEOUT))?;
+    let word = ask::recv_with(reply.as_fd())?.map(|(bytes, _)| bytes);
+    let port = SocketAddr::try_from(rustix::net::getsockname(sock)?).map_or(0, |a| a.port());
+    if word.as_deref() == Some(ask::BOUND) && port != 0 {
+        Ok(())
+    } else {
+        Err(io::Error::other("the box did not bind the socket"))
+    }
+}
+
+/// A socket of the workload's family with its options, and the address to
+/// connect it to (v4-mapped for an AF_INET6 socket).
+fn open_socket(
     to: SocketAddr,
     v6_socket: bool,
     o: &SocketOptions,
-    timeout: Duration,
-) -> io::Result<OwnedFd> {
+) -> io::Result<(OwnedFd, SocketAddr)> {
     let (family, target) = match (v6_socket, to) {
         (true, SocketAddr::V4(v4)) => (
             AddressFamily::INET6,
@@ -494,8 +520,14 @@ fn connect_socket(
     if let (Some(v), AddressFamily::INET6) = (o.v6_only, family) {
         sockopt::set_ipv6_v6only(&sock, v)?;
     }
-    rustix::io::ioctl_fionbio(&sock, true)?;
-    match rustix::net::connect(&sock, &target) {
+    Ok((sock, target))
+}
+
+/// Connects `sock` to `target` within `timeout`. Blocking again once
+/// connected (the box sets the workload's own status flags).
+fn connect_opened(sock: &OwnedFd, target: SocketAddr, timeout: Duration) -> io::Result<()> {
+    rustix::io::ioctl_fionbio(sock, true)?;
+    match rustix::net::connect(sock, &target) {
         Ok(()) => {}
         Err(rustix::io::Errno::INPROGRESS) => {
             let deadline = Instant::now() + timeout;
@@ -505,7 +537,7 @@ fn connect_socket(
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"));
                 }
                 let mut fds = [rustix::event::PollFd::new(
-                    &sock,
+                    sock,
                     rustix::event::PollFlags::OUT,
                 )];
                 let ts = rustix::event::Timespec {
@@ -519,14 +551,14 @@ fn connect_socket(
                     Err(e) => return Err(e.into()),
                 }
             }
-            if let Err(e) = sockopt::socket_error(&sock)? {
+            if let Err(e) = sockopt::socket_error(sock)? {
                 return Err(e.into());
             }
         }
         Err(e) => return Err(e.into()),
     }
-    rustix::io::ioctl_fionbio(&sock, false)?;
-    Ok(sock)
+    rustix::io::ioctl_fionbio(sock, false)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -670,7 +702,8 @@ mod tests {
             keepalive: Some(true),
             ..Default::default()
         };
-        let s = connect_socket(l.local_addr().unwrap(), true, &o, Duration::from_secs(5)).unwrap();
+        let (s, target) = open_socket(l.local_addr().unwrap(), true, &o).unwrap();
+        connect_opened(&s, target, Duration::from_secs(5)).unwrap();
         assert!(sockopt::tcp_nodelay(&s).unwrap());
         assert!(sockopt::socket_keepalive(&s).unwrap());
         let s = std::net::TcpStream::from(s);

@@ -155,6 +155,12 @@ fn role_allowlists_list_the_calls_every_process_needs_and_nothing_dangerous() {
             "pivot_root",
             "io_uring_setup",
         ] {
+            // The box's service binds each socket the broker hands to the
+            // workload to a port by number (so the workload can never bind
+            // it anew); it never listens.
+            if t == Table::BoxService && never == "bind" {
+                continue;
+            }
             assert!(!a.contains(never), "{} allows {never}", t.name());
         }
     }

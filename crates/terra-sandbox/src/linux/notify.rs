@@ -255,6 +255,37 @@ pub fn take_fd(pid: u32, fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(got as RawFd) })
 }
 
+/// `SO_NETNS_COOKIE` (Linux 5.14; asm-generic, the same number on x86_64
+/// and aarch64; the libc crate does not name it).
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+/// The cookie of the network namespace `sock` lives in (getsockopt
+/// `SO_NETNS_COOKIE`, no privilege needed): two sockets live in the same
+/// namespace exactly when their cookies are equal. A kernel before 5.14
+/// answers ENOPROTOOPT.
+pub fn netns_cookie(sock: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut cookie: u64 = 0;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `cookie`, which
+    // lives for the call, and stores the length it wrote in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if len as usize != std::mem::size_of::<u64>() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(cookie)
+}
+
 /// The process (thread group) of thread `tid`, from `/proc/TID/status`
 /// read relative to `proc_dir`: a notification names the calling thread,
 /// and pidfd_open takes a process.
@@ -304,6 +335,21 @@ pub fn fd_is_cloexec(proc_dir: BorrowedFd<'_>, pid: u32, fd: RawFd) -> io::Resul
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn sockets_of_one_network_namespace_share_its_cookie() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (unix, _) = std::os::unix::net::UnixStream::pair().unwrap();
+        let cookie = netns_cookie(tcp.as_fd()).unwrap();
+        assert_eq!(netns_cookie(udp.as_fd()).unwrap(), cookie);
+        assert_eq!(netns_cookie(unix.as_fd()).unwrap(), cookie);
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        assert_eq!(
+            netns_cookie(file.as_fd()).unwrap_err().raw_os_error(),
+            Some(libc::ENOTSOCK)
+        );
+    }
 
     /// A forked child installs a connect filter and sends the listener back
     /// over a socketpair; the parent answers its connect() with a chosen
