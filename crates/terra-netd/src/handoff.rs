@@ -374,21 +374,28 @@ impl Broker {
         });
         match opened {
             Ok(sock) => {
-                let sent = ask::reply(reply.as_fd(), &Answer::Connected, Some(sock.as_fd()));
-                self.record(Attempt {
+                let allowed = Attempt {
                     path: "handoff",
-                    verdict: if sent.is_ok() { "allowed" } else { "refused" },
-                    reason: sent.as_ref().err().map(|_| Reason::ConnectFailed.as_str()),
-                    detail: sent
-                        .err()
-                        .map(|e| format!("the box did not take the socket: {e}")),
+                    verdict: "allowed",
                     name: Some(name),
                     port: Some(to.port()),
                     resolved,
                     address: Some(to),
                     duration_ms: start.elapsed().as_millis() as u64,
                     ..Attempt::started(time, "tcp")
-                });
+                };
+                // The line is written before the socket leaves: once the
+                // workload holds a connection, a broker killed at any moment
+                // has already recorded it.
+                self.record(allowed.clone());
+                if let Err(e) = ask::reply(reply.as_fd(), &Answer::Connected, Some(sock.as_fd())) {
+                    self.record(Attempt {
+                        verdict: "refused",
+                        reason: Some(Reason::ConnectFailed.as_str()),
+                        detail: Some(format!("the box did not take the socket: {e}")),
+                        ..allowed
+                    });
+                }
             }
             Err(e) => {
                 let detail = format!("{to}: {e}");
