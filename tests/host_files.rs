@@ -604,4 +604,3 @@ fn callers_group_is_private() -> bool {
         .flatten()
         .is_some_and(|g| g.name == user.name && g.mem.iter().all(|m| *m == user.name))
 }
-

@@ -143,14 +143,9 @@ fn free_port() -> u16 {
 }
 
 /// Runs `reaim.py MODE` in a box of `user` that lists the echo server (and
-/// the HTTP server, for curl); returns the run with the sentinel's count.
-fn probe(
-    mode: &str,
-    user: User,
-    echo: u16,
-    http: &Http,
-    sentinel: &mut Sentinel,
-) -> (RunOutcome, usize) {
+/// the HTTP server, for curl); every mode's first check: no unlisted host
+/// listener (the sentinels) was reached.
+fn probe(mode: &str, user: User, echo: u16, http: &Http, sentinel: &mut Sentinel) -> RunOutcome {
     let fx = BoxWorld::new(&format!("reaim-{mode}"), user);
     fs::write(fx.ws.join("reaim.py"), REAIM_PY).unwrap();
     let [u4, u4b, u6] = sentinel.ports;
@@ -193,8 +188,13 @@ fn probe(
             r.show()
         );
     }
-    let others = sentinel.others();
-    (r, others)
+    assert_eq!(
+        sentinel.others(),
+        0,
+        "an unlisted host listener was reached\n{}",
+        r.show()
+    );
+    r
 }
 
 /// The lines of the run's stdout that start with `prefix`.
@@ -221,7 +221,7 @@ impl World {
         }
     }
 
-    fn probe(&mut self, mode: &str, user: User) -> (RunOutcome, usize) {
+    fn probe(&mut self, mode: &str, user: User) -> RunOutcome {
         probe(mode, user, self.echo, &self.http, &mut self.sentinel)
     }
 }
@@ -235,7 +235,7 @@ impl World {
 fn handoff_connect_on_a_handed_socket_never_re_aims_it() {
     let mut w = World::start();
     for user in users() {
-        let (r, others) = w.probe("connect", user);
+        let r = w.probe("connect", user);
         let out = r.stdout();
         let probes = lines_with(&out, "v4 connect ")
             .into_iter()
@@ -252,12 +252,6 @@ fn handoff_connect_on_a_handed_socket_never_re_aims_it() {
             }
         }
         assert!(out.contains("box-socket ok ok"), "{}", r.show());
-        assert_eq!(
-            others,
-            0,
-            "an unlisted host listener was reached\n{}",
-            r.show()
-        );
     }
 }
 
@@ -270,7 +264,7 @@ fn handoff_connect_on_a_handed_socket_never_re_aims_it() {
 fn handoff_fast_open_is_refused_on_every_socket() {
     let mut w = World::start();
     for user in users() {
-        let (r, others) = w.probe("fastopen", user);
+        let r = w.probe("fastopen", user);
         let out = r.stdout();
         let handed: Vec<&str> = out.lines().filter(|l| l.contains(" sendto ")).collect();
         let fresh: Vec<&str> = out.lines().filter(|l| l.contains(" fresh ")).collect();
@@ -290,12 +284,6 @@ fn handoff_fast_open_is_refused_on_every_socket() {
             );
         }
         assert!(out.contains("io_uring EPERM"), "{}", r.show());
-        assert_eq!(
-            others,
-            0,
-            "an unlisted host listener was reached\n{}",
-            r.show()
-        );
     }
 }
 
@@ -306,19 +294,13 @@ fn handoff_fast_open_is_refused_on_every_socket() {
 fn handoff_send_with_an_address_reaches_only_the_connected_peer() {
     let mut w = World::start();
     for user in users() {
-        let (r, others) = w.probe("send", user);
+        let r = w.probe("send", user);
         let out = r.stdout();
         let sends: Vec<&str> = out.lines().filter(|l| l.contains(" send ")).collect();
         assert_eq!(sends.len(), 5, "{}", r.show());
         for l in sends {
             assert!(l.ends_with(" 3 True 4 True 5 True"), "{l}\n{}", r.show());
         }
-        assert_eq!(
-            others,
-            0,
-            "an unlisted host listener was reached\n{}",
-            r.show()
-        );
     }
 }
 
@@ -333,7 +315,7 @@ fn handoff_send_with_an_address_reaches_only_the_connected_peer() {
 fn handoff_a_handed_socket_cannot_be_bound_or_listened_on() {
     let mut w = World::start();
     for user in users() {
-        let (r, others) = w.probe("bind", user);
+        let r = w.probe("bind", user);
         let out = r.stdout();
         for fam in ["v4", "v6"] {
             let want = format!("{fam} bind EINVAL EINVAL ended EINVAL EINVAL EPERM EISCONN True");
@@ -342,12 +324,6 @@ fn handoff_a_handed_socket_cannot_be_bound_or_listened_on() {
             assert!(out.contains(&want), "{want}\n{}", r.show());
         }
         assert!(out.contains("box-socket ok ok"), "{}", r.show());
-        assert_eq!(
-            others,
-            0,
-            "an unlisted host listener was reached\n{}",
-            r.show()
-        );
     }
 }
 
@@ -361,11 +337,10 @@ fn handoff_a_handed_socket_cannot_be_bound_or_listened_on() {
 fn handoff_a_thread_swapping_descriptors_never_binds_a_handed_socket() {
     let mut w = World::start();
     for user in users() {
-        let (r, others) = w.probe("race", user);
+        let r = w.probe("race", user);
         let out = r.stdout();
         let line = lines_with(&out, "race ").join("\n");
         assert_eq!(line, "race port-free 2000", "{}", r.show());
-        assert_eq!(others, 0, "{}", r.show());
     }
 }
 
@@ -379,7 +354,7 @@ fn handoff_a_thread_swapping_descriptors_never_binds_a_handed_socket() {
 fn handoff_the_box_sockets_bind_as_before() {
     let mut w = World::start();
     for user in users() {
-        let (r, _) = w.probe("unixbind", user);
+        let r = w.probe("unixbind", user);
         let out = r.stdout();
         for want in [
             "unix relative ok reached 0o700 True",
