@@ -188,6 +188,9 @@ impl RunBuilder {
             (Some((file, _)), None) => crate::profile::limits_of(file)?,
             _ => crate::profile::ProfileLimits::default(),
         };
+        // The git rules added are named by the landlock backend's refusal
+        // (Linux only).
+        #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
         let (mir, origin, git_protected) =
             self.load_policy(policy_file.as_ref(), &presets, &cwd, &workspace)?;
         debug!(phase = "compile", ms = t0.elapsed().as_secs_f64() * 1e3, digest = %mir.decision_digest());
