@@ -109,6 +109,21 @@ fn warning(name: &str, what: &str) -> String {
     format!("terra: {name} is {what}")
 }
 
+/// The box saw /dev/null on fd 0 instead of what the caller handed in, the
+/// probe printed `refused`, and terra warned that standard input was `what`.
+fn assert_stdin_replaced(o: &Output, label: &str, refused: &str, what: &str) {
+    let out = text(&o.stdout);
+    for want in ["fd0 /dev/null\n", refused] {
+        assert!(out.contains(want), "{label}: {want:?} {}", show(o));
+    }
+    let warned = warning("standard input", what);
+    assert!(
+        text(&o.stderr).contains(&warned),
+        "{label}: {warned:?} {}",
+        show(o)
+    );
+}
+
 #[test]
 fn a_directory_on_stdin_is_replaced_by_dev_null_and_a_pipe_or_file_is_kept() {
     for user in users() {
@@ -338,17 +353,12 @@ except OSError as e:
                 reaim(target.local_addr().unwrap().port())
             );
             let o = case.run(&front, &script, OwnedFd::from(stream).into(), None, None);
-            let out = text(&o.stdout);
             assert!(nothing_queued(&target), "{backend} {user:?} {}", show(&o));
-            assert!(
-                out.contains("fd0 /dev/null\n"),
-                "{backend} {user:?} {}",
-                show(&o)
-            );
-            assert!(
-                out.contains("re-aim-refused"),
-                "{backend} {user:?} {}",
-                show(&o)
+            assert_stdin_replaced(
+                &o,
+                &format!("{backend} {user:?}"),
+                "re-aim-refused",
+                "an IPv4 socket",
             );
             assert!(
                 text(&o.stderr).contains(&format!(
@@ -367,22 +377,12 @@ except OSError as e:
                 reaim(target.local_addr().unwrap().port())
             );
             let o = case.run(&front, &script, OwnedFd::from(udp).into(), None, None);
-            let out = text(&o.stdout);
             assert!(nothing_received(&target), "{backend} {user:?} {}", show(&o));
-            assert!(
-                out.contains("fd0 /dev/null\n"),
-                "{backend} {user:?} {}",
-                show(&o)
-            );
-            assert!(
-                out.contains("re-aim-refused"),
-                "{backend} {user:?} {}",
-                show(&o)
-            );
-            assert!(
-                text(&o.stderr).contains(&warning("standard input", "an IPv4 socket")),
-                "{backend} {user:?} {}",
-                show(&o)
+            assert_stdin_replaced(
+                &o,
+                &format!("{backend} {user:?}"),
+                "re-aim-refused",
+                "an IPv4 socket",
             );
         }
     }
@@ -436,27 +436,17 @@ except OSError as e:
                 None,
                 None,
             );
-            let out = text(&o.stdout);
             let mut buf = [0u8; 16];
             assert!(
                 matches!(listener.recv(&mut buf), Err(e) if e.kind() == ErrorKind::WouldBlock),
                 "{backend} {user:?} {}",
                 show(&o)
             );
-            assert!(
-                out.contains("fd0 /dev/null\n"),
-                "{backend} {user:?} {}",
-                show(&o)
-            );
-            assert!(
-                out.contains("send-refused"),
-                "{backend} {user:?} {}",
-                show(&o)
-            );
-            assert!(
-                text(&o.stderr).contains(&warning("standard input", "a Unix datagram socket")),
-                "{backend} {user:?} {}",
-                show(&o)
+            assert_stdin_replaced(
+                &o,
+                &format!("{backend} {user:?}"),
+                "send-refused",
+                "a Unix datagram socket",
             );
         }
     }
