@@ -30,6 +30,8 @@ pub mod fdpass;
 pub mod handoff;
 pub mod matcher;
 #[cfg(target_os = "linux")]
+mod pins;
+#[cfg(target_os = "linux")]
 mod pool;
 pub mod proxy;
 pub mod receipt;

@@ -339,22 +339,7 @@ pub fn find(bases: &[StateBase], which: &str) -> Result<RunFiles, String> {
     Err(format!("no run {which} in the state directory"))
 }
 
-/// `YYYYMMDDTHHMMSSZ-PID-8HEX`.
-pub fn is_run_id(name: &str) -> bool {
-    let b = name.as_bytes();
-    if b.len() < 16 + 1 + 1 + 1 + 8 || b[8] != b'T' || b[15] != b'Z' || b[16] != b'-' {
-        return false;
-    }
-    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
-    let Some((pid, hex)) = name[17..].split_once('-') else {
-        return false;
-    };
-    digits(&b[..8])
-        && digits(&b[9..15])
-        && digits(pid.as_bytes())
-        && hex.len() == 8
-        && hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::state::is_run_id;
 
 /// When the run `id` started (second precision, from its id).
 pub fn run_started(id: &str) -> Option<SystemTime> {

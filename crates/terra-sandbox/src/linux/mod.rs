@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use terra_policy::{Capability, CapabilitySet, SandboxPlan};
 
+mod config;
 mod error;
 mod exe;
 mod init;

@@ -26,9 +26,9 @@ use nix::unistd::{ForkResult, Pid};
 use terra_vm::proto::{Decoder, FromGuest, GuestConfig, GuestNet, ToGuest};
 use terra_vm::qemu;
 
+use super::config::VmConfig;
 use super::init::report_and_exit;
 use super::status::{self, Status};
-use super::vm::VmConfig;
 use super::{mounts, seccomp, sys, BoxService};
 use crate::EXIT_REFUSED;
 
