@@ -66,10 +66,10 @@ impl Broker {
         let time = SystemTime::now();
         let question = match ask::parse_ask(payload) {
             Ok(q) => q,
-            Err(detail) => {
+            Err(e) => {
                 self.record(Attempt {
                     reason: Some(Reason::MalformedRequest.as_str()),
-                    detail: Some(detail),
+                    detail: Some(e.to_string()),
                     ..Attempt::started(time, "unknown")
                 });
                 return;
