@@ -320,7 +320,7 @@ mod tests {
         };
         let c = diagnose(&o);
         assert_eq!(names(&o), ["unknown"]);
-        assert!(c[0].detail.contains("unshare was refused"));
+        assert!(c[0].detail.contains(&ProbeFailure::Unshare.to_string()));
     }
 
     #[test]
