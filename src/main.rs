@@ -174,6 +174,19 @@ fn vm_role(args: Vec<std::ffi::OsString>) -> ExitCode {
     }
 }
 
+/// `terra __network`: the broker, handed the confined role's entry (its
+/// root, capabilities; terra-netd does not know terra-sandbox).
+fn network_role(args: Vec<std::ffi::OsString>) -> ExitCode {
+    #[cfg(target_os = "linux")]
+    {
+        terra_netd::role_main(args, terra_sandbox::linux::enter_confined_role)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        terra_netd::role_main(args)
+    }
+}
+
 fn main() -> ExitCode {
     // terra forks only while single-threaded, but a fork(3) must never copy
     // a held allocator lock: take it around every fork.
@@ -190,7 +203,7 @@ fn main() -> ExitCode {
         let run: Option<fn(Vec<std::ffi::OsString>) -> ExitCode> = match role.as_str() {
             "__supervisor" => Some(terra_supervisor::role_main),
             "__vm" => Some(vm_role),
-            "__network" => Some(terra_netd::role_main),
+            "__network" => Some(network_role),
             "__sandbox_launcher" => Some(terra_sandbox::launcher_role_main),
             // The vm backend: terra as the guest's init (it refuses unless
             // it is PID 1 on the initramfs), and the forwarder QEMU spawns.
@@ -237,7 +250,7 @@ fn main() -> ExitCode {
         Command::Backends(args) => run_cmd::backends(args),
         Command::Supervisor(r) => terra_supervisor::role_main(r.args),
         Command::Vm(r) => vm_role(r.args),
-        Command::Network(r) => terra_netd::role_main(r.args),
+        Command::Network(r) => network_role(r.args),
         Command::SandboxLauncher(r) => terra_sandbox::launcher_role_main(r.args),
     }
 }

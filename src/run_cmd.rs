@@ -590,7 +590,7 @@ fn doctor_backends() -> (Vec<nouserns::Cause>, Result<Choice, String>) {
             let names: Vec<&str> = causes.iter().map(|c| c.name).collect();
             format!("{why}; blocked by: {}", names.join(", "))
         }),
-        landlock: nouserns::usable(),
+        landlock: nouserns::usable().map_err(|e| e.to_string()),
     };
     let auto = choose("auto", || facts).map_err(|e| e.to_string());
     (causes, auto)

@@ -204,13 +204,21 @@ fn receive_answer(mine: BorrowedFd<'_>) -> io::Result<(Answer, Option<OwnedFd>)>
     Ok((answer, fd))
 }
 
+/// Why a message on the broker's channel is not a question (the receipt
+/// line's detail).
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("a malformed question: {0}")]
+    Malformed(serde_json::Error),
+    #[error("a message that is neither a socket nor a question")]
+    NotAQuestion,
+}
+
 /// The broker side: the question in a tagged message's payload.
-pub fn parse_ask(payload: &[u8]) -> Result<Ask, String> {
+pub fn parse_ask(payload: &[u8]) -> Result<Ask, AskError> {
     match payload.split_first() {
-        Some((&ASK_TAG, json)) => {
-            serde_json::from_slice(json).map_err(|e| format!("a malformed question: {e}"))
-        }
-        _ => Err("a message that is neither a socket nor a question".into()),
+        Some((&ASK_TAG, json)) => serde_json::from_slice(json).map_err(AskError::Malformed),
+        _ => Err(AskError::NotAQuestion),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The box's network service: everything of mediated networking that runs
 //! inside the box, in one process (a child of the box's init, see
-//! `terra_sandbox::linux::ServiceFds`). It never judges and never reaches
+//! `terra_kernel::service::ServiceFds`). It never judges and never reaches
 //! the host network: the broker does both.
 //!
 //! - the proxy (127.0.0.1:3128): each accepted socket goes to the broker
@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::net::{sockopt, AddressFamily, SocketType};
-use terra_sandbox::linux::notify::{self, Notification};
-use terra_sandbox::linux::{MediatedFds, ServiceFds};
+use terra_kernel::notify::{self, Notification};
+use terra_kernel::service::{MediatedFds, ServiceFds};
 
 use crate::ask::{self, Answer, Ask, SocketOptions};
 use crate::fdpass;

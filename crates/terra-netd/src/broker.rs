@@ -83,6 +83,10 @@ impl Default for Relay {
     }
 }
 
+/// Stack of a question thread (judging, one connect or one lookup).
+#[cfg(target_os = "linux")]
+const ASK_STACK: usize = 128 * 1024;
+
 /// The broker's state, shared by every connection thread.
 pub struct Broker {
     pub(crate) mode: NetworkMode,
@@ -97,7 +101,7 @@ pub struct Broker {
     relay: Relay,
     /// What the box's DNS stub handed out this run (see `handoff`).
     #[cfg(target_os = "linux")]
-    pub(crate) pins: std::sync::Mutex<crate::handoff::Pins>,
+    pub(crate) pins: std::sync::Mutex<crate::pins::Pins>,
     /// Threads for the box service's questions (see `handoff`).
     #[cfg(target_os = "linux")]
     pub(crate) asks: Arc<crate::pool::Pool>,
@@ -292,11 +296,7 @@ impl Broker {
             #[cfg(target_os = "linux")]
             pins: Default::default(),
             #[cfg(target_os = "linux")]
-            asks: crate::pool::Pool::new(
-                "terra-netd-ask",
-                crate::handoff::ASK_STACK,
-                limits.max_flows + 1,
-            ),
+            asks: crate::pool::Pool::new("terra-netd-ask", ASK_STACK, limits.max_flows + 1),
             #[cfg(target_os = "linux")]
             engine: std::sync::OnceLock::new(),
         })

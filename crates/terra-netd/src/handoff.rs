@@ -12,7 +12,6 @@
 //! answer is pinned and every later question gets the same addresses);
 //! unlisted names are never resolved.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
@@ -27,34 +26,6 @@ use crate::ask::{self, Answer, Ask, SocketOptions};
 use crate::broker::Broker;
 use crate::matcher::{judge, Reason, Request, Verdict};
 use crate::receipt::Attempt;
-
-/// Stack of a question thread (judging, one connect or one lookup).
-pub(crate) const ASK_STACK: usize = 128 * 1024;
-
-/// The names the stub answered this run and their addresses, both ways.
-#[derive(Default)]
-pub(crate) struct Pins {
-    names: HashMap<String, Vec<IpAddr>>,
-    by_addr: HashMap<IpAddr, Vec<String>>,
-}
-
-impl Pins {
-    /// Pins `addrs` for `name` unless a concurrent lookup already did; the
-    /// addresses every later answer gives.
-    fn pin(&mut self, name: &str, addrs: Vec<IpAddr>) -> Vec<IpAddr> {
-        if let Some(old) = self.names.get(name) {
-            return old.clone();
-        }
-        for a in &addrs {
-            let names = self.by_addr.entry(*a).or_default();
-            if !names.iter().any(|n| n == name) {
-                names.push(name.to_owned());
-            }
-        }
-        self.names.insert(name.to_owned(), addrs.clone());
-        addrs
-    }
-}
 
 /// An IPv4-mapped IPv6 address judged as the IPv4 address it carries.
 fn canonical(ip: IpAddr) -> IpAddr {
@@ -95,10 +66,10 @@ impl Broker {
         let time = SystemTime::now();
         let question = match ask::parse_ask(payload) {
             Ok(q) => q,
-            Err(detail) => {
+            Err(e) => {
                 self.record(Attempt {
                     reason: Some(Reason::MalformedRequest.as_str()),
-                    detail: Some(detail),
+                    detail: Some(e.to_string()),
                     ..Attempt::started(time, "unknown")
                 });
                 return;
@@ -242,7 +213,7 @@ impl Broker {
         };
         let resolved = name
             .as_ref()
-            .and_then(|n| self.pins.lock().ok()?.names.get(n).cloned())
+            .and_then(|n| self.pins.lock().ok()?.addresses(n))
             .unwrap_or_default();
         self.record(Attempt {
             path: "handoff",
@@ -265,8 +236,8 @@ impl Broker {
         let local = ip.is_loopback() || ip.is_unspecified();
         let mut candidates: Vec<(String, Vec<IpAddr>)> = Vec::new();
         if let Ok(pins) = self.pins.lock() {
-            for name in pins.by_addr.get(&ip).into_iter().flatten() {
-                let addrs = pins.names.get(name).cloned().unwrap_or_default();
+            for name in pins.names_at(ip) {
+                let addrs = pins.addresses(name).unwrap_or_default();
                 candidates.push((name.clone(), addrs));
             }
         }
@@ -321,7 +292,7 @@ impl Broker {
                     .pins
                     .lock()
                     .ok()
-                    .and_then(|p| p.names.get(&name).cloned())
+                    .and_then(|p| p.addresses(&name))
                     .unwrap_or_else(|| vec![ip]);
                 Decision::Sni { name, resolved }
             }
@@ -421,11 +392,7 @@ impl Broker {
             name: Some(name.to_owned()),
             ..Attempt::started(time, "dns")
         };
-        let pinned = self
-            .pins
-            .lock()
-            .ok()
-            .and_then(|p| p.names.get(name).cloned());
+        let pinned = self.pins.lock().ok().and_then(|p| p.addresses(name));
         let answer = if !listed {
             attempt.reason = Some(Reason::NoDestination.as_str());
             attempt.detail = Some(format!(
@@ -689,16 +656,6 @@ mod tests {
             }
         ));
         assert_eq!(b.decide("127.0.0.1:81".parse().unwrap()), Decision::Local);
-    }
-
-    #[test]
-    fn the_first_answer_is_pinned() {
-        let mut p = Pins::default();
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "192.0.2.2".parse().unwrap();
-        assert_eq!(p.pin("x.test", vec![a]), vec![a]);
-        assert_eq!(p.pin("x.test", vec![b]), vec![a]);
-        assert!(!p.by_addr.contains_key(&b));
     }
 
     #[test]

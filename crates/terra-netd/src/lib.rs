@@ -30,6 +30,8 @@ pub mod fdpass;
 pub mod handoff;
 pub mod matcher;
 #[cfg(target_os = "linux")]
+mod pins;
+#[cfg(target_os = "linux")]
 mod pool;
 pub mod proxy;
 pub mod receipt;
@@ -291,45 +293,49 @@ pub fn describe() -> String {
 /// connections to end and write their receipt lines before it exits.
 pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(1500);
 
-/// Entry point of the hidden `terra __network` role. On Linux the broker,
+/// Entry point of the hidden `terra __network` role on Linux: the broker,
 /// exec'd by the supervisor (`spawn_confined_role`) as PID 1 of its own
-/// namespaces; its input is on descriptors 3 (its root), 7, 8 and 9. On
-/// macOS the listener-fed broker ([`standalone`]: `terra __network
-/// --startup-fd N`, exec'd by the Seatbelt launcher under the broker profile).
-pub fn role_main(args: Vec<OsString>) -> ExitCode {
-    #[cfg(target_os = "macos")]
-    {
-        ExitCode::from(standalone::role_main(&args))
-    }
-    #[cfg(not(target_os = "macos"))]
-    {
-        role_main_fixed_fds(args)
-    }
-}
-
-#[cfg(not(target_os = "macos"))]
-fn role_main_fixed_fds(args: Vec<OsString>) -> ExitCode {
+/// namespaces; its input is on descriptors 3 (its root), 7, 8 and 9.
+/// `enter_role` builds the role's root, drops its capabilities and sets
+/// no_new_privs (`terra_sandbox::linux::enter_confined_role` in terra: the
+/// binary joins the two crates, this one does not know the sandbox).
+#[cfg(target_os = "linux")]
+pub fn role_main<E: std::fmt::Display>(
+    args: Vec<OsString>,
+    enter_role: fn() -> Result<(), E>,
+) -> ExitCode {
     if !args.is_empty() {
         eprintln!("terra __network: takes no arguments (its input is fd 8)");
         return ExitCode::from(EXIT_REFUSED);
     }
-    #[cfg(target_os = "linux")]
-    {
-        // Exec'd by the supervisor inside its namespaces: first its root,
-        // no capabilities, no_new_privs (terra-sandbox), then the broker.
-        if let Err(e) = terra_sandbox::linux::enter_confined_role() {
-            eprintln!("terra __network: {e}");
-            return ExitCode::from(EXIT_REFUSED);
-        }
-        // The broker's own seccomp allowlist and Landlock are applied in
-        // `broker_run` once it has read its startup message (confine.rs).
-        ExitCode::from(broker_main().clamp(0, 255) as u8)
+    // Exec'd by the supervisor inside its namespaces: first its root,
+    // no capabilities, no_new_privs, then the broker.
+    if let Err(e) = enter_role() {
+        eprintln!("terra __network: {e}");
+        return ExitCode::from(EXIT_REFUSED);
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        eprintln!("terra __network: only on Linux and macOS");
-        ExitCode::from(EXIT_REFUSED)
+    // The broker's own seccomp allowlist and Landlock are applied in
+    // `broker_run` once it has read its startup message (confine.rs).
+    ExitCode::from(broker_main().clamp(0, 255) as u8)
+}
+
+/// Entry point of the hidden `terra __network` role on macOS: the
+/// listener-fed broker ([`standalone`]: `terra __network --startup-fd N`,
+/// exec'd by the Seatbelt launcher under the broker profile).
+#[cfg(target_os = "macos")]
+pub fn role_main(args: Vec<OsString>) -> ExitCode {
+    ExitCode::from(standalone::role_main(&args))
+}
+
+/// Entry point of the hidden `terra __network` role: Linux and macOS only.
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+pub fn role_main(args: Vec<OsString>) -> ExitCode {
+    if !args.is_empty() {
+        eprintln!("terra __network: takes no arguments (its input is fd 8)");
+        return ExitCode::from(EXIT_REFUSED);
     }
+    eprintln!("terra __network: only on Linux and macOS");
+    ExitCode::from(EXIT_REFUSED)
 }
 
 #[cfg(test)]

@@ -1,63 +1,17 @@
-//! MIR v3 canonical bytes: encoding, and decoding that accepts only canonical input.
+//! MIR v3 canonical bytes: decoding that accepts only canonical input (the
+//! encoder is `encode.rs`, below the builder this decoder uses).
 
+use crate::builder::MirBuilder;
 use crate::error::{PolicyError, Result};
 use crate::model::{
-    Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope,
-    MAX_DESTINATIONS, MAX_PATH_LEN, MAX_RULES,
+    Access, Mir, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope, MAX_DESTINATIONS,
+    MAX_PATH_LEN, MAX_RULES,
 };
 
-/// Largest MIR document, in bytes.
-pub const MAX_MIR_LEN: usize = 1 << 20;
-pub const MAGIC: &[u8; 4] = b"MMIR";
-pub const VERSION: u16 = 3;
-pub const HEADER_LEN: usize = 20;
-const RULE_KIND: u8 = 1;
-const DESTINATION_KIND: u8 = 2;
-const PROTOCOL_TCP: u8 = 1;
-const FLAG_REQUIRE_TLS_SNI: u8 = 0x01;
-const FLAG_ALLOW_PRIVATE: u8 = 0x02;
-
-/// Encodes a canonical model. Called once, by the builder.
-pub(crate) fn encode(mir: &Mir) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(HEADER_LEN + mir.rules().len() * 16 + mir.destinations().len() * 24);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_be_bytes());
-    out.extend_from_slice(&0u16.to_be_bytes());
-    out.extend_from_slice(&(mir.rules().len() as u32).to_be_bytes());
-    out.push(mir.network().code());
-    out.push(mir.process_tree().code());
-    out.push(mir.root_mode().code());
-    out.push(0);
-    out.extend_from_slice(&(mir.destinations().len() as u32).to_be_bytes());
-    for rule in mir.rules() {
-        out.push(RULE_KIND);
-        out.push(rule.access.code());
-        out.push(rule.target.root.code());
-        out.push(rule.target.scope.code());
-        out.push(rule.target.missing.code());
-        out.extend_from_slice(&[0, 0, 0]);
-        out.extend_from_slice(&(rule.target.path.len() as u32).to_be_bytes());
-        out.extend_from_slice(rule.target.path.as_bytes());
-    }
-    for d in mir.destinations() {
-        out.push(DESTINATION_KIND);
-        out.push(PROTOCOL_TCP);
-        out.extend_from_slice(&d.port.to_be_bytes());
-        let mut flags = 0;
-        if d.require_tls_sni {
-            flags |= FLAG_REQUIRE_TLS_SNI;
-        }
-        if d.allow_private_addresses {
-            flags |= FLAG_ALLOW_PRIVATE;
-        }
-        out.push(flags);
-        out.push(0);
-        out.extend_from_slice(&(d.host.len() as u16).to_be_bytes());
-        out.extend_from_slice(d.host.as_bytes());
-    }
-    out
-}
+use crate::encode::{
+    DESTINATION_KIND, FLAG_ALLOW_PRIVATE, FLAG_REQUIRE_TLS_SNI, PROTOCOL_TCP, RULE_KIND,
+};
+pub use crate::encode::{HEADER_LEN, MAGIC, MAX_MIR_LEN, VERSION};
 
 /// A bounds-checked reader that names the byte offset of every failure.
 struct Reader<'a> {

@@ -15,14 +15,13 @@
 
 use std::collections::BTreeSet;
 
+use crate::builder::MirBuilder;
 use crate::conflict::{used_witnesses, witness_path};
 use crate::error::{PolicyError, Result};
 use crate::evaluate::{is_same_or_ancestor, tree_order, Permission};
-use crate::model::{
-    Access, Destination, Mir, MirBuilder, NetworkMode, ProcessTree, RootMode, Scope,
-};
-use crate::plan::ResolvedRule;
+use crate::model::{Access, Destination, Mir, NetworkMode, ProcessTree, RootMode, Scope};
 use crate::resolve::Resolution;
+use crate::resolved::ResolvedRule;
 
 /// none < mediated < direct.
 pub fn network_rank(mode: NetworkMode) -> u8 {
@@ -477,7 +476,7 @@ mod tests {
 
     fn resolved(f: impl FnOnce(&mut MirBuilder)) -> Resolution {
         let m = mir(f);
-        let b = crate::plan::HostBindings {
+        let b = crate::resolved::HostBindings {
             mediator: Some("m".into()),
             ..Default::default()
         };

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use crate::error::{PolicyError, Result};
 use crate::evaluate::{is_same_or_ancestor, tree_order, Permission};
 use crate::model::{Access, Scope};
-use crate::plan::ResolvedRule;
+use crate::resolved::ResolvedRule;
 
 /// The prefix of witness descendants' names.
 pub const WITNESS_PREFIX: &str = "maelys-witness-";

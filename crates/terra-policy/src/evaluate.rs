@@ -12,7 +12,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{PolicyError, Result};
 use crate::model::{Access, Scope};
-use crate::plan::ResolvedRule;
+use crate::resolved::ResolvedRule;
 
 /// What a path may be used for. Ordered: none < read < read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

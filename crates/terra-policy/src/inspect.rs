@@ -113,7 +113,8 @@ pub(crate) fn push_json_string(o: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Access, MirBuilder, Missing};
+    use crate::builder::MirBuilder;
+    use crate::model::{Access, Missing};
     use crate::testing::ws_tree;
 
     fn rendered(s: &str) -> String {

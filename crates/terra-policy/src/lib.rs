@@ -14,8 +14,10 @@
 /// in this crate because every other terra crate depends on it.
 pub const EXIT_REFUSED: u8 = 125;
 
+mod builder;
 pub mod codec;
 pub mod digest;
+mod encode;
 pub mod error;
 pub mod host;
 pub mod inspect;
@@ -49,13 +51,15 @@ pub fn load_policy(bytes: &[u8]) -> Result<Mir> {
     }
 }
 
+pub use builder::MirBuilder;
 pub use model::{
-    Access, Destination, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode,
-    Rule, Scope, Target,
+    Access, Destination, Mir, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Rule, Scope,
+    Target,
 };
 
 pub mod capability;
 pub mod plan;
+pub mod resolved;
 
 pub use capability::{Capability, CapabilitySet};
 pub use plan::{HostBindings, OmittedGrant, ResolvedRule, SandboxPlan};

@@ -5,63 +5,12 @@
 //! Resolution (`resolve`), capability checks and evaluation live in their own
 //! modules; this module holds the plan's shape and [`compile_plan`].
 
-use std::path::PathBuf;
-
 use crate::capability::CapabilitySet;
-use crate::error::Result;
+use crate::error::{PolicyError, Result};
 use crate::evaluate::Evaluation;
-use crate::model::{Access, Destination, Mir, NetworkMode, ProcessTree, RootKind, RootMode, Scope};
+use crate::model::{Destination, Mir, NetworkMode, ProcessTree, RootMode};
 use crate::resolve::{resolve, Resolution};
-
-/// Trusted host bindings (spec section 4).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostBindings {
-    pub workspace: Option<PathBuf>,
-    pub temp: Option<PathBuf>,
-    pub minimal_roots: Vec<PathBuf>,
-    pub mediator: Option<String>,
-}
-
-/// One rule after resolution: a canonical absolute host path.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ResolvedRule {
-    pub access: Access,
-    /// Canonical absolute path (realpath), or for protect-create the existing
-    /// canonical prefix plus the absent components as written.
-    pub path: String,
-    pub scope: Scope,
-    /// The target does not exist; the backend must stop its creation.
-    pub protect_create: bool,
-    /// Index of the MIR rule this came from.
-    pub source_rule: usize,
-    /// The symbolic root the MIR rule named.
-    pub source_root: RootKind,
-}
-
-impl ResolvedRule {
-    /// A rule on a host path that exists, as MIR rule 0 with root `host`
-    /// resolves to (not protect-create). For rule sets written by hand, in
-    /// tests and tools; [`resolve`] makes the rules of a plan.
-    pub fn host(access: Access, scope: Scope, path: &str) -> ResolvedRule {
-        ResolvedRule {
-            access,
-            path: path.into(),
-            scope,
-            protect_create: false,
-            source_rule: 0,
-            source_root: RootKind::Host,
-        }
-    }
-}
-
-/// A grant whose target was missing with `missing: skip`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OmittedGrant {
-    pub access: Access,
-    /// The candidate path that did not exist.
-    pub path: String,
-    pub source_rule: usize,
-}
+pub use crate::resolved::{HostBindings, OmittedGrant, ResolvedRule};
 
 /// The immutable plan: a [`Resolution`] whose required capabilities the
 /// backend declared. Made only by [`compile_plan`] or [`Resolution::into_plan`].
@@ -117,6 +66,27 @@ impl SandboxPlan {
     /// Contract-2 permission of a canonical absolute path (spec section 5).
     pub fn evaluate(&self, path: &str) -> Result<Evaluation> {
         self.resolution.evaluate(path)
+    }
+}
+
+impl Resolution {
+    /// Checks the backend's declared capabilities; every missing one is named
+    /// in one unsupported error, and no plan is returned.
+    pub fn into_plan(self, declared: CapabilitySet) -> Result<SandboxPlan> {
+        let missing = self.missing_capabilities(declared);
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|c| c.name()).collect();
+            return Err(PolicyError::Unsupported(format!(
+                "the backend lacks {} capabilit{} the plan requires: {}",
+                missing.len(),
+                if missing.len() == 1 { "y" } else { "ies" },
+                names.join(", ")
+            )));
+        }
+        Ok(SandboxPlan {
+            resolution: self,
+            declared,
+        })
     }
 }
 

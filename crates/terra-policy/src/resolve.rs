@@ -11,7 +11,7 @@ use crate::evaluate::{Evaluation, RuleSet};
 use crate::model::{
     Access, Destination, Mir, Missing, NetworkMode, ProcessTree, RootKind, RootMode,
 };
-use crate::plan::{HostBindings, OmittedGrant, ResolvedRule, SandboxPlan};
+use crate::resolved::{HostBindings, OmittedGrant, ResolvedRule};
 
 /// Most minimal-runtime roots, counted after de-duplication by resolved path.
 pub const MAX_MINIMAL_ROOTS: usize = 64;
@@ -238,24 +238,6 @@ impl Resolution {
     /// The capabilities required but not in `declared`, in bit order.
     pub fn missing_capabilities(&self, declared: CapabilitySet) -> Vec<Capability> {
         self.required.missing_from(declared)
-    }
-    /// Checks the backend's declared capabilities; every missing one is named
-    /// in one unsupported error, and no plan is returned.
-    pub fn into_plan(self, declared: CapabilitySet) -> Result<SandboxPlan> {
-        let missing = self.missing_capabilities(declared);
-        if !missing.is_empty() {
-            let names: Vec<&str> = missing.iter().map(|c| c.name()).collect();
-            return Err(PolicyError::Unsupported(format!(
-                "the backend lacks {} capabilit{} the plan requires: {}",
-                missing.len(),
-                if missing.len() == 1 { "y" } else { "ies" },
-                names.join(", ")
-            )));
-        }
-        Ok(SandboxPlan {
-            resolution: self,
-            declared,
-        })
     }
 }
 
@@ -537,9 +519,10 @@ impl Resolution {
 mod tests {
     use super::*;
     use crate::error::ErrorClass;
-    use crate::model::{MirBuilder, Scope};
+    use crate::model::Scope;
     use crate::plan::compile_plan;
     use crate::testing::{tmp, ws_tree};
+    use crate::MirBuilder;
     use std::os::unix::fs::symlink;
     #[cfg(target_os = "linux")]
     use std::os::unix::fs::PermissionsExt;

@@ -21,10 +21,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use crate::builder::MirBuilder;
 use crate::error::{PolicyError, Result};
 use crate::model::{
-    Access, Mir, MirBuilder, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope,
-    MAX_DESTINATIONS, MAX_RULES,
+    Access, Mir, Missing, NetworkMode, ProcessTree, RootKind, RootMode, Scope, MAX_DESTINATIONS,
+    MAX_RULES,
 };
 
 /// Largest source document, in bytes.

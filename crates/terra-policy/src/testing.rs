@@ -2,8 +2,9 @@
 
 use proptest::prelude::*;
 
-use crate::model::{Access, Destination, MirBuilder, Missing, RootKind, Scope};
-use crate::plan::ResolvedRule;
+use crate::builder::MirBuilder;
+use crate::model::{Access, Destination, Missing, RootKind, Scope};
+use crate::resolved::ResolvedRule;
 
 #[cfg(unix)]
 pub(crate) use terra_test_support::dirs::canonical_tempdir as tmp;

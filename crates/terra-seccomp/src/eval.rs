@@ -37,9 +37,22 @@ impl Data {
     }
 }
 
+/// Why a program could not be run to its answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    #[error("load of offset {offset} at {pc}")]
+    Load { offset: u32, pc: usize },
+    #[error("instruction {code:#x} at {pc}")]
+    Instruction { code: u16, pc: usize },
+    #[error("the program ran off its end")]
+    RanOff,
+    #[error("no program")]
+    NoProgram,
+}
+
 /// What `program` returns for `data`; Err for an instruction it does not
 /// know, a load outside the data, or a jump off the end.
-pub fn run(program: &[sock_filter], data: &Data) -> Result<u32, String> {
+pub fn run(program: &[sock_filter], data: &Data) -> Result<u32, EvalError> {
     trace(program, data).map(|t| t.ret)
 }
 
@@ -55,7 +68,7 @@ pub struct Trace {
 }
 
 /// [`run`], telling also how it ran.
-pub fn trace(program: &[sock_filter], data: &Data) -> Result<Trace, String> {
+pub fn trace(program: &[sock_filter], data: &Data) -> Result<Trace, EvalError> {
     let mut a: u32 = 0;
     let mut pc = 0usize;
     let mut steps = 0usize;
@@ -69,9 +82,7 @@ pub fn trace(program: &[sock_filter], data: &Data) -> Result<Trace, String> {
         pc = match i.code {
             0x20 => {
                 read_args |= i.k >= 8;
-                a = data
-                    .word(i.k)
-                    .ok_or_else(|| format!("load of offset {} at {pc}", i.k))?;
+                a = data.word(i.k).ok_or(EvalError::Load { offset: i.k, pc })?;
                 next
             }
             0x54 => {
@@ -90,16 +101,16 @@ pub fn trace(program: &[sock_filter], data: &Data) -> Result<Trace, String> {
                     read_args,
                 })
             }
-            other => return Err(format!("instruction {other:#x} at {pc}")),
+            other => return Err(EvalError::Instruction { code: other, pc }),
         };
     }
-    Err("the program ran off its end".into())
+    Err(EvalError::RanOff)
 }
 
 /// The kernel's answer for a stack of filters (`programs` in installation
 /// order): each runs, the strongest action wins (`ACTION_ONLY`, lower is
 /// stronger), and between equals the filter installed last.
-pub fn stacked(programs: &[&[sock_filter]], data: &Data) -> Result<u32, String> {
+pub fn stacked(programs: &[&[sock_filter]], data: &Data) -> Result<u32, EvalError> {
     let strength = |r: u32| (r & 0xffff_0000) as i32;
     let mut best: Option<u32> = None;
     for p in programs.iter().rev() {
@@ -108,5 +119,5 @@ pub fn stacked(programs: &[&[sock_filter]], data: &Data) -> Result<u32, String> 
             best = Some(r);
         }
     }
-    best.ok_or_else(|| "no program".into())
+    best.ok_or(EvalError::NoProgram)
 }

@@ -22,6 +22,7 @@ mod compile;
 mod describe;
 pub mod eval;
 mod merge;
+pub use merge::MergeError;
 mod table;
 
 use std::collections::BTreeSet;
@@ -115,6 +116,12 @@ pub enum Error {
         filter: String,
         message: String,
     },
+    #[error("seccomp table {table}, filter {filter}: {source}")]
+    Merge {
+        table: &'static str,
+        filter: String,
+        source: MergeError,
+    },
     #[error("seccomp: installing filter {filter}: {source}")]
     Install {
         filter: String,
@@ -205,10 +212,10 @@ pub fn compile_for(
         .collect();
     let names: Vec<&str> = filters.iter().map(|f| f.name.as_str()).collect();
     let name = format!("{}/{}", table.name(), names.join("+"));
-    let bpf = merge::merged(&filters, arch).map_err(|message| Error::Compile {
+    let bpf = merge::merged(&filters, arch).map_err(|source| Error::Merge {
         table: table.name(),
         filter: names.join("+"),
-        message,
+        source,
     })?;
     Ok(vec![Program { name, bpf }])
 }

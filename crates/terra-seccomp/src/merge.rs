@@ -93,20 +93,59 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
+/// Why a table's filters could not be merged into one program.
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error("no filter to merge")]
+    NoFilter,
+    /// An action of the table that is not one seccompiler knows.
+    #[error("{0}")]
+    Action(serde_json::Error),
+    /// The one-call source handed to seccompiler did not serialize.
+    #[error("{0}")]
+    Source(serde_json::Error),
+    #[error("{0}")]
+    Seccompiler(seccompiler::Error),
+    /// A property of the merge's own output or of seccompiler's that the
+    /// merge relies on does not hold (a bug, never the table's fault).
+    #[error("{0}")]
+    Shape(&'static str),
+    #[error("the merged program has {len} instructions (the kernel takes {MAX_LEN})")]
+    TooLong { len: usize },
+    /// A failure about one named call.
+    #[error("{call}: {source}")]
+    Call {
+        call: String,
+        source: Box<MergeError>,
+    },
+    #[error("{call}: two names for call {nr}")]
+    TwoNames { call: String, nr: u32 },
+    #[error(
+        "{call}: instruction {index} of seccompiler's code ({code:#x}) is not one the merge knows"
+    )]
+    UnknownInstruction {
+        call: String,
+        index: usize,
+        code: u16,
+    },
+    #[error("{call}: instruction {index} jumps out of the call's code")]
+    JumpOut { call: String, index: usize },
+}
+
 /// The kernel's order of actions: lower is stronger (`ACTION_ONLY`).
 fn strength(ret: u32) -> i32 {
     (ret & ACTION_FULL) as i32
 }
 
-fn action(v: &Value) -> Result<u32, String> {
-    let a: SeccompAction = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+fn action(v: &Value) -> Result<u32, MergeError> {
+    let a: SeccompAction = serde_json::from_value(v.clone()).map_err(MergeError::Action)?;
     Ok(a.into())
 }
 
 /// The filters `filters` (in installation order) as one program for `arch`.
-pub fn merged(filters: &[Filter], arch: TargetArch) -> Result<BpfProgram, String> {
+pub fn merged(filters: &[Filter], arch: TargetArch) -> Result<BpfProgram, MergeError> {
     if filters.is_empty() {
-        return Err("no filter to merge".into());
+        return Err(MergeError::NoFilter);
     }
     let parts = filters
         .iter()
@@ -118,7 +157,7 @@ pub fn merged(filters: &[Filter], arch: TargetArch) -> Result<BpfProgram, String
     nrs.dedup();
     let default = match decide(&parts, u32::MAX).as_slice() {
         [Step::Ret(k)] => *k,
-        _ => return Err("an unnamed call has no constant answer".into()),
+        _ => return Err(MergeError::Shape("an unnamed call has no constant answer")),
     };
     // Calls answered as every unnamed call is need no branch of their own.
     let special: Vec<(u32, Vec<Step>)> = nrs
@@ -168,7 +207,7 @@ pub fn merged(filters: &[Filter], arch: TargetArch) -> Result<BpfProgram, String
                 } => {
                     let code = parts[*part].calls[nr]
                         .as_ref()
-                        .ok_or("a test of a call without conditions")?;
+                        .ok_or(MergeError::Shape("a test of a call without conditions"))?;
                     for ins in code {
                         let outcome = match (ins.code, ins.k) {
                             (BPF_RET_K, k) if k == RET_ERRNO | STAND_IN_MATCH => Some(*on_match),
@@ -180,7 +219,9 @@ pub fn merged(filters: &[Filter], arch: TargetArch) -> Result<BpfProgram, String
                         out.push(match outcome {
                             None => Ins::Raw(ins.clone()),
                             Some(Some(k)) => Ins::Raw(stmt(BPF_RET_K, k)),
-                            Some(None) => Ins::Ja(next.ok_or("the last step goes on")?),
+                            Some(None) => {
+                                Ins::Ja(next.ok_or(MergeError::Shape("the last step goes on"))?)
+                            }
                         });
                     }
                 }
@@ -189,10 +230,7 @@ pub fn merged(filters: &[Filter], arch: TargetArch) -> Result<BpfProgram, String
     }
     let program = assemble(out)?;
     if program.len() > MAX_LEN {
-        return Err(format!(
-            "the merged program has {} instructions (the kernel takes {MAX_LEN})",
-            program.len()
-        ));
+        return Err(MergeError::TooLong { len: program.len() });
     }
     Ok(program)
 }
@@ -289,7 +327,7 @@ fn search(
 }
 
 /// Resolves the labels: every jump of terra's is forward (a JA's 32-bit offset).
-fn assemble(items: Vec<Ins>) -> Result<BpfProgram, String> {
+fn assemble(items: Vec<Ins>) -> Result<BpfProgram, MergeError> {
     let mut at = BTreeMap::new();
     let mut pos = 0usize;
     for i in &items {
@@ -309,7 +347,7 @@ fn assemble(items: Vec<Ins>) -> Result<BpfProgram, String> {
                 let target = at[&l];
                 let here = out.len();
                 if target <= here {
-                    return Err("a backward jump".into());
+                    return Err(MergeError::Shape("a backward jump"));
                 }
                 out.push(stmt(BPF_JMP_JA, (target - here - 1) as u32));
             }
@@ -318,15 +356,17 @@ fn assemble(items: Vec<Ins>) -> Result<BpfProgram, String> {
     Ok(out)
 }
 
+const UNKNOWN_SHAPE: &str = "seccompiler's program has an unknown shape";
+
 /// The audit architecture value seccompiler checks for `arch`.
-fn audit_arch(arch: TargetArch) -> Result<u32, String> {
+fn audit_arch(arch: TargetArch) -> Result<u32, MergeError> {
     let probe = one_call_program(&[&Rule::plain("getpid")], arch)?;
     Ok(probe[1].k)
 }
 
 /// Filter `f` with each call it names and that call's checks, compiled by
 /// seccompiler one call at a time.
-fn part(f: &Filter, arch: TargetArch) -> Result<Part, String> {
+fn part(f: &Filter, arch: TargetArch) -> Result<Part, MergeError> {
     let (matched, mismatch) = f.actions();
     let matched = if f.kind == Kind::Notify {
         RET_USER_NOTIF
@@ -342,21 +382,28 @@ fn part(f: &Filter, arch: TargetArch) -> Result<Part, String> {
     }
     let mut calls = BTreeMap::new();
     for (name, rules) in by_name {
-        let bpf = one_call_program(&rules, arch).map_err(|e| format!("{name}: {e}"))?;
+        let bpf = one_call_program(&rules, arch).map_err(|e| MergeError::Call {
+            call: name.to_string(),
+            source: Box::new(e),
+        })?;
         // Arch check (3), load nr, test nr: then the call's code.
         let nr = match bpf.get(4) {
             Some(i) if i.code == BPF_JMP_JEQ_K && (i.jt, i.jf) == (0, 1) => i.k,
             _ => {
-                return Err(format!(
-                    "{name}: seccompiler's program has an unknown shape"
-                ))
+                return Err(MergeError::Call {
+                    call: name.to_string(),
+                    source: Box::new(MergeError::Shape(UNKNOWN_SHAPE)),
+                })
             }
         };
         let code = bpf[5..].to_vec();
         check_code(name, &code)?;
         let conditional = rules.iter().any(|r| r.conditional);
         if calls.insert(nr, conditional.then_some(code)).is_some() {
-            return Err(format!("{name}: two names for call {nr}"));
+            return Err(MergeError::TwoNames {
+                call: name.to_string(),
+                nr,
+            });
         }
     }
     Ok(Part {
@@ -369,16 +416,18 @@ fn part(f: &Filter, arch: TargetArch) -> Result<Part, String> {
 
 /// seccompiler's program for `rules` (all of one call) with stand-in errnos
 /// for match and mismatch.
-fn one_call_program(rules: &[&Rule], arch: TargetArch) -> Result<BpfProgram, String> {
+fn one_call_program(rules: &[&Rule], arch: TargetArch) -> Result<BpfProgram, MergeError> {
     let source = json!({ "one": {
         "mismatch_action": { "errno": STAND_IN_MISMATCH },
         "match_action": { "errno": STAND_IN_MATCH },
         "filter": rules.iter().map(|r| r.seccompiler_json()).collect::<Vec<_>>(),
     }});
-    let text = serde_json::to_vec(&source).map_err(|e| e.to_string())?;
+    let text = serde_json::to_vec(&source).map_err(MergeError::Source)?;
     let mut map =
-        seccompiler::compile_from_json(text.as_slice(), arch).map_err(|e| e.to_string())?;
-    let bpf = map.remove("one").ok_or("seccompiler returned no program")?;
+        seccompiler::compile_from_json(text.as_slice(), arch).map_err(MergeError::Seccompiler)?;
+    let bpf = map
+        .remove("one")
+        .ok_or(MergeError::Shape("seccompiler returned no program"))?;
     let shape = bpf.len() > 5
         && bpf[0].code == BPF_LD_W_ABS
         && bpf[0].k == DATA_ARCH
@@ -388,7 +437,7 @@ fn one_call_program(rules: &[&Rule], arch: TargetArch) -> Result<BpfProgram, Str
         && bpf[3].code == BPF_LD_W_ABS
         && bpf[3].k == DATA_NR;
     if !shape {
-        return Err("seccompiler's program has an unknown shape".into());
+        return Err(MergeError::Shape(UNKNOWN_SHAPE));
     }
     Ok(bpf)
 }
@@ -396,7 +445,7 @@ fn one_call_program(rules: &[&Rule], arch: TargetArch) -> Result<BpfProgram, Str
 /// A call's code may only load the call's data, mask, compare, jump forward
 /// and return one of the two stand-ins: nothing that reads A before loading
 /// it from the call or keeps state between calls.
-fn check_code(name: &str, code: &[sock_filter]) -> Result<(), String> {
+fn check_code(name: &str, code: &[sock_filter]) -> Result<(), MergeError> {
     for (i, ins) in code.iter().enumerate() {
         let ok = match ins.code {
             BPF_LD_W_ABS => ins.k.is_multiple_of(4) && ins.k < 64,
@@ -408,10 +457,11 @@ fn check_code(name: &str, code: &[sock_filter]) -> Result<(), String> {
             _ => false,
         };
         if !ok {
-            return Err(format!(
-                "{name}: instruction {i} of seccompiler's code ({:#x}) is not one the merge knows",
-                ins.code
-            ));
+            return Err(MergeError::UnknownInstruction {
+                call: name.to_string(),
+                index: i,
+                code: ins.code,
+            });
         }
         // Every jump lands inside the call's code.
         let reach = |off: u32| i + 1 + off as usize;
@@ -423,9 +473,10 @@ fn check_code(name: &str, code: &[sock_filter]) -> Result<(), String> {
             _ => true,
         };
         if !lands {
-            return Err(format!(
-                "{name}: instruction {i} jumps out of the call's code"
-            ));
+            return Err(MergeError::JumpOut {
+                call: name.to_string(),
+                index: i,
+            });
         }
     }
     Ok(())

@@ -131,7 +131,7 @@ impl HostFacts {
         if nouserns::nothing_restricts_userns() {
             return HostFacts {
                 user_namespaces: Ok(()),
-                landlock: nouserns::usable(),
+                landlock: nouserns::usable().map_err(|e| e.to_string()),
             };
         }
         let observed = nouserns::observe();
@@ -144,7 +144,7 @@ impl HostFacts {
         });
         HostFacts {
             user_namespaces,
-            landlock: nouserns::usable(),
+            landlock: nouserns::usable().map_err(|e| e.to_string()),
         }
     }
 }

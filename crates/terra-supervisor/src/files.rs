@@ -504,7 +504,7 @@ impl OutDir {
         let mut rnd = [0u8; 12];
         random_bytes(&mut rnd).map_err(|e| OutError::Io(format!("random bytes: {e}")))?;
         let mut s = Self::temp_prefix(name, std::process::id());
-        s.push(crate::request::hex(&rnd));
+        s.push(crate::hex::hex(&rnd));
         Ok(s)
     }
 

@@ -18,6 +18,8 @@ mod confine;
 pub mod error;
 #[cfg(unix)]
 pub mod files;
+#[cfg(unix)]
+mod hex;
 pub mod input;
 #[cfg(target_os = "linux")]
 pub mod launch;

@@ -113,34 +113,66 @@ pub struct LimitPlan {
     pub rlimits: Rlimits,
 }
 
+/// Why a limit's value (`--memory 64M`, `--cpus 0.5`, ...) is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("{0:?} is not a size (a number with K, M, G or T)")]
+    NotASize(String),
+    #[error("{value:?}: unknown unit {unit:?} (K, M, G or T)")]
+    UnknownUnit { value: String, unit: String },
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+    #[error("{0:?}: a limit of 0 would stop everything")]
+    Zero(String),
+    #[error("{0:?} is not a number of CPUs (1, 0.5, 2.25)")]
+    NotCpus(String),
+    #[error("{0:?}: a limit of 0 CPUs would stop everything")]
+    ZeroCpus(String),
+    #[error("not a positive number of processes")]
+    NotProcesses,
+}
+
+/// Why RLIMIT_NPROC cannot limit the box (the pids limit's detail in the
+/// receipt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum NprocExempt {
+    #[error("no writable pids cgroup; RLIMIT_NPROC would count every process of the caller's uid on the host (the landlock backend has no user namespace), so it is not used")]
+    Landlock,
+    #[error("no writable pids cgroup; the kernel does not apply RLIMIT_NPROC to processes of the host's root user")]
+    Root,
+}
+
 /// `64M`, `1G`, `512k`, `1MiB`, `4096`: binary multiples, bytes without a suffix.
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+pub fn parse_size(s: &str) -> std::result::Result<u64, ValueError> {
     let t = s.trim();
     let digits = t.bytes().take_while(u8::is_ascii_digit).count();
     let (num, unit) = t.split_at(digits);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (a number with K, M, G or T)"))?;
+    let n: u64 = num.parse().map_err(|_| ValueError::NotASize(s.into()))?;
     let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
         "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (K, M, G or T)")),
+        _ => {
+            return Err(ValueError::UnknownUnit {
+                value: s.into(),
+                unit: unit.into(),
+            })
+        }
     };
     let v = n
         .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))?;
+        .ok_or_else(|| ValueError::TooLarge(s.into()))?;
     if v == 0 {
-        return Err(format!("{s:?}: a limit of 0 would stop everything"));
+        return Err(ValueError::Zero(s.into()));
     }
     Ok(v)
 }
 
 /// `1`, `0.5`, `2.25`: CPUs, to a thousandth.
-pub fn parse_cpus(s: &str) -> std::result::Result<u64, String> {
-    let bad = || format!("{s:?} is not a number of CPUs (1, 0.5, 2.25)");
+pub fn parse_cpus(s: &str) -> std::result::Result<u64, ValueError> {
+    let bad = || ValueError::NotCpus(s.into());
     let (int, frac) = s.trim().split_once('.').unwrap_or((s.trim(), ""));
     if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
@@ -152,7 +184,7 @@ pub fn parse_cpus(s: &str) -> std::result::Result<u64, String> {
         .and_then(|w| w.checked_add(thousandths))
         .ok_or_else(bad)?;
     if v == 0 {
-        return Err(format!("{s:?}: a limit of 0 CPUs would stop everything"));
+        return Err(ValueError::ZeroCpus(s.into()));
     }
     Ok(v)
 }
@@ -369,7 +401,7 @@ pub fn prepare(req: &Requested, landlock: bool, uid: u32, tag: &str) -> LimitPla
                         "RLIMIT_NPROC of the workload: the box's processes of its uid, in its user namespace".into(),
                     )
                 }
-                Err(why) => (Mechanism::None, why),
+                Err(why) => (Mechanism::None, why.to_string()),
             }
         });
         plan.pids = Some(Limit {
@@ -406,12 +438,12 @@ pub fn prepare(req: &Requested, landlock: bool, uid: u32, tag: &str) -> LimitPla
 
 /// Whether RLIMIT_NPROC limits the box: it counts per real uid in the box's
 /// user namespace, and the kernel exempts the host's root user from it.
-fn nproc_binds(landlock: bool, uid: u32) -> std::result::Result<(), String> {
+fn nproc_binds(landlock: bool, uid: u32) -> std::result::Result<(), NprocExempt> {
     if landlock {
-        return Err("no writable pids cgroup; RLIMIT_NPROC would count every process of the caller's uid on the host (the landlock backend has no user namespace), so it is not used".into());
+        return Err(NprocExempt::Landlock);
     }
     if uid == 0 {
-        return Err("no writable pids cgroup; the kernel does not apply RLIMIT_NPROC to processes of the host's root user".into());
+        return Err(NprocExempt::Root);
     }
     Ok(())
 }

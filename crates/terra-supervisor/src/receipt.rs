@@ -395,7 +395,7 @@ pub fn count_network_receipt(file: &std::fs::File, s: &mut NetworkSummary) -> st
             _ => s.unreadable_lines += 1,
         }
     }
-    s.receipt_sha256 = Some(crate::request::hex(&hasher.finalize()));
+    s.receipt_sha256 = Some(crate::hex::hex(&hasher.finalize()));
     Ok(())
 }
 

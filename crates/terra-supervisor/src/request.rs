@@ -133,16 +133,7 @@ impl RunRequest {
     }
 }
 
-/// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
-}
+pub use crate::hex::hex;
 
 /// Hex of an OS string's bytes.
 pub fn hex_os(s: &OsStr) -> String {

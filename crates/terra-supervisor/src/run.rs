@@ -419,22 +419,23 @@ impl RunBuilder {
     ) -> Result<crate::limits::Requested> {
         use crate::limits::{parse_cpus, parse_size};
         // The command line's value, else the profile's.
-        let flag = |name: &str,
-                    v: &Option<String>,
-                    from_profile: &Option<String>,
-                    parse: fn(&str) -> std::result::Result<u64, String>| {
-            v.as_ref()
-                .or(from_profile.as_ref())
-                .map(String::as_str)
-                .map(|s| parse(s).map_err(|why| Error::Argument(format!("{name} {s}: {why}"))))
-                .transpose()
-        };
+        let flag =
+            |name: &str,
+             v: &Option<String>,
+             from_profile: &Option<String>,
+             parse: fn(&str) -> std::result::Result<u64, crate::limits::ValueError>| {
+                v.as_ref()
+                    .or(from_profile.as_ref())
+                    .map(String::as_str)
+                    .map(|s| parse(s).map_err(|why| Error::Argument(format!("{name} {s}: {why}"))))
+                    .transpose()
+            };
         let req = crate::limits::Requested {
             memory: flag("--memory", &self.memory, &profile.memory, parse_size)?,
             pids: flag("--pids", &self.pids, &profile.pids, |s| {
                 match s.trim().parse::<u64>() {
                     Ok(n) if n > 0 => Ok(n),
-                    _ => Err("not a positive number of processes".into()),
+                    _ => Err(crate::limits::ValueError::NotProcesses),
                 }
             })?,
             millicpus: flag("--cpus", &self.cpus, &profile.cpus, parse_cpus)?,

@@ -8,6 +8,7 @@
 //! Only entries named like a run id (`YYYYMMDDTHHMMSSZ-PID-8HEX`) are
 //! considered.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -17,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde_json::Value;
 
-use crate::files::{Follow, OutDir};
+use crate::files::{Follow, OutDir, OutError};
 
 /// The most bytes of a receipt or request read back.
 const MAX_RECORD_LEN: u64 = 1 << 20;
@@ -94,24 +95,83 @@ pub fn bases() -> Vec<StateBase> {
     out
 }
 
+/// Why a state base or a run in it could not be opened, found or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunsError {
+    /// The base could not be reached without following a symlink.
+    #[error("{0}")]
+    Walk(#[from] OutError),
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: rustix::io::Errno,
+    },
+    #[error("{}: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        source: rustix::io::Errno,
+    },
+    #[error("{} is not owned by uid {uid} with mode 0700", path.display())]
+    NotPrivate { path: PathBuf, uid: u32 },
+    #[error("{id:?} is not a run id")]
+    NotRunId { id: String },
+    #[error("cannot open the run {id} in {}: {source}", base.display())]
+    OpenRun {
+        id: String,
+        base: PathBuf,
+        source: rustix::io::Errno,
+    },
+    #[error("no runs recorded yet")]
+    NoRuns,
+    #[error(
+        "{which:?} is not a run id (YYYYMMDDTHHMMSSZ-PID-HEX, as `terra runs` lists them) nor `last`"
+    )]
+    NotRunIdNorLast { which: String },
+    #[error("no run {which} in the state directory")]
+    NoSuchRun { which: String },
+    /// Listing the run's directory failed.
+    #[error("{0}")]
+    List(rustix::io::Errno),
+    #[error("{name:?}: {source}")]
+    StatEntry {
+        name: CString,
+        source: rustix::io::Errno,
+    },
+    #[error("{name:?} is a directory; left in place")]
+    DirectoryInRun { name: CString },
+    #[error("cannot remove {name:?}: {source}")]
+    RemoveFile {
+        name: CString,
+        source: rustix::io::Errno,
+    },
+    #[error("cannot remove the directory: {0}")]
+    RemoveDir(rustix::io::Errno),
+}
+
 impl StateBase {
     /// Opens `path` (canonical) with no symlink in any component, and checks
     /// that it is ours and private.
-    pub fn open(path: &Path, uid: u32) -> Result<StateBase, String> {
-        let walked = OutDir::open(path, Follow::Nothing).map_err(|e| e.to_string())?;
+    pub fn open(path: &Path, uid: u32) -> Result<StateBase, RunsError> {
+        let walked = OutDir::open(path, Follow::Nothing)?;
         let fd = rustix::fs::openat(
             walked.fd(),
             ".",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|source| RunsError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|source| RunsError::Stat {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if st.st_uid != uid || st.st_mode & 0o077 != 0 {
-            return Err(format!(
-                "{} is not owned by uid {uid} with mode 0700",
-                path.display()
-            ));
+            return Err(RunsError::NotPrivate {
+                path: path.to_path_buf(),
+                uid,
+            });
         }
         Ok(StateBase {
             path: path.to_path_buf(),
@@ -150,9 +210,9 @@ impl StateBase {
     }
 
     /// Opens the run directory `id` (never through a symlink).
-    pub fn open_run(&self, id: &str) -> Result<RunFiles, String> {
+    pub fn open_run(&self, id: &str) -> Result<RunFiles, RunsError> {
         if !is_run_id(id) {
-            return Err(format!("{id:?} is not a run id"));
+            return Err(RunsError::NotRunId { id: id.to_string() });
         }
         let fd = rustix::fs::openat(
             &self.fd,
@@ -160,7 +220,11 @@ impl StateBase {
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| format!("cannot open the run {id} in {}: {e}", self.path.display()))?;
+        .map_err(|source| RunsError::OpenRun {
+            id: id.to_string(),
+            base: self.path.clone(),
+            source,
+        })?;
         Ok(RunFiles {
             id: id.to_string(),
             path: self.path.join(id),
@@ -227,24 +291,35 @@ impl StateBase {
 
     /// Unlinks the run's files (never following a symlink; a directory in it
     /// stops the removal), then the run directory.
-    fn remove_run(&self, run: &RunFiles) -> Result<(), String> {
-        let dir = rustix::fs::Dir::read_from(&run.fd).map_err(|e| e.to_string())?;
+    fn remove_run(&self, run: &RunFiles) -> Result<(), RunsError> {
+        let dir = rustix::fs::Dir::read_from(&run.fd).map_err(RunsError::List)?;
         for entry in dir {
-            let entry = entry.map_err(|e| e.to_string())?;
+            let entry = entry.map_err(RunsError::List)?;
             let name = entry.file_name();
             if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            let st = rustix::fs::statat(&run.fd, name, AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(|e| format!("{name:?}: {e}"))?;
+            let st =
+                rustix::fs::statat(&run.fd, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|source| {
+                    RunsError::StatEntry {
+                        name: name.to_owned(),
+                        source,
+                    }
+                })?;
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                return Err(format!("{name:?} is a directory; left in place"));
+                return Err(RunsError::DirectoryInRun {
+                    name: name.to_owned(),
+                });
             }
-            rustix::fs::unlinkat(&run.fd, name, AtFlags::empty())
-                .map_err(|e| format!("cannot remove {name:?}: {e}"))?;
+            rustix::fs::unlinkat(&run.fd, name, AtFlags::empty()).map_err(|source| {
+                RunsError::RemoveFile {
+                    name: name.to_owned(),
+                    source,
+                }
+            })?;
         }
         rustix::fs::unlinkat(&self.fd, run.id.as_str(), AtFlags::REMOVEDIR)
-            .map_err(|e| format!("cannot remove the directory: {e}"))
+            .map_err(RunsError::RemoveDir)
     }
 }
 
@@ -315,7 +390,7 @@ pub fn open_reported(run_dir: &Path, cli_pid: u32) -> Option<RunFiles> {
 }
 
 /// A run of any base by id, or the newest for `last`.
-pub fn find(bases: &[StateBase], which: &str) -> Result<RunFiles, String> {
+pub fn find(bases: &[StateBase], which: &str) -> Result<RunFiles, RunsError> {
     if which == "last" {
         let newest = bases
             .iter()
@@ -323,38 +398,25 @@ pub fn find(bases: &[StateBase], which: &str) -> Result<RunFiles, String> {
             .max_by(|a, b| a.0.cmp(&b.0));
         return match newest {
             Some((id, base)) => base.open_run(&id),
-            None => Err("no runs recorded yet".into()),
+            None => Err(RunsError::NoRuns),
         };
     }
     if !is_run_id(which) {
-        return Err(format!(
-            "{which:?} is not a run id (YYYYMMDDTHHMMSSZ-PID-HEX, as `terra runs` lists them) nor `last`"
-        ));
+        return Err(RunsError::NotRunIdNorLast {
+            which: which.to_string(),
+        });
     }
     for base in bases {
         if base.run_ids().iter().any(|id| id == which) {
             return base.open_run(which);
         }
     }
-    Err(format!("no run {which} in the state directory"))
+    Err(RunsError::NoSuchRun {
+        which: which.to_string(),
+    })
 }
 
-/// `YYYYMMDDTHHMMSSZ-PID-8HEX`.
-pub fn is_run_id(name: &str) -> bool {
-    let b = name.as_bytes();
-    if b.len() < 16 + 1 + 1 + 1 + 8 || b[8] != b'T' || b[15] != b'Z' || b[16] != b'-' {
-        return false;
-    }
-    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
-    let Some((pid, hex)) = name[17..].split_once('-') else {
-        return false;
-    };
-    digits(&b[..8])
-        && digits(&b[9..15])
-        && digits(pid.as_bytes())
-        && hex.len() == 8
-        && hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-}
+pub use crate::state::is_run_id;
 
 /// When the run `id` started (second precision, from its id).
 pub fn run_started(id: &str) -> Option<SystemTime> {

@@ -299,7 +299,7 @@ pub fn clean_stale_runtime() {
     for (base, _) in runtime_candidates(uid) {
         if let Ok(dir) = open_private(&base, uid) {
             for name in dir_names(&dir) {
-                if name.to_str().is_some_and(crate::runs::is_run_id) {
+                if name.to_str().is_some_and(is_run_id) {
                     remove_stale_runtime(&dir, &name, uid);
                 }
             }
@@ -449,7 +449,7 @@ pub(crate) fn new_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf> {
     for _ in 0..16 {
         let mut rnd = [0u8; 8];
         crate::files::random_bytes(&mut rnd).map_err(|e| Error::op("random bytes", e))?;
-        let dir = parent.join(format!("{prefix}-{}", crate::request::hex(&rnd)));
+        let dir = parent.join(format!("{prefix}-{}", crate::hex::hex(&rnd)));
         match DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => {
                 let mode = fs::symlink_metadata(&dir)
@@ -772,6 +772,23 @@ fn covers(rule: &str, scope: Scope, path: &str) -> bool {
             || (path.starts_with(rule) && path.as_bytes().get(rule.len()) == Some(&b'/')))
 }
 
+/// `YYYYMMDDTHHMMSSZ-PID-8HEX`.
+pub fn is_run_id(name: &str) -> bool {
+    let b = name.as_bytes();
+    if b.len() < 16 + 1 + 1 + 1 + 8 || b[8] != b'T' || b[15] != b'Z' || b[16] != b'-' {
+        return false;
+    }
+    let digits = |s: &[u8]| !s.is_empty() && s.iter().all(u8::is_ascii_digit);
+    let Some((pid, hex)) = name[17..].split_once('-') else {
+        return false;
+    };
+    digits(&b[..8])
+        && digits(&b[9..15])
+        && digits(pid.as_bytes())
+        && hex.len() == 8
+        && hex.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// `YYYYMMDDTHHMMSSZ-<pid>-<8 hex>`: sortable, unique per host.
 fn new_run_id() -> String {
     let t = terra_netd::receipt::rfc3339(SystemTime::now());
@@ -784,7 +801,7 @@ fn new_run_id() -> String {
     format!(
         "{compact}Z-{}-{}",
         std::process::id(),
-        crate::request::hex(&rnd)
+        crate::hex::hex(&rnd)
     )
 }
 

@@ -37,16 +37,32 @@ pub fn after_run(temp: &Path, mode: TempAfterRun) -> Option<String> {
     })
 }
 
+/// Why the temp directory was not removed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    #[error("not a directory")]
+    NotADirectory,
+    #[error("names no directory")]
+    NoName,
+    /// A call on the directory, or its parent, failed.
+    #[error("{call}: {source}")]
+    Io {
+        call: &'static str,
+        source: std::io::Error,
+    },
+}
+
 /// Removes `path` and everything in it, never following a symlink (std's
 /// `remove_dir_all` unlinks links, it does not follow them). When that fails
 /// (the workload left directories without write or search permission), the
 /// directories are opened up to 0700 one by one through descriptors and the
 /// removal is tried again. Only called when no process of the box is left.
-pub fn remove_tree(path: &Path) -> Result<(), String> {
+pub fn remove_tree(path: &Path) -> Result<(), RemoveError> {
+    let io = |call| move |source| RemoveError::Io { call, source };
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-        Ok(m) if !m.is_dir() => return Err("not a directory".into()),
+        Err(e) => return Err(io("lstat")(e)),
+        Ok(m) if !m.is_dir() => return Err(RemoveError::NotADirectory),
         Ok(_) => {}
     }
     if std::fs::remove_dir_all(path).is_ok() {
@@ -54,7 +70,7 @@ pub fn remove_tree(path: &Path) -> Result<(), String> {
     }
     let (parent, name) = match (path.parent(), path.file_name()) {
         (Some(p), Some(n)) => (p, n),
-        _ => return Err("names no directory".into()),
+        _ => return Err(RemoveError::NoName),
     };
     let parent = rustix::fs::openat(
         CWD,
@@ -62,9 +78,9 @@ pub fn remove_tree(path: &Path) -> Result<(), String> {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| io("open the parent")(e.into()))?;
     open_up(&parent, name, 0);
-    std::fs::remove_dir_all(path).map_err(|e| e.to_string())
+    std::fs::remove_dir_all(path).map_err(io("remove"))
 }
 
 /// chmod 0700 the directory `name` of `parent` and, below it, every directory.

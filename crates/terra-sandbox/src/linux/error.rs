@@ -50,6 +50,13 @@ pub enum SandboxError {
     Activation(String),
     #[error("io error: {0}")]
     Io(String),
+    /// A socket of the box could not be bound or listen at `addr`.
+    #[error("{what} {addr}: {source}")]
+    Socket {
+        what: &'static str,
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     /// `source`, while doing `what`.
     #[error("{what}: {source}")]
     Context {

@@ -31,7 +31,7 @@ use super::lower::MountOp;
 use super::status::{self, Status};
 use super::terminal::{self, TerminalPrep};
 use super::workload::{self, WorkloadPrep};
-use super::{mounts, sys, BoxService, MediatedFds, ServiceFds};
+use super::{mounts, sys, BoxService, MediatedFds, SandboxError, ServiceFds};
 use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, built by `terra __vm` from its configuration.
@@ -207,16 +207,17 @@ struct NetParts {
 }
 
 impl NetParts {
-    fn open(addr: SocketAddr) -> Result<NetParts, String> {
-        let proxy = std::net::TcpListener::bind(addr)
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    fn open(addr: SocketAddr) -> Result<NetParts, SandboxError> {
+        let socket = |what, addr| move |source| SandboxError::Socket { what, addr, source };
+        let proxy = std::net::TcpListener::bind(addr).map_err(socket("cannot listen on", addr))?;
         let dns = SocketAddr::new(addr.ip(), 53);
-        let dns_udp = std::net::UdpSocket::bind(dns)
-            .map_err(|e| format!("DNS stub: cannot bind UDP {dns}: {e}"))?;
+        let dns_udp =
+            std::net::UdpSocket::bind(dns).map_err(socket("DNS stub: cannot bind UDP", dns))?;
         let dns_tcp = std::net::TcpListener::bind(dns)
-            .map_err(|e| format!("DNS stub: cannot listen on TCP {dns}: {e}"))?;
-        let relay = std::net::TcpListener::bind(SocketAddr::new(addr.ip(), 0))
-            .map_err(|e| format!("cannot listen on {} for relayed sockets: {e}", addr.ip()))?;
+            .map_err(socket("DNS stub: cannot listen on TCP", dns))?;
+        let any_port = SocketAddr::new(addr.ip(), 0);
+        let relay = std::net::TcpListener::bind(any_port)
+            .map_err(socket("relayed sockets: cannot listen on", any_port))?;
         Ok(NetParts {
             proxy: proxy.into(),
             dns_udp: dns_udp.into(),
@@ -227,7 +228,7 @@ impl NetParts {
 }
 
 impl ServiceParts {
-    fn open(mediated: Option<SocketAddr>) -> Result<ServiceParts, String> {
+    fn open(mediated: Option<SocketAddr>) -> Result<ServiceParts, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let net = mediated.map(NetParts::open).transpose()?;
         let (service_end, workload_end) = socketpair(
@@ -236,7 +237,7 @@ impl ServiceParts {
             None,
             SockFlag::SOCK_CLOEXEC,
         )
-        .map_err(|e| format!("socketpair: {e}"))?;
+        .map_err(|errno| SandboxError::sys("socketpair", errno))?;
         let proc_dir = nix::fcntl::open(
             "/proc",
             nix::fcntl::OFlag::O_PATH
@@ -244,7 +245,7 @@ impl ServiceParts {
                 | nix::fcntl::OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::empty(),
         )
-        .map_err(|e| format!("the box's /proc: {e}"))?;
+        .map_err(|errno| SandboxError::sys_at("open", errno, "/proc"))?;
         Ok(ServiceParts {
             service_end,
             workload_end,
@@ -347,13 +348,12 @@ pub(crate) fn start_service(
     service: BoxService,
     broker: BorrowedFd<'_>,
     addr: SocketAddr,
-) -> Result<(), String> {
+) -> Result<(), SandboxError> {
     let parts = ServiceParts::open(Some(addr))?;
-    let filters = super::seccomp::box_service().map_err(|e| e.to_string())?;
+    let filters = super::seccomp::box_service()?;
     // SAFETY: init has one thread (a fresh exec, no thread started).
-    match unsafe { sys::fork() } {
-        Ok(ForkResult::Child) => run_service(service, &filters, parts, Some(broker)),
-        Ok(ForkResult::Parent { .. }) => Ok(()),
-        Err(e) => Err(e.to_string()),
+    match unsafe { sys::fork() }? {
+        ForkResult::Child => run_service(service, &filters, parts, Some(broker)),
+        ForkResult::Parent { .. } => Ok(()),
     }
 }

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 
 use terra_policy::{Capability, CapabilitySet, SandboxPlan};
 
+mod config;
 mod error;
 mod exe;
 mod init;
 mod landlock;
 pub mod lower;
 mod mounts;
-pub mod notify;
 pub mod nouserns;
 mod prepare;
 mod rlimits;
@@ -49,39 +49,9 @@ pub fn vm_main(service: BoxService, own_net: bool) -> ! {
     vm::main(service, own_net)
 }
 
-/// The descriptors of the box's network service, made by the box's init
-/// inside the box before the workload exists.
-pub struct ServiceFds {
-    /// The workload sends its connect-notification listener here, once
-    /// (SCM_RIGHTS), right after it installed the filter.
-    pub notify_channel: OwnedFd,
-    /// The box's /proc (O_PATH), opened before the workload ran: the
-    /// workload's fdinfo is read relative to it.
-    pub proc_dir: OwnedFd,
-    /// Mediated networking's part.
-    pub mediated: Option<MediatedFds>,
-}
-
-/// The network service's descriptors of mediated networking.
-pub struct MediatedFds {
-    /// The proxy's listener on the box loopback (`proxy_listen_addr`).
-    pub proxy: std::net::TcpListener,
-    /// The box end of the fd 7 socketpair to the broker.
-    pub broker: OwnedFd,
-    /// The DNS stub's sockets, UDP and TCP, on the box loopback port 53.
-    pub dns_udp: std::net::UdpSocket,
-    pub dns_tcp: std::net::TcpListener,
-    /// A listener on the box loopback (an ephemeral port): the service
-    /// makes TCP pairs with it for the checked (TLS SNI) path.
-    pub relay: std::net::TcpListener,
-}
-
-/// A service that runs inside the box (in a child of the box init, after the
-/// box's namespaces and root are in place) before the workload starts: it
-/// answers the workload's connect() calls (the AF_UNIX rule; mediated: the
-/// hand-off) and, with mediated networking, serves the proxy and the DNS
-/// stub. Never returns.
-pub type BoxService = fn(ServiceFds) -> !;
+// The box service's descriptors and entry live in terra-kernel, which
+// terra-netd (the service) also uses.
+pub use terra_kernel::service::{BoxService, MediatedFds, ServiceFds};
 
 /// Everything the launcher needs to start one box. `P` is the plan: the
 /// resolved, capability-checked [`SandboxPlan`] (the only one `spawn_box`
@@ -557,7 +527,7 @@ pub fn enter_confined_role() -> Result<(), SandboxError> {
     role::enter()
 }
 
-pub use support::{CheckId, HostCheck};
+pub use support::{CheckId, HostCheck, ProbeFailure};
 
 /// What this host offers the Linux backend, for `terra doctor` and `terra backends`.
 #[derive(Debug, Clone, Default)]

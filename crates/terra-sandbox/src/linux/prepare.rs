@@ -10,10 +10,10 @@ use std::path::Path;
 
 use terra_policy::{NetworkMode, RootMode};
 
+use super::config::{VmConfig, WorkloadWire};
 use super::landlock::{LandlockPlan, NetRule};
 use super::lower::{self, LowerInput, MountOp, NodeKind};
 use super::status::Status;
-use super::vm::{VmConfig, WorkloadWire};
 use super::workload;
 use super::{seccomp, BoxExit, BoxReport, BoxSpec, PlanView, SandboxError};
 

@@ -46,8 +46,8 @@ fn is_terra_label(label: &str) -> bool {
 }
 
 /// Why the user-namespace probe failed.
-#[derive(Debug, thiserror::Error)]
-enum ProbeFailure {
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProbeFailure {
     #[error("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID) was refused")]
     Unshare,
     #[error("writing the uid/gid maps was refused")]
@@ -58,8 +58,16 @@ enum ProbeFailure {
     Other(i32),
     #[error("the probe child died")]
     Died,
+    /// Forking or reaping the probe's child failed (shared, so the host
+    /// facts that hold it can be copied).
     #[error("{0}")]
-    Sys(#[from] SandboxError),
+    Sys(std::sync::Arc<SandboxError>),
+}
+
+impl From<SandboxError> for ProbeFailure {
+    fn from(e: SandboxError) -> Self {
+        ProbeFailure::Sys(std::sync::Arc::new(e))
+    }
 }
 
 /// Tries what a box needs in a throw-away child: user, mount and PID
@@ -83,10 +91,10 @@ fn userns_works() -> Result<(), ProbeFailure> {
     }
 }
 
-/// [`userns_works`] with its failure as text, for the landlock backend's
-/// diagnosis and `--backend auto`.
-pub(super) fn userns_probe() -> Result<(), String> {
-    userns_works().map_err(|e| e.to_string())
+/// [`userns_works`], for the landlock backend's diagnosis and `--backend
+/// auto`.
+pub(super) fn userns_probe() -> Result<(), ProbeFailure> {
+    userns_works()
 }
 
 /// Exit code: 0 ok, 1 unshare, 2 maps, 3 procfs, 4 fork.

@@ -15,19 +15,16 @@
 //! | 9 | from the config socket: the box's terminal channel, when it has a terminal |
 
 use std::ffi::CString;
-use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use serde::{Deserialize, Serialize};
-
+use super::config::VmConfig;
 use super::error::SandboxError;
 use super::exe::{adopt, read_config, role_start};
 use super::init::{self, BoxPrep};
 use super::landlock::{LandlockPlan, NetRule};
-use super::lower::MountOp;
 use super::mounts;
 use super::status::{self, Status};
-use super::terminal::{TerminalPrep, TerminalWire};
+use super::terminal::TerminalPrep;
 use super::workload::WorkloadPrep;
 use super::{seccomp, sys, BoxService};
 use crate::EXIT_REFUSED;
@@ -56,38 +53,6 @@ fn make_own_net() -> Result<(), SandboxError> {
 
 /// Largest configuration accepted (the environment and argv dominate).
 const CONFIG_LIMIT: usize = 16 << 20;
-
-/// The box as its init is handed it: the lowered mount program and the
-/// workload's checked strings, computed by the caller before the clone.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct VmConfig {
-    pub new_net: bool,
-    pub hostname: String,
-    pub ops: Vec<MountOp>,
-    /// Root mode ephemeral-write (the Landlock program follows the mounts).
-    pub root_writable: bool,
-    /// Mediated networking: where the in-box service listens.
-    pub proxy: Option<SocketAddr>,
-    pub workload: WorkloadWire,
-    pub terminal: Option<TerminalWire>,
-    /// The vm backend: run QEMU on the box's tree instead of the workload
-    /// (vmhost.rs).
-    pub vm: Option<terra_vm::Boot>,
-}
-
-/// The workload's strings as bytes (checked free of NUL by the caller).
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct WorkloadWire {
-    pub candidates: Vec<Vec<u8>>,
-    pub argv: Vec<Vec<u8>>,
-    pub envp: Vec<Vec<u8>>,
-    pub cwd: String,
-    pub canary_path: Vec<u8>,
-    pub canary_tcp: Option<SocketAddr>,
-    /// Whether a canary gate is on [`GATE_FD`].
-    pub gate: bool,
-    pub rlimits: super::Rlimits,
-}
 
 /// The run's descriptors an early box is handed with its configuration.
 pub(crate) struct RunFds<'a> {

@@ -26,10 +26,10 @@ use nix::unistd::{ForkResult, Pid};
 use terra_vm::proto::{Decoder, FromGuest, GuestConfig, GuestNet, ToGuest};
 use terra_vm::qemu;
 
+use super::config::VmConfig;
 use super::init::report_and_exit;
 use super::status::{self, Status};
-use super::vm::VmConfig;
-use super::{mounts, seccomp, sys, BoxService};
+use super::{mounts, seccomp, sys, BoxService, SandboxError};
 use crate::EXIT_REFUSED;
 
 /// Where the box's tree appears in QEMU's root.
@@ -180,20 +180,22 @@ fn guest_config(c: &VmConfig) -> GuestConfig {
 /// Starts QEMU: a child with the control socket on descriptor 3, /dev/null
 /// on 0, the console pipe on 1 and 2, no capability, the workload's deny
 /// lists; an empty environment.
-fn spawn_qemu(argv: &[String], ctl: &OwnedFd, console: &OwnedFd) -> Result<Pid, String> {
+fn spawn_qemu(argv: &[String], ctl: &OwnedFd, console: &OwnedFd) -> Result<Pid, SandboxError> {
     let cargs: Vec<std::ffi::CString> = argv
         .iter()
         .map(|a| {
-            std::ffi::CString::new(a.as_bytes())
-                .map_err(|_| format!("a NUL byte in QEMU's argument {a:?}"))
+            std::ffi::CString::new(a.as_bytes()).map_err(|_| {
+                SandboxError::InvalidRequest(format!("a NUL byte in QEMU's argument {a:?}"))
+            })
         })
         .collect::<Result<_, _>>()?;
-    let filters = seccomp::build().map_err(|e| e.to_string())?;
-    let null = std::fs::File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let filters = seccomp::build()?;
+    let null = std::fs::File::open("/dev/null")
+        .map_err(|e| SandboxError::io_at("open", &e, "/dev/null"))?;
     // SAFETY: init has one thread (nothing started one); the child only
     // makes system calls and execs or exits.
-    match unsafe { sys::fork() } {
-        Ok(ForkResult::Child) => {
+    match unsafe { sys::fork() }? {
+        ForkResult::Child => {
             sys::reset_signals();
             if !sys::die_with_parent(Pid::from_raw(1)) {
                 sys::exit_now(EXIT_REFUSED.into());
@@ -226,8 +228,7 @@ fn spawn_qemu(argv: &[String], ctl: &OwnedFd, console: &OwnedFd) -> Result<Pid, 
             let _ = nix::unistd::write(std::io::stderr(), b"terra: cannot execute QEMU\n");
             sys::exit_now(126)
         }
-        Ok(ForkResult::Parent { child }) => Ok(child),
-        Err(e) => Err(format!("fork: {e}")),
+        ForkResult::Parent { child } => Ok(child),
     }
 }
 

@@ -142,7 +142,7 @@ pub fn run(prep: &WorkloadPrep, status_fd: BorrowedFd<'_>, handover: Option<Borr
 /// its own listener).
 fn hand_over_listener(prog: &BpfProgram, chan: BorrowedFd<'_>) -> std::io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let listener = super::notify::install_listener(prog)?;
+    let listener = terra_kernel::notify::install_listener(prog)?;
     let fds = [listener.as_raw_fd()];
     let iov = [std::io::IoSlice::new(b"n")];
     sendmsg::<()>(

@@ -33,7 +33,7 @@ fn proxy_service(fds: terra_sandbox::linux::ServiceFds) -> ! {
     let mediated = fds.mediated;
     std::thread::spawn(move || {
         use std::os::fd::{AsFd, AsRawFd};
-        use terra_sandbox::linux::notify;
+        use terra_kernel::notify;
         let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
         let mut byte = [0u8; 1];
         let mut iov = [std::io::IoSliceMut::new(&mut byte)];

@@ -2,14 +2,14 @@
 //! from a [`Observed`] set of host facts (pure: unit-tested with made-up
 //! hosts; [`observe`] reads the real one).
 
-use super::super::support;
+use super::super::support::{self, ProbeFailure};
 
 /// The host facts the diagnosis reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Observed {
     /// The functional probe (user, mount and PID namespaces, a new procfs):
     /// Ok, or why it failed.
-    pub probe: Result<(), String>,
+    pub probe: Result<(), ProbeFailure>,
     /// `user.max_user_namespaces`; None: the file is missing (no CONFIG_USER_NS).
     pub max_user_namespaces: Option<u64>,
     /// Debian's `kernel.unprivileged_userns_clone`, when the kernel has it.
@@ -175,7 +175,7 @@ mod tests {
 
     fn blocked() -> Observed {
         Observed {
-            probe: Err("unshare was refused".into()),
+            probe: Err(ProbeFailure::Unshare),
             max_user_namespaces: Some(15000),
             unprivileged_userns_clone: None,
             apparmor_restrict: None,
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn the_probe_is_skipped_only_when_nothing_can_restrict_user_namespaces() {
         let clear = Observed {
-            probe: Err("not run".into()),
+            probe: Err(ProbeFailure::Died),
             max_user_namespaces: Some(15000),
             unprivileged_userns_clone: None,
             apparmor_restrict: Some("0".into()),
@@ -320,7 +320,7 @@ mod tests {
         };
         let c = diagnose(&o);
         assert_eq!(names(&o), ["unknown"]);
-        assert!(c[0].detail.contains("unshare was refused"));
+        assert!(c[0].detail.contains(&ProbeFailure::Unshare.to_string()));
     }
 
     #[test]

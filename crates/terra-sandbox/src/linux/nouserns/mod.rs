@@ -81,20 +81,29 @@ pub fn missing_reason(c: Capability) -> &'static str {
     }
 }
 
+/// Why this kernel cannot run the landlock backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    #[error("the kernel lacks seccomp filters (CONFIG_SECCOMP_FILTER)")]
+    NoSeccompFilter,
+    #[error(
+        "Landlock ABI {abi} is older than {MIN_ABI} (Linux 6.12), the first that keeps a process \
+         from signalling host processes and reaching abstract sockets"
+    )]
+    OldLandlock { abi: i32 },
+    #[error("the kernel has no Landlock (Linux >= 6.12 with landlock in `lsm=` is needed)")]
+    NoLandlock,
+}
+
 /// Whether this kernel can run the backend: Ok(ABI), or why not.
-pub fn usable() -> Result<i32, String> {
+pub fn usable() -> Result<i32, Unusable> {
     if super::sys::seccomp_mode().is_none() {
-        return Err("the kernel lacks seccomp filters (CONFIG_SECCOMP_FILTER)".into());
+        return Err(Unusable::NoSeccompFilter);
     }
     match landlock::kernel_abi() {
         Some(v) if v >= MIN_ABI => Ok(v),
-        Some(v) => Err(format!(
-            "Landlock ABI {v} is older than {MIN_ABI} (Linux 6.12), the first that keeps a process from \
-             signalling host processes and reaching abstract sockets"
-        )),
-        None => Err(
-            "the kernel has no Landlock (Linux >= 6.12 with landlock in `lsm=` is needed)".into(),
-        ),
+        Some(abi) => Err(Unusable::OldLandlock { abi }),
+        None => Err(Unusable::NoLandlock),
     }
 }
 
@@ -176,6 +185,6 @@ pub fn describe(config: &BoxConfig) -> String {
 
 /// Whether this host can create the namespaces the linux backend needs (the
 /// functional probe `terra doctor` runs: one fork): Ok, or why not.
-pub fn user_namespaces_work() -> Result<(), String> {
+pub fn user_namespaces_work() -> Result<(), super::ProbeFailure> {
     super::support::userns_probe()
 }
