@@ -994,12 +994,25 @@ impl PreparedRun {
         Ok(())
     }
 
-    /// What `terra run` says on stderr before the run starts: on the linux
-    /// backend, a workspace under `/tmp` is bound through at its path inside
-    /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
-    /// not the host's and goes with the run's temp directory.
+    /// What `terra run` says on stderr before the run starts: the backend
+    /// `--backend auto` took when it is not linux, with what it cannot
+    /// confine; on the linux backend, a workspace under `/tmp` is bound
+    /// through at its path inside the box's private `/tmp`, so a file
+    /// written elsewhere in `/tmp` is not the host's and goes with the run's
+    /// temp directory.
     pub fn warnings(&self) -> Vec<String> {
-        self.tmp_warning()
+        let chosen =
+            Backend::from_name(&self.request.backend).map(|backend| crate::backend::Choice {
+                backend,
+                reason: self.request.backend_reason.clone(),
+            });
+        let mut out: Vec<String> = chosen
+            .as_ref()
+            .and_then(crate::backend::auto_notice)
+            .into_iter()
+            .collect();
+        out.extend(self.tmp_warning());
+        out
     }
 
     /// Where the workload's program is, looked up on the host with the

@@ -557,7 +557,7 @@ pub fn enter_confined_role() -> Result<(), SandboxError> {
     role::enter()
 }
 
-pub use support::{CheckId, HostCheck};
+pub use support::{CheckId, HostCheck, ProbeFailure};
 
 /// What this host offers the Linux backend, for `terra doctor` and `terra backends`.
 #[derive(Debug, Clone, Default)]

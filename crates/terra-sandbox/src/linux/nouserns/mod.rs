@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 
 use terra_policy::{Capability, CapabilitySet, NetworkMode};
 
+pub use super::support::ProbeFailure;
 pub use diagnose::{diagnose, nothing_restricts_userns, observe, Cause, Observed};
 pub use rules::{MIN_ABI, RESOLVE_UNIX_ABI};
 
@@ -177,5 +178,5 @@ pub fn describe(config: &BoxConfig) -> String {
 /// Whether this host can create the namespaces the linux backend needs (the
 /// functional probe `terra doctor` runs: one fork): Ok, or why not.
 pub fn user_namespaces_work() -> Result<(), String> {
-    super::support::userns_probe()
+    super::support::userns_probe().map_err(|e| e.to_string())
 }
