@@ -527,7 +527,11 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
                 .into()
         },
         fix: (!broker).then(|| {
-            "fix user-namespaces first; mediated networking needs the same namespaces as the box".into()
+            format!(
+                "fix user-namespaces first; mediated networking needs the same namespaces as the box; \
+                 otherwise: {}",
+                nouserns::MEDIATED_INSTEAD
+            )
         }),
     });
     let landlock = terra_sandbox::linux::nouserns::usable();

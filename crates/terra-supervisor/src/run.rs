@@ -228,10 +228,21 @@ impl RunBuilder {
                 Backend::Macos => "this build has no network broker for macOS",
                 Backend::Windows => "no network broker runs on Windows in this build",
             };
+            // What works instead, where the backend has an alternative.
+            let instead = match choice.backend {
+                #[cfg(target_os = "linux")]
+                Backend::Landlock => {
+                    format!(
+                        " Instead: {}.",
+                        terra_sandbox::linux::nouserns::MEDIATED_INSTEAD
+                    )
+                }
+                _ => String::new(),
+            };
             return Err(Error::Unsupported(format!(
                 "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the {} \
                  backend ({}) declares no network-mediated capability: {why}; refusing instead of falling back to \
-                 another network mode",
+                 another network mode.{instead}",
                 choice.backend.name(),
                 choice.reason
             )));
