@@ -381,6 +381,25 @@ fn docker_default_profile_auto_runs_and_enforces() {
         let env = format!("docker default, user {user:?}");
         assert_eq!(p.check(&env), "landlock", "{env}: {}", p.out);
     }
+    // Without the filter but with /proc masked the procfs mount fails.
+    let p = docker_run(
+        &d,
+        &image,
+        None,
+        &["--security-opt", "seccomp=unconfined"],
+        &terra,
+    );
+    assert_eq!(
+        p.check("docker seccomp=unconfined"),
+        "landlock",
+        "{}",
+        p.out
+    );
+    assert!(
+        p.stderr.join("\n").contains("container-proc-masked"),
+        "{}",
+        p.out
+    );
     // Where the runtime lets terra make its namespaces, auto takes linux
     // and mediated networking starts (docs/ci.md).
     let unconfined = [
@@ -391,6 +410,10 @@ fn docker_default_profile_auto_runs_and_enforces() {
     ];
     let p = docker_run(&d, &image, None, &unconfined, &terra);
     assert_eq!(p.check("docker unconfined"), "linux", "{}", p.out);
+    // A privileged container (what some CI runners offer) is the host's
+    // initial user namespace with a container marker: the probe decides.
+    let p = docker_run(&d, &image, Some("65534:65534"), &["--privileged"], &terra);
+    assert_eq!(p.check("docker privileged, 65534"), "linux", "{}", p.out);
 
     let _ = run_bounded({
         let mut c = docker(&d);
