@@ -598,6 +598,27 @@ fn bubblewrap_without_user_namespaces_auto_takes_landlock() {
             "{env}: {}",
             p.out
         );
+        // Named, the linux backend is refused, never swapped, and the
+        // refusal leads to the doctor and to auto.
+        let mut c = command_as(user, None, &[], Path::new(BWRAP));
+        c.args([
+            "--unshare-user",
+            "--disable-userns",
+            "--dev-bind",
+            "/",
+            "/",
+            "--",
+        ]);
+        c.arg(&terra)
+            .args(["run", "-q", "--backend", "linux", "--", "true"]);
+        c.current_dir(&base);
+        let out = run_bounded(c);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{env}: {}", show(&out));
+        assert!(
+            err.contains("ENOSPC") && err.contains("terra doctor"),
+            "{env}: {err}"
+        );
     }
     let _ = fs::remove_dir_all(&dir);
 }
