@@ -402,11 +402,15 @@ fn docker_default_profile_auto_runs_and_enforces() {
     );
     // Where the runtime lets terra make its namespaces, auto takes linux
     // and mediated networking starts (docs/ci.md).
+    // (apparmor=unconfined: where AppArmor confines containers, docker-default
+    // refuses the box's mounts.)
     let unconfined = [
         "--security-opt",
         "seccomp=unconfined",
         "--security-opt",
         "systempaths=unconfined",
+        "--security-opt",
+        "apparmor=unconfined",
     ];
     let p = docker_run(&d, &image, None, &unconfined, &terra);
     assert_eq!(p.check("docker unconfined"), "linux", "{}", p.out);
@@ -532,6 +536,8 @@ fn rootless_podman_auto_runs_and_enforces() {
         "seccomp=unconfined",
         "--security-opt",
         "unmask=ALL",
+        "--security-opt",
+        "apparmor=unconfined",
     ]);
     assert_eq!(p.check("podman rootless unconfined"), "linux", "{}", p.out);
 

@@ -27,6 +27,9 @@ pub struct Observed {
     /// This process is in the initial user namespace (its uid map is the
     /// identity over every id): no enclosing namespace can hold a limit.
     pub initial_userns: bool,
+    /// The AppArmor profile confining this process (docker-default,
+    /// containers-default-...), None when unconfined or without AppArmor.
+    pub apparmor_profile: Option<String>,
 }
 
 /// One restriction that blocks user namespaces.
@@ -111,6 +114,18 @@ pub fn diagnose(o: &Observed) -> Vec<Cause> {
                     .into(),
             });
         } else if *probe == ProbeFailure::Procfs {
+            if let Some(profile) = &o.apparmor_profile {
+                causes.push(Cause {
+                    name: "container-apparmor",
+                    detail: format!(
+                        "inside a container ({c}) under the AppArmor profile {profile}, which refuses \
+                         mounts (docker-default does)"
+                    ),
+                    fix: "start the container with `--security-opt apparmor=unconfined` (docker, podman); in \
+                          Kubernetes `securityContext.appArmorProfile.type: Unconfined`"
+                        .into(),
+                });
+            }
             causes.push(Cause {
                 name: "container-proc-masked",
                 detail: format!(
@@ -166,7 +181,14 @@ pub fn observe() -> Observed {
         seccomp_mode: crate::linux::sys::seccomp_mode(),
         root: nix::unistd::geteuid().is_root(),
         initial_userns: in_initial_userns(),
+        apparmor_profile: apparmor_profile(),
     }
+}
+
+/// The AppArmor profile on this process, from AppArmor's own attribute
+/// (the generic one may be another LSM's label): None when unconfined.
+fn apparmor_profile() -> Option<String> {
+    read_trim("/proc/self/attr/apparmor/current").filter(|l| l != "unconfined")
 }
 
 /// This process's uid map is the initial user namespace's: every id, mapped
@@ -199,6 +221,7 @@ pub fn nothing_restricts_userns() -> bool {
         seccomp_mode: crate::linux::sys::seccomp_mode(),
         root: nix::unistd::geteuid().is_root(),
         initial_userns: in_initial_userns(),
+        apparmor_profile: None,
     };
     plainly_unrestricted(&o) && apparmor_unconfined()
 }
@@ -234,6 +257,7 @@ mod tests {
             seccomp_mode: None,
             root: false,
             initial_userns: true,
+            apparmor_profile: None,
         }
     }
 
@@ -252,6 +276,7 @@ mod tests {
             seccomp_mode: Some(0),
             root: false,
             initial_userns: true,
+            apparmor_profile: None,
         };
         assert!(plainly_unrestricted(&clear));
         for restricted in [
@@ -415,6 +440,20 @@ mod tests {
             ..podman
         };
         assert_eq!(names(&unmasked), ["container-seccomp"]);
+        // docker-default refuses the mount too: both are named.
+        let docker_apparmor = Observed {
+            probe: Err(ProbeFailure::Procfs),
+            container: Some("docker (/.dockerenv)".into()),
+            seccomp_mode: Some(0),
+            apparmor_profile: Some("docker-default (enforce)".into()),
+            ..blocked()
+        };
+        let c = diagnose(&docker_apparmor);
+        assert_eq!(
+            names(&docker_apparmor),
+            ["container-apparmor", "container-proc-masked"]
+        );
+        assert!(c[0].detail.contains("docker-default") && c[0].fix.contains("apparmor=unconfined"));
     }
 
     #[test]

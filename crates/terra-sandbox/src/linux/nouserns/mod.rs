@@ -89,7 +89,8 @@ pub const MEDIATED_INSTEAD: &str = "(1) let terra create user namespaces, and `-
      linux backend, whose broker mediates: `terra doctor` names what blocks them here; in a container \
      that is usually its seccomp profile and masked /proc: docker `--security-opt seccomp=unconfined \
      --security-opt systempaths=unconfined`, podman `--security-opt seccomp=unconfined --security-opt \
-     unmask=ALL` (see docs/ci.md); (2) fetch before terra (`cargo fetch`, `pip download -d DIR`, `npm ci`) \
+     unmask=ALL`, each with `--security-opt apparmor=unconfined` where AppArmor confines \
+     containers (see docs/ci.md); (2) fetch before terra (`cargo fetch`, `pip download -d DIR`, `npm ci`) \
      and run the rest offline under terra; (3) a policy with network mode \"direct\" gives the workload \
      the host's network unfiltered and unrecorded";
 
