@@ -341,20 +341,57 @@ fn start_dockerd() -> Result<Dockerd, String> {
     Err("dockerd did not answer within 60 s".into())
 }
 
-fn docker_run(d: &Dockerd, image: &str, user: Option<&str>, opts: &[&str], terra: &Path) -> Probed {
-    let mut c = docker(d);
-    c.args(["run", "--rm", "--network", "none"]);
-    if let Some(u) = user {
-        c.args(["--user", u]);
+/// An image imported into a docker-compatible runtime (docker, podman):
+/// `cli` makes the runtime's command line. Removed again on drop.
+struct Image<'a> {
+    cli: &'a dyn Fn() -> Command,
+    name: String,
+    dir: PathBuf,
+}
+
+impl<'a> Image<'a> {
+    /// Imports [`image_tar`]'s root as `name`: Err with the runtime's
+    /// output when it cannot.
+    fn import(cli: &'a dyn Fn() -> Command, what: &str, name: String) -> Result<Image<'a>, String> {
+        let dir = test_dir(what);
+        let tar = image_tar(&dir);
+        let mut c = cli();
+        c.arg("import").arg(&tar).arg(&name);
+        let out = run_bounded(c);
+        let image = Image { cli, name, dir };
+        if out.status.success() {
+            Ok(image)
+        } else {
+            Err(format!("{what} import failed: {}", show(&out)))
+        }
     }
-    c.args(opts);
-    c.args(["-v", "/usr:/usr:ro", "-v"]);
-    c.arg(format!("{}:/terra:ro", terra.display()));
-    for (k, v) in IMAGE_ENV {
-        c.args(["-e", &format!("{k}={v}")]);
+
+    /// probe.sh in a container of this image: `user` for `--user`, `opts`
+    /// the runtime options under test.
+    fn probe(&self, user: Option<&str>, opts: &[&str], terra: &Path) -> Probed {
+        let mut c = (self.cli)();
+        c.args(["run", "--rm", "--network", "none"]);
+        if let Some(u) = user {
+            c.args(["--user", u]);
+        }
+        c.args(opts);
+        c.args(["-v", "/usr:/usr:ro", "-v"]);
+        c.arg(format!("{}:/terra:ro", terra.display()));
+        for (k, v) in IMAGE_ENV {
+            c.args(["-e", &format!("{k}={v}")]);
+        }
+        c.args([self.name.as_str(), "sh", "-c", PROBE]);
+        Probed::parse(&run_bounded(c))
     }
-    c.args([image, "sh", "-c", PROBE]);
-    Probed::parse(&run_bounded(c))
+}
+
+impl Drop for Image<'_> {
+    fn drop(&mut self) {
+        let mut c = (self.cli)();
+        c.args(["rmi", &self.name]);
+        let _ = run_bounded(c);
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[test]
@@ -364,31 +401,23 @@ fn docker_default_profile_auto_runs_and_enforces() {
         Ok(d) => d,
         Err(why) => return skip("docker", &why),
     };
-    let dir = test_dir("docker");
-    let tar = image_tar(&dir);
-    let image = format!("terra-test-root:{}", std::process::id());
-    let out = run_bounded({
-        let mut c = docker(&d);
-        c.arg("import").arg(&tar).arg(&image);
-        c
-    });
-    assert!(out.status.success(), "docker import: {}", show(&out));
+    let cli = || docker(&d);
+    let image = Image::import(
+        &cli,
+        "docker",
+        format!("terra-test-root:{}", std::process::id()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let terra = terra_bin(User::Nobody);
 
     // The default seccomp profile and capabilities, as root and as 65534.
     for user in [None, Some("65534:65534")] {
-        let p = docker_run(&d, &image, user, &[], &terra);
+        let p = image.probe(user, &[], &terra);
         let env = format!("docker default, user {user:?}");
         assert_eq!(p.check(&env), "landlock", "{env}: {}", p.out);
     }
     // Without the filter but with /proc masked the procfs mount fails.
-    let p = docker_run(
-        &d,
-        &image,
-        None,
-        &["--security-opt", "seccomp=unconfined"],
-        &terra,
-    );
+    let p = image.probe(None, &["--security-opt", "seccomp=unconfined"], &terra);
     assert_eq!(
         p.check("docker seccomp=unconfined"),
         "landlock",
@@ -412,19 +441,14 @@ fn docker_default_profile_auto_runs_and_enforces() {
         "--security-opt",
         "apparmor=unconfined",
     ];
-    let p = docker_run(&d, &image, None, &unconfined, &terra);
+    let p = image.probe(None, &unconfined, &terra);
     assert_eq!(p.check("docker unconfined"), "linux", "{}", p.out);
     // A privileged container (what some CI runners offer) is the host's
     // initial user namespace with a container marker: the probe decides.
-    let p = docker_run(&d, &image, Some("65534:65534"), &["--privileged"], &terra);
+    let p = image.probe(Some("65534:65534"), &["--privileged"], &terra);
     assert_eq!(p.check("docker privileged, 65534"), "linux", "{}", p.out);
 
-    let _ = run_bounded({
-        let mut c = docker(&d);
-        c.args(["rmi", &image]);
-        c
-    });
-    let _ = fs::remove_dir_all(&dir);
+    drop(image);
     drop(d);
     eprintln!("docker: {:.1} s", t0.elapsed().as_secs_f64());
 }
@@ -499,34 +523,22 @@ fn rootless_podman_auto_runs_and_enforces() {
         Ok(h) => h,
         Err(why) => return skip("podman", &why),
     };
-    let dir = test_dir("podman");
-    let tar = image_tar(&dir);
-    let image = format!("localhost/terra-test-root:{}", std::process::id());
-    let out = run_bounded({
+    let cli = || {
         let mut c = podman(&home);
         podman_args(&mut c);
-        c.arg("import").arg(&tar).arg(&image);
         c
-    });
-    if !out.status.success() {
-        // The runtime cannot start (its storage or user namespace).
-        let _ = fs::remove_dir_all(&dir);
-        return skip("podman", &format!("podman import failed: {}", show(&out)));
-    }
-    let terra = terra_bin(User::Nobody);
-    let run = |opts: &[&str]| {
-        let mut c = podman(&home);
-        podman_args(&mut c);
-        c.args(["run", "--rm", "--network", "none"]);
-        c.args(opts);
-        c.args(["-v", "/usr:/usr:ro", "-v"]);
-        c.arg(format!("{}:/terra:ro", terra.display()));
-        for (k, v) in IMAGE_ENV {
-            c.args(["-e", &format!("{k}={v}")]);
-        }
-        c.args([image.as_str(), "sh", "-c", PROBE]);
-        Probed::parse(&run_bounded(c))
     };
+    let image = match Image::import(
+        &cli,
+        "podman",
+        format!("localhost/terra-test-root:{}", std::process::id()),
+    ) {
+        Ok(i) => i,
+        // The runtime cannot start (its storage or user namespace).
+        Err(why) => return skip("podman", &why),
+    };
+    let terra = terra_bin(User::Nobody);
+    let run = |opts: &[&str]| image.probe(None, opts, &terra);
     // The default profile: rootless, root inside the container.
     let p = run(&[]);
     assert_eq!(p.check("podman rootless default"), "landlock", "{}", p.out);
@@ -541,13 +553,7 @@ fn rootless_podman_auto_runs_and_enforces() {
     ]);
     assert_eq!(p.check("podman rootless unconfined"), "linux", "{}", p.out);
 
-    let _ = run_bounded({
-        let mut c = podman(&home);
-        podman_args(&mut c);
-        c.args(["rmi", &image]);
-        c
-    });
-    let _ = fs::remove_dir_all(&dir);
+    drop(image);
     eprintln!("podman: {:.1} s", t0.elapsed().as_secs_f64());
 }
 
@@ -572,8 +578,8 @@ fn bubblewrap_without_user_namespaces_auto_takes_landlock() {
         fs::set_permissions(d, fs::Permissions::from_mode(0o1777)).unwrap();
     }
     fs::write(secret.join("token"), "s3cret\n").unwrap();
-    for user in common::users() {
-        let terra = terra_bin(user);
+    // The host's tree in a user namespace that may not make another.
+    let bwrap = |user: User| {
         let mut c = command_as(user, None, &[], Path::new(BWRAP));
         c.args([
             "--unshare-user",
@@ -582,10 +588,13 @@ fn bubblewrap_without_user_namespaces_auto_takes_landlock() {
             "/",
             "/",
             "--",
-            "sh",
-            "-c",
-            PROBE,
         ]);
+        c
+    };
+    for user in common::users() {
+        let terra = terra_bin(user);
+        let mut c = bwrap(user);
+        c.args(["sh", "-c", PROBE]);
         c.env("TERRA", &terra)
             .env("BASE", &base)
             .env("SECRET", secret.join("token"))
@@ -606,15 +615,7 @@ fn bubblewrap_without_user_namespaces_auto_takes_landlock() {
         );
         // Named, the linux backend is refused, never swapped, and the
         // refusal leads to the doctor and to auto.
-        let mut c = command_as(user, None, &[], Path::new(BWRAP));
-        c.args([
-            "--unshare-user",
-            "--disable-userns",
-            "--dev-bind",
-            "/",
-            "/",
-            "--",
-        ]);
+        let mut c = bwrap(user);
         c.arg(&terra)
             .args(["run", "-q", "--backend", "linux", "--", "true"]);
         c.current_dir(&base);
