@@ -539,9 +539,13 @@ fn rootless_podman_auto_runs_and_enforces() {
     };
     let terra = terra_bin(User::Nobody);
     let run = |opts: &[&str]| image.probe(None, opts, &terra);
-    // The default profile: rootless, root inside the container.
-    let p = run(&[]);
-    assert_eq!(p.check("podman rootless default"), "landlock", "{}", p.out);
+    // The default profile: rootless, as root inside the container (the
+    // podman user outside) and as 65534 (a subordinate id).
+    for user in [None, Some("65534:65534")] {
+        let p = image.probe(user, &[], &terra);
+        let env = format!("podman rootless default, user {user:?}");
+        assert_eq!(p.check(&env), "landlock", "{env}: {}", p.out);
+    }
     // Unmasked /proc and no filter: the linux backend (docs/ci.md).
     let p = run(&[
         "--security-opt",
