@@ -8,14 +8,17 @@
 # default box must keep running (git, tar/xz/zip, sqlite3, node), and the Rust toolchain with
 # the static musl target and the Apple and Windows targets `make lint-cross` checks; QEMU and
 # Debian's generic kernel (with its modules) for the vm backend's tests (tests/vm_backend.rs,
-# docs/vm.md). Safe to run again.
+# docs/vm.md); the container runtimes tests/containers.rs runs terra in (Debian's
+# docker.io, podman rootless as the ordinary user terra-podman with subordinate
+# id ranges, bubblewrap). Safe to run again.
 set -euo pipefail
 
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 
 packages=(netcat-openbsd build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
-  git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server lintian apparmor)
+  git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server lintian apparmor
+  docker.io podman uidmap bubblewrap)
 case "$(dpkg --print-architecture 2>/dev/null || echo amd64)" in
   amd64) packages+=(qemu-system-x86 linux-image-amd64) ;;
   arm64) packages+=(qemu-system-arm linux-image-arm64) ;;
@@ -28,6 +31,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
 fi
+
+# Rootless podman's user: useradd gives it /etc/subuid and /etc/subgid ranges
+# (login.defs SUB_UID_COUNT); older systems get one added here.
+if ! id terra-podman >/dev/null 2>&1; then
+  "${sudo_cmd[@]}" useradd --create-home --shell /bin/sh terra-podman
+fi
+for f in /etc/subuid /etc/subgid; do
+  if ! grep -q '^terra-podman:' "$f" 2>/dev/null; then
+    echo "terra-podman:200000:65536" | "${sudo_cmd[@]}" tee -a "$f" >/dev/null
+  fi
+done
 
 if ! command -v cargo >/dev/null 2>&1; then
   if [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -527,7 +527,11 @@ fn doctor_checks() -> (Vec<Check>, Option<i32>) {
                 .into()
         },
         fix: (!broker).then(|| {
-            "fix user-namespaces first; mediated networking needs the same namespaces as the box".into()
+            format!(
+                "fix user-namespaces first; mediated networking needs the same namespaces as the box; \
+                 otherwise: {}",
+                nouserns::MEDIATED_INSTEAD
+            )
         }),
     });
     let landlock = terra_sandbox::linux::nouserns::usable();
@@ -581,17 +585,10 @@ fn vm_usable(support: &terra_sandbox::linux::HostSupport) -> Result<String, Stri
 }
 
 /// What blocks user namespaces here (empty when they work) and what
-/// `--backend auto` picks, from the same facts.
+/// `--backend auto` picks: the decision `terra run` makes, from the same
+/// function.
 fn doctor_backends() -> (Vec<nouserns::Cause>, Result<Choice, String>) {
-    let observed = nouserns::observe();
-    let causes = nouserns::diagnose(&observed);
-    let facts = HostFacts {
-        user_namespaces: observed.probe.clone().map_err(|why| {
-            let names: Vec<&str> = causes.iter().map(|c| c.name).collect();
-            format!("{why}; blocked by: {}", names.join(", "))
-        }),
-        landlock: nouserns::usable().map_err(|e| e.to_string()),
-    };
+    let (facts, causes) = HostFacts::probe_with_causes();
     let auto = choose("auto", || facts).map_err(|e| e.to_string());
     (causes, auto)
 }

@@ -128,24 +128,63 @@ impl HostFacts {
     /// namespace probe (two forks, namespaces, a procfs mount).
     #[cfg(target_os = "linux")]
     pub fn probe() -> HostFacts {
+        Self::probe_with_causes().0
+    }
+
+    /// [`HostFacts::probe`] and what blocks user namespaces (empty when they
+    /// work, or when the probe was not needed): `terra run` and `terra
+    /// doctor` decide `auto` from this one function, so they agree.
+    #[cfg(target_os = "linux")]
+    pub fn probe_with_causes() -> (HostFacts, Vec<nouserns::Cause>) {
         if nouserns::nothing_restricts_userns() {
-            return HostFacts {
+            let facts = HostFacts {
                 user_namespaces: Ok(()),
                 landlock: nouserns::usable().map_err(|e| e.to_string()),
             };
+            return (facts, Vec::new());
         }
         let observed = nouserns::observe();
-        let user_namespaces = observed.probe.clone().map_err(|why| {
-            let causes: Vec<&str> = nouserns::diagnose(&observed)
-                .iter()
-                .map(|c| c.name)
-                .collect();
-            format!("{why}; blocked by: {}", causes.join(", "))
+        let causes = nouserns::diagnose(&observed);
+        let user_namespaces = observed.probe.map_err(|why| {
+            let names: Vec<&str> = causes.iter().map(|c| c.name).collect();
+            format!("{why}; blocked by: {}", names.join(", "))
         });
-        HostFacts {
+        let facts = HostFacts {
             user_namespaces,
             landlock: nouserns::usable().map_err(|e| e.to_string()),
+        };
+        (facts, causes)
+    }
+}
+
+/// How every reason `auto` gives begins.
+const AUTO: &str = "auto: ";
+
+/// What `terra run` says on stderr when `--backend auto` took a backend
+/// other than linux: which, why, and what it leaves unconfined. None for a
+/// named backend (the user chose it) and for linux (the default).
+pub fn auto_notice(choice: &Choice) -> Option<String> {
+    if !choice.reason.starts_with(AUTO) {
+        return None;
+    }
+    match choice.backend {
+        #[cfg(target_os = "linux")]
+        Backend::Landlock => {
+            let refused: Vec<&str> = terra_sandbox::linux::declared_capabilities(true)
+                .missing_from(nouserns::declared_capabilities())
+                .into_iter()
+                .map(|c| c.name())
+                .collect();
+            Some(format!(
+                "backend landlock ({}). It cannot confine: {}. Plans that need {} are refused. \
+                 `terra doctor` says how to make user namespaces work; --backend landlock makes the choice \
+                 explicit",
+                choice.reason,
+                nouserns::NOT_CONFINED.join("; "),
+                refused.join(", ")
+            ))
         }
+        _ => None,
     }
 }
 
@@ -174,12 +213,12 @@ pub fn choose(requested: &str, facts: impl FnOnce() -> HostFacts) -> Result<Choi
             match (f.user_namespaces, f.landlock) {
                 (Ok(()), _) => Ok(Choice {
                     backend: Backend::Linux,
-                    reason: "auto: user namespaces work here".into(),
+                    reason: format!("{AUTO}user namespaces work here"),
                 }),
                 (Err(userns), Ok(abi)) => Ok(Choice {
                     backend: Backend::Landlock,
                     reason: format!(
-                        "auto: user namespaces are unavailable ({userns}); Landlock ABI {abi} runs the landlock backend"
+                        "{AUTO}user namespaces are unavailable ({userns}); Landlock ABI {abi} runs the landlock backend"
                     ),
                 }),
                 (Err(userns), Err(landlock)) => Err(Error::Unsupported(format!(
@@ -212,7 +251,7 @@ pub fn choose_on_macos(requested: &str) -> Result<Choice> {
     match requested {
         "auto" => Ok(Choice {
             backend: Backend::Macos,
-            reason: "auto: macOS runs the macos backend (Seatbelt)".into(),
+            reason: format!("{AUTO}macOS runs the macos backend (Seatbelt)"),
         }),
         "macos" => Ok(Choice {
             backend: Backend::Macos,
@@ -290,6 +329,29 @@ mod tests {
         assert!(
             e.contains("apparmor-userns") && e.contains("older than 6"),
             "{e}"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn auto_names_the_fallback_and_what_it_leaves_unconfined() {
+        let c = choose("auto", || facts(false, true)).unwrap();
+        let n = auto_notice(&c).expect("a notice for the landlock fallback");
+        assert!(n.starts_with("backend landlock (auto: "), "{n}");
+        assert!(n.contains("apparmor-userns"), "{n}");
+        assert!(n.contains(nouserns::NOT_CONFINED[0]), "{n}");
+        assert!(
+            n.contains("fs-deny") && n.contains("network-mediated"),
+            "{n}"
+        );
+        // The default and a named backend say nothing.
+        assert_eq!(
+            auto_notice(&choose("auto", || facts(true, true)).unwrap()),
+            None
+        );
+        assert_eq!(
+            auto_notice(&choose("landlock", || facts(false, true)).unwrap()),
+            None
         );
     }
 

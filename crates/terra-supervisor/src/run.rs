@@ -228,10 +228,21 @@ impl RunBuilder {
                 Backend::Macos => "this build has no network broker for macOS",
                 Backend::Windows => "no network broker runs on Windows in this build",
             };
+            // What works instead, where the backend has an alternative.
+            let instead = match choice.backend {
+                #[cfg(target_os = "linux")]
+                Backend::Landlock => {
+                    format!(
+                        " Instead: {}.",
+                        terra_sandbox::linux::nouserns::MEDIATED_INSTEAD
+                    )
+                }
+                _ => String::new(),
+            };
             return Err(Error::Unsupported(format!(
                 "this policy asks for mediated networking (network mode \"mediated\" or --allow-net), but the {} \
                  backend ({}) declares no network-mediated capability: {why}; refusing instead of falling back to \
-                 another network mode",
+                 another network mode.{instead}",
                 choice.backend.name(),
                 choice.reason
             )));
@@ -995,12 +1006,25 @@ impl PreparedRun {
         Ok(())
     }
 
-    /// What `terra run` says on stderr before the run starts: on the linux
-    /// backend, a workspace under `/tmp` is bound through at its path inside
-    /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
-    /// not the host's and goes with the run's temp directory.
+    /// What `terra run` says on stderr before the run starts: the backend
+    /// `--backend auto` took when it is not linux, with what it cannot
+    /// confine; on the linux backend, a workspace under `/tmp` is bound
+    /// through at its path inside the box's private `/tmp`, so a file
+    /// written elsewhere in `/tmp` is not the host's and goes with the run's
+    /// temp directory.
     pub fn warnings(&self) -> Vec<String> {
-        self.tmp_warning()
+        let chosen =
+            Backend::from_name(&self.request.backend).map(|backend| crate::backend::Choice {
+                backend,
+                reason: self.request.backend_reason.clone(),
+            });
+        let mut out: Vec<String> = chosen
+            .as_ref()
+            .and_then(crate::backend::auto_notice)
+            .into_iter()
+            .collect();
+        out.extend(self.tmp_warning());
+        out
     }
 
     /// Where the workload's program is, looked up on the host with the

@@ -445,7 +445,10 @@ fn spawn_role(
     let restored = groups.map(|g| sys::set_thread_groups(&g));
     sys::set_mask(&mask);
     let pid = cloned.map_err(|e| {
-        SandboxError::Unsupported(format!("cannot create the namespaces of {what}: {e}"))
+        SandboxError::Unsupported(format!(
+            "cannot create the namespaces of {what}: {e} (`terra doctor` says what blocks user namespaces \
+             here; `--backend auto` takes the landlock backend where they are unavailable)"
+        ))
     })?;
     if let Some(Err(e)) = restored {
         // The caller lost its own groups: end the role rather than go on changed.

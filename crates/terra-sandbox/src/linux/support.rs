@@ -45,35 +45,41 @@ fn is_terra_label(label: &str) -> bool {
     label.split_whitespace().next() == Some("terra")
 }
 
-/// Why the user-namespace probe failed.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why the user-namespace probe failed: the step, and for unshare the errno
+/// (EPERM from a seccomp filter or a sysctl, ENOSPC from a limit reached in
+/// an enclosing user namespace, EINVAL from a kernel without them).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeFailure {
-    #[error("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID) was refused")]
-    Unshare,
+    #[error("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS) was refused ({0})")]
+    Unshare(nix::errno::Errno),
     #[error("writing the uid/gid maps was refused")]
     IdMaps,
+    #[error("setting the hostname inside the namespaces was refused")]
+    Hostname,
     #[error("mounting a new procfs inside the namespaces was refused")]
     Procfs,
     #[error("the probe failed ({0})")]
     Other(i32),
     #[error("the probe child died")]
     Died,
-    /// Forking or reaping the probe's child failed (shared, so the host
-    /// facts that hold it can be copied).
-    #[error("{0}")]
-    Sys(std::sync::Arc<SandboxError>),
+    #[error("the probe could not run: {0}")]
+    Sys(String),
 }
 
 impl From<SandboxError> for ProbeFailure {
-    fn from(e: SandboxError) -> Self {
-        ProbeFailure::Sys(std::sync::Arc::new(e))
+    fn from(e: SandboxError) -> ProbeFailure {
+        ProbeFailure::Sys(e.to_string())
     }
 }
 
-/// Tries what a box needs in a throw-away child: user, mount and PID
-/// namespaces with the caller's ids mapped, then a new procfs mounted by PID 1
-/// of the new namespace (sysctls, AppArmor and container runtimes can each
-/// forbid one of these).
+/// The probe child's exit code for a refused unshare: this plus the errno.
+const UNSHARE_REFUSED: i32 = 64;
+
+/// Tries what a box needs in a throw-away child: the box's namespaces (user,
+/// mount, PID, IPC, UTS) with the caller's ids mapped, then, in PID 1 of the
+/// new namespace, a hostname and a new procfs (sysctls, AppArmor and
+/// container runtimes can each forbid one of these: rootless podman's
+/// seccomp profile refuses sethostname).
 fn userns_works() -> Result<(), ProbeFailure> {
     // SAFETY: the child only makes system calls, writes two small files and
     // `_exit`s (see `probe_child`); it never returns here.
@@ -83,30 +89,38 @@ fn userns_works() -> Result<(), ProbeFailure> {
     };
     match sys::wait_child(pid, false)? {
         Some((_, (false, 0))) => Ok(()),
-        Some((_, (false, 1))) => Err(ProbeFailure::Unshare),
         Some((_, (false, 2))) => Err(ProbeFailure::IdMaps),
         Some((_, (false, 3))) => Err(ProbeFailure::Procfs),
+        Some((_, (false, 5))) => Err(ProbeFailure::Hostname),
+        Some((_, (false, n))) if n > UNSHARE_REFUSED => Err(ProbeFailure::Unshare(
+            nix::errno::Errno::from_raw(n - UNSHARE_REFUSED),
+        )),
         Some((_, (false, n))) => Err(ProbeFailure::Other(n)),
         Some((_, (true, _))) | None => Err(ProbeFailure::Died),
     }
 }
 
-/// [`userns_works`], for the landlock backend's diagnosis and `--backend
-/// auto`.
+/// [`userns_works`], for the landlock backend's diagnosis and `--backend auto`.
 pub(super) fn userns_probe() -> Result<(), ProbeFailure> {
     userns_works()
 }
 
-/// Exit code: 0 ok, 1 unshare, 2 maps, 3 procfs, 4 fork.
+/// Exit code: 0 ok, [`UNSHARE_REFUSED`] + errno for unshare, 2 maps, 3
+/// procfs, 4 fork, 5 hostname.
 fn probe_child() -> i32 {
     let (uid, gid) = (
         nix::unistd::geteuid().as_raw(),
         nix::unistd::getegid().as_raw(),
     );
-    if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID)
-        .is_err()
-    {
-        return 1;
+    if let Err(e) = unshare(
+        CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWPID
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWUTS,
+    ) {
+        // Errno values stay far below 255 - UNSHARE_REFUSED.
+        return UNSHARE_REFUSED + (e as i32).clamp(1, 190);
     }
     if sys::write_id_maps(uid, gid).is_err() {
         return 2;
@@ -115,6 +129,9 @@ fn probe_child() -> i32 {
     // makes system calls and `_exit`s.
     match unsafe { sys::fork() } {
         Ok(ForkResult::Child) => {
+            if nix::unistd::sethostname("terra-probe").is_err() {
+                sys::exit_now(5);
+            }
             let ok = sys::mount(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)
                 .and_then(|_| {
                     sys::mount(

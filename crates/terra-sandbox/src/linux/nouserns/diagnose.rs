@@ -2,13 +2,15 @@
 //! from a [`Observed`] set of host facts (pure: unit-tested with made-up
 //! hosts; [`observe`] reads the real one).
 
+use nix::errno::Errno;
+
 use super::super::support::{self, ProbeFailure};
 
 /// The host facts the diagnosis reads.
 #[derive(Debug, Clone)]
 pub struct Observed {
     /// The functional probe (user, mount and PID namespaces, a new procfs):
-    /// Ok, or why it failed.
+    /// Ok, or the step that failed.
     pub probe: Result<(), ProbeFailure>,
     /// `user.max_user_namespaces`; None: the file is missing (no CONFIG_USER_NS).
     pub max_user_namespaces: Option<u64>,
@@ -22,6 +24,12 @@ pub struct Observed {
     pub seccomp_mode: Option<u32>,
     /// Running as uid 0 (the unprivileged switches do not apply).
     pub root: bool,
+    /// This process is in the initial user namespace (its uid map is the
+    /// identity over every id): no enclosing namespace can hold a limit.
+    pub initial_userns: bool,
+    /// The AppArmor profile confining this process (docker-default,
+    /// containers-default-...), None when unconfined or without AppArmor.
+    pub apparmor_profile: Option<String>,
 }
 
 /// One restriction that blocks user namespaces.
@@ -72,17 +80,63 @@ pub fn diagnose(o: &Observed) -> Vec<Cause> {
             fix: support::apparmor_userns_fix(),
         });
     }
+    if *probe == ProbeFailure::Unshare(Errno::ENOSPC)
+        && o.max_user_namespaces.is_some_and(|n| n > 0)
+    {
+        causes.push(Cause {
+            name: "userns-limit-reached",
+            detail: format!(
+                "unshare(CLONE_NEWUSER) fails with ENOSPC although user.max_user_namespaces = {} here: \
+                 the limit of an enclosing user namespace is reached (bubblewrap's --disable-userns sets it \
+                 so, as can a container runtime){}",
+                o.max_user_namespaces.unwrap_or_default(),
+                if o.initial_userns { "" } else { "; this process runs in a nested user namespace" }
+            ),
+            fix: "start the enclosing sandbox without --disable-userns (bubblewrap), or run terra outside it; \
+                  until then `--backend auto` runs the landlock backend"
+                .into(),
+        });
+    }
     if let Some(c) = &o.container {
-        if o.seccomp_mode == Some(2) {
+        let filtered = matches!(probe, ProbeFailure::Unshare(_) | ProbeFailure::Hostname);
+        if filtered && o.seccomp_mode == Some(2) {
             causes.push(Cause {
                 name: "container-seccomp",
                 detail: format!(
                     "inside a container ({c}) under a seccomp filter: the runtime's default profile refuses \
-                     unshare(CLONE_NEWUSER) and clone with namespace flags"
+                     unshare(CLONE_NEWUSER) and clone with namespace flags (docker), or sethostname without \
+                     CAP_SYS_ADMIN (podman)"
                 ),
                 fix: "start the container with `--security-opt seccomp=unconfined` (docker, podman), or a \
                       profile that allows unshare/clone with CLONE_NEWUSER; in Kubernetes \
-                      `securityContext.seccompProfile.type: Unconfined`"
+                      `securityContext.seccompProfile.type: Unconfined`; until then `--backend auto` runs the \
+                      landlock backend"
+                    .into(),
+            });
+        } else if *probe == ProbeFailure::Procfs {
+            if let Some(profile) = &o.apparmor_profile {
+                causes.push(Cause {
+                    name: "container-apparmor",
+                    detail: format!(
+                        "inside a container ({c}) under the AppArmor profile {profile}, which refuses \
+                         mounts (docker-default does)"
+                    ),
+                    fix: "start the container with `--security-opt apparmor=unconfined` (docker, podman); in \
+                          Kubernetes `securityContext.appArmorProfile.type: Unconfined`"
+                        .into(),
+                });
+            }
+            causes.push(Cause {
+                name: "container-proc-masked",
+                detail: format!(
+                    "inside a container ({c}): the user namespace was made, but the runtime covers parts of \
+                     /proc (masked paths such as /proc/kcore and read-only /proc/sys), and the kernel refuses \
+                     a new procfs while the container's is partly covered"
+                ),
+                fix: "start the container with `--security-opt systempaths=unconfined` (docker) or \
+                      `--security-opt unmask=ALL` (podman), besides a seccomp profile that allows \
+                      CLONE_NEWUSER; in Kubernetes `securityContext.procMount: Unmasked`; until then \
+                      `--backend auto` runs the landlock backend"
                     .into(),
             });
         } else if causes.is_empty() {
@@ -126,7 +180,22 @@ pub fn observe() -> Observed {
         container: support::container_hint(),
         seccomp_mode: crate::linux::sys::seccomp_mode(),
         root: nix::unistd::geteuid().is_root(),
+        initial_userns: in_initial_userns(),
+        apparmor_profile: apparmor_profile(),
     }
+}
+
+/// The AppArmor profile on this process, from AppArmor's own attribute
+/// (the generic one may be another LSM's label): None when unconfined.
+fn apparmor_profile() -> Option<String> {
+    read_trim("/proc/self/attr/apparmor/current").filter(|l| l != "unconfined")
+}
+
+/// This process's uid map is the initial user namespace's: every id, mapped
+/// to itself.
+fn in_initial_userns() -> bool {
+    read_trim("/proc/self/uid_map")
+        .is_some_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
 
 /// The facts [`observe`] reads without its probe (no fork), for
@@ -134,11 +203,13 @@ pub fn observe() -> Observed {
 /// present — user.max_user_namespaces above 0, no sysctl that restricts
 /// them for this user, no seccomp filter on this process (container
 /// runtimes refuse CLONE_NEWUSER with one), no AppArmor profile on it
-/// (docker-default refuses the box's mounts). Then the linux backend is
-/// chosen without the probe (which costs a run two forks, namespaces and a
-/// procfs mount); anything else takes the probe. A container marker alone
-/// (/.dockerenv) is not a restriction: the runtime's seccomp and AppArmor
-/// are.
+/// (docker-default refuses the box's mounts), the initial user namespace
+/// (a nested one can have its limit reached: bubblewrap's
+/// --disable-userns), and no container marker (a runtime masks parts of
+/// /proc, which forbids the box's procfs even without a filter). Then the
+/// linux backend is chosen without the probe (which costs a run two forks,
+/// namespaces and a procfs mount); anything else takes the probe, as
+/// `terra doctor` does.
 pub fn nothing_restricts_userns() -> bool {
     let o = Observed {
         probe: Ok(()),
@@ -146,9 +217,11 @@ pub fn nothing_restricts_userns() -> bool {
             .and_then(|v| v.parse().ok()),
         unprivileged_userns_clone: read_trim("/proc/sys/kernel/unprivileged_userns_clone"),
         apparmor_restrict: read_trim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
-        container: None,
+        container: support::container_hint(),
         seccomp_mode: crate::linux::sys::seccomp_mode(),
         root: nix::unistd::geteuid().is_root(),
+        initial_userns: in_initial_userns(),
+        apparmor_profile: None,
     };
     plainly_unrestricted(&o) && apparmor_unconfined()
 }
@@ -167,6 +240,7 @@ fn plainly_unrestricted(o: &Observed) -> bool {
         && (o.root || o.apparmor_restrict.as_deref() != Some("1"))
         && o.seccomp_mode == Some(0)
         && o.container.is_none()
+        && o.initial_userns
 }
 
 #[cfg(test)]
@@ -175,13 +249,15 @@ mod tests {
 
     fn blocked() -> Observed {
         Observed {
-            probe: Err(ProbeFailure::Unshare),
+            probe: Err(ProbeFailure::Unshare(Errno::EPERM)),
             max_user_namespaces: Some(15000),
             unprivileged_userns_clone: None,
             apparmor_restrict: None,
             container: None,
             seccomp_mode: None,
             root: false,
+            initial_userns: true,
+            apparmor_profile: None,
         }
     }
 
@@ -192,13 +268,15 @@ mod tests {
     #[test]
     fn the_probe_is_skipped_only_when_nothing_can_restrict_user_namespaces() {
         let clear = Observed {
-            probe: Err(ProbeFailure::Died),
+            probe: Err(ProbeFailure::Other(9)),
             max_user_namespaces: Some(15000),
             unprivileged_userns_clone: None,
             apparmor_restrict: Some("0".into()),
             container: None,
             seccomp_mode: Some(0),
             root: false,
+            initial_userns: true,
+            apparmor_profile: None,
         };
         assert!(plainly_unrestricted(&clear));
         for restricted in [
@@ -224,6 +302,10 @@ mod tests {
             },
             Observed {
                 container: Some("docker (/.dockerenv)".into()),
+                ..clear.clone()
+            },
+            Observed {
+                initial_userns: false,
                 ..clear.clone()
             },
         ] {
@@ -311,6 +393,70 @@ mod tests {
     }
 
     #[test]
+    fn a_limit_reached_in_an_enclosing_namespace_is_named() {
+        // bubblewrap --unshare-user --disable-userns: the limit reads high,
+        // unshare fails with ENOSPC.
+        let o = Observed {
+            probe: Err(ProbeFailure::Unshare(Errno::ENOSPC)),
+            max_user_namespaces: Some(2147483647),
+            initial_userns: false,
+            ..blocked()
+        };
+        let c = diagnose(&o);
+        assert_eq!(names(&o), ["userns-limit-reached"]);
+        assert!(c[0].detail.contains("ENOSPC") && c[0].detail.contains("nested"));
+        assert!(c[0].fix.contains("--disable-userns") && c[0].fix.contains("landlock"));
+        // ENOSPC with the limit at 0 here is the sysctl's doing.
+        let o = Observed {
+            probe: Err(ProbeFailure::Unshare(Errno::ENOSPC)),
+            max_user_namespaces: Some(0),
+            ..blocked()
+        };
+        assert_eq!(names(&o), ["max-user-namespaces"]);
+    }
+
+    #[test]
+    fn a_container_is_blamed_for_the_step_that_failed() {
+        // Docker's default profile: unshare refused by the filter.
+        let docker = Observed {
+            container: Some("docker (/.dockerenv)".into()),
+            seccomp_mode: Some(2),
+            ..blocked()
+        };
+        assert_eq!(names(&docker), ["container-seccomp"]);
+        // Podman's profile lets unshare through; the masked /proc stops procfs.
+        let podman = Observed {
+            probe: Err(ProbeFailure::Procfs),
+            container: Some("podman (/run/.containerenv)".into()),
+            seccomp_mode: Some(2),
+            ..blocked()
+        };
+        let c = diagnose(&podman);
+        assert_eq!(names(&podman), ["container-proc-masked"]);
+        assert!(c[0].fix.contains("unmask=ALL") && c[0].fix.contains("systempaths=unconfined"));
+        // Podman with /proc unmasked: its profile refuses sethostname.
+        let unmasked = Observed {
+            probe: Err(ProbeFailure::Hostname),
+            ..podman
+        };
+        assert_eq!(names(&unmasked), ["container-seccomp"]);
+        // docker-default refuses the mount too: both are named.
+        let docker_apparmor = Observed {
+            probe: Err(ProbeFailure::Procfs),
+            container: Some("docker (/.dockerenv)".into()),
+            seccomp_mode: Some(0),
+            apparmor_profile: Some("docker-default (enforce)".into()),
+            ..blocked()
+        };
+        let c = diagnose(&docker_apparmor);
+        assert_eq!(
+            names(&docker_apparmor),
+            ["container-apparmor", "container-proc-masked"]
+        );
+        assert!(c[0].detail.contains("docker-default") && c[0].fix.contains("apparmor=unconfined"));
+    }
+
+    #[test]
     fn switches_for_unprivileged_users_do_not_explain_a_root_failure() {
         let o = Observed {
             apparmor_restrict: Some("1".into()),
@@ -320,7 +466,7 @@ mod tests {
         };
         let c = diagnose(&o);
         assert_eq!(names(&o), ["unknown"]);
-        assert!(c[0].detail.contains(&ProbeFailure::Unshare.to_string()));
+        assert!(c[0].detail.contains("EPERM"), "{}", c[0].detail);
     }
 
     #[test]

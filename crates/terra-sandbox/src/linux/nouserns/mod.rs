@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 
 use terra_policy::{Capability, CapabilitySet, NetworkMode};
 
+pub use super::support::ProbeFailure;
 pub use diagnose::{diagnose, nothing_restricts_userns, observe, Cause, Observed};
 pub use rules::{MIN_ABI, RESOLVE_UNIX_ABI};
 
@@ -73,8 +74,8 @@ pub fn missing_reason(c: Capability) -> &'static str {
         Capability::NetworkMediated
         | Capability::NetworkRequireTlsSni
         | Capability::NetworkPrivateAddresses => {
-            "mediated networking needs connect() interception with descriptor hand-off, which is not built \
-             yet (issue 13)"
+            "mediated networking needs the broker's private loopback (a network namespace) or connect() \
+             interception with descriptor hand-off, which this backend does not have yet"
         }
         Capability::FsProtectCreate => "an absent denied path cannot be protected",
         _ => "not enforced by this backend",
@@ -94,6 +95,17 @@ pub enum Unusable {
     #[error("the kernel has no Landlock (Linux >= 6.12 with landlock in `lsm=` is needed)")]
     NoLandlock,
 }
+/// What a run that needs mediated networking can do where only this
+/// backend runs (a container's seccomp profile or masked /proc, a sysctl),
+/// for the refusal of `--allow-net`.
+pub const MEDIATED_INSTEAD: &str = "(1) let terra create user namespaces, and `--backend auto` takes the \
+     linux backend, whose broker mediates: `terra doctor` names what blocks them here; in a container \
+     that is usually its seccomp profile and masked /proc: docker `--security-opt seccomp=unconfined \
+     --security-opt systempaths=unconfined`, podman `--security-opt seccomp=unconfined --security-opt \
+     unmask=ALL`, each with `--security-opt apparmor=unconfined` where AppArmor confines \
+     containers (see docs/ci.md); (2) fetch before terra (`cargo fetch`, `pip download -d DIR`, `npm ci`) \
+     and run the rest offline under terra; (3) a policy with network mode \"direct\" gives the workload \
+     the host's network unfiltered and unrecorded";
 
 /// Whether this kernel can run the backend: Ok(ABI), or why not.
 pub fn usable() -> Result<i32, Unusable> {

@@ -53,9 +53,11 @@ pub fn plan_rules(spec: &BoxSpec) -> Result<(Vec<(String, FsAccess)>, TcpRule), 
         NetworkMode::Mediated => {
             return Err(SandboxError::UnsupportedCapability {
                 capability: terra_policy::Capability::NetworkMediated,
-                why: "the landlock backend has no private loopback for the in-box proxy, and connect() \
-                      interception with descriptor hand-off is not built yet (issue 13); use --backend linux"
-                    .into(),
+                why: format!(
+                    "{}. Instead: {}",
+                    super::missing_reason(terra_policy::Capability::NetworkMediated),
+                    super::MEDIATED_INSTEAD
+                ),
             })
         }
     };
