@@ -39,6 +39,12 @@ pub struct RunArgs {
     /// rules join the policy, its variables the environment. Not with a policy file.
     #[arg(long, value_name = "NAME")]
     preset: Vec<String>,
+    /// Admit the registry hosts of the presets given (TCP port 443, listed by
+    /// `terra presets`), as --allow-net HOST:443 each; `--preset-net=private`
+    /// also when they resolve to private addresses (a company mirror).
+    #[arg(long, value_name = "private", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = ["", "private"], hide_possible_values = true)]
+    preset_net: Option<String>,
     /// Grant read access to PATH (and below). Not with --policy.
     #[arg(long, value_name = "PATH")]
     read: Vec<PathBuf>,
@@ -298,6 +304,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         timeout: args.timeout,
         receipt: args.receipt,
         presets: args.preset,
+        preset_net: args.preset_net.map(|v| v == "private"),
         profile: args.profile,
         memory: args.memory,
         pids: args.pids,
@@ -457,6 +464,7 @@ fn windows_refused_option(args: &RunArgs) -> Option<&'static str> {
     [
         (args.profile.is_some(), "--profile"),
         (!args.preset.is_empty(), "--preset"),
+        (args.preset_net.is_some(), "--preset-net"),
         (!args.read.is_empty(), "--read"),
         (!args.write.is_empty(), "--write"),
         (!args.deny.is_empty(), "--deny"),
@@ -790,7 +798,7 @@ pub struct PresetsArgs {
 /// this host (or why it is refused here), then the credential files no
 /// preset grants.
 pub fn presets(args: PresetsArgs) -> ExitCode {
-    use terra_supervisor::presets::{HostDirs, HOME_CREDENTIALS, PRESETS};
+    use terra_supervisor::presets::{HostDirs, HOME_CREDENTIALS, PRESETS, REGISTRY_PORT};
     let host = HostDirs::from_env();
     let rows: Vec<_> = PRESETS.iter().map(|p| (p, p.resolve(&host))).collect();
     if args.json {
@@ -806,6 +814,8 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
                     "env": r.env.iter().map(|(k, v)| json!({
                         "name": k.to_string_lossy(), "value": v.to_string_lossy(),
                     })).collect::<Vec<_>>(),
+                    "caches": r.caches.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+                    "hosts": r.hosts.iter().map(|h| format!("{h}:{REGISTRY_PORT}")).collect::<Vec<_>>(),
                     "neverGranted": HOME_CREDENTIALS,
                 }),
                 Err(e) => json!({
@@ -842,6 +852,9 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
                 k.to_string_lossy(),
                 v.to_string_lossy()
             );
+        }
+        for h in r.hosts {
+            println!("         net   {h}:{REGISTRY_PORT}  (--preset-net)");
         }
     }
     println!(

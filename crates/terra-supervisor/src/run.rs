@@ -81,6 +81,9 @@ pub struct RunBuilder {
     pub receipt: Option<PathBuf>,
     /// Toolchain presets (`--preset`, see [`crate::presets`]).
     pub presets: Vec<String>,
+    /// `--preset-net[=private]`: admit the presets' registry hosts (port
+    /// 443); `Some(true)` also when they resolve to private addresses.
+    pub preset_net: Option<bool>,
     /// A host-side profile (`--profile`, see [`crate::profile`]).
     pub profile: Option<String>,
     /// Resource limits as written (`--memory`, `--pids`, `--cpus`,
@@ -118,6 +121,8 @@ pub struct PreparedRun {
     /// request's [`crate::limits::LimitPlan`].
     pub limits: crate::limits::Requested,
     pub require_limits: bool,
+    /// What [`PreparedRun::warnings`] adds: a preset cache that could not be made.
+    pub notes: Vec<String>,
 }
 
 impl RunBuilder {
@@ -138,6 +143,7 @@ impl RunBuilder {
             timeout: None,
             receipt: None,
             presets: Vec::new(),
+            preset_net: None,
             profile: None,
             memory: None,
             pids: None,
@@ -182,6 +188,13 @@ impl RunBuilder {
                     .and_then(|p| p.resolve(&crate::presets::HostDirs::from_env()))
             })
             .collect::<Result<Vec<_>>>()?;
+        if self.preset_net.is_some() && presets.is_empty() {
+            return Err(Error::Argument(
+                "--preset-net admits the registry hosts of the presets given; add --preset NAME \
+                 (see `terra presets`)"
+                    .into(),
+            ));
+        }
         let policy_file = self.policy_file(&workspace)?;
         // A profile's limits (NAME.limits.json) under the command line's.
         let profile_limits = match (&policy_file, &self.policy) {
@@ -252,6 +265,13 @@ impl RunBuilder {
             Ok(c) if c.starts_with(&workspace) => c,
             _ => workspace.clone(),
         };
+        // A missing download cache would be skipped (`missing: skip`) and
+        // the fetch would have nowhere to write: make it first, as the
+        // toolchain itself would on the host.
+        let mut notes = Vec::new();
+        for p in &presets {
+            notes.extend(crate::presets::make_caches(p)?);
+        }
         let temp = make_temp_dir()?;
         let bindings = Bindings {
             workspace: workspace.clone(),
@@ -355,6 +375,7 @@ impl RunBuilder {
                 limits,
                 require_limits: self.require_limits
                     || profile_limits.require_limits.unwrap_or(false),
+                notes,
             })
         })();
         if result.is_err() {
@@ -611,6 +632,28 @@ impl RunBuilder {
                     ""
                 }
             ));
+        }
+        if let Some(private) = self.preset_net {
+            for preset in presets {
+                for host in preset.hosts {
+                    let port = crate::presets::REGISTRY_PORT;
+                    builder.set_network(NetworkMode::Mediated);
+                    builder
+                        .add_destination(host, port, false, private)
+                        .map_err(|e| {
+                            Error::policy(format!("--preset {} --preset-net", preset.name), e)
+                        })?;
+                    overlay.push(format!(
+                        "preset {}: allow-net {host}:{port}{}",
+                        preset.name,
+                        if private {
+                            " (private addresses allowed)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+            }
         }
         if self.no_process_tree {
             builder.set_process_tree(terra_policy::ProcessTree::Disabled);
@@ -999,7 +1042,9 @@ impl PreparedRun {
     /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
     /// not the host's and goes with the run's temp directory.
     pub fn warnings(&self) -> Vec<String> {
-        self.tmp_warning()
+        let mut w = self.tmp_warning();
+        w.extend(self.notes.iter().cloned());
+        w
     }
 
     /// Where the workload's program is, looked up on the host with the
