@@ -125,6 +125,42 @@ fn the_refusal_summary_names_what_was_refused_and_quiet_silences_it() {
     assert!(!stderr(&o).contains("refused"), "{}", show(&o));
 }
 
+#[test]
+fn one_names_retries_are_one_destination_in_the_summary() {
+    let d = dirs("summary-retries");
+    // A client that retries: the same name three times, another once.
+    let curl = "for i in 1 2 3; do curl -s -o /dev/null http://unlisted.test:8080/; done; \
+                curl -s -o /dev/null http://other.test:81/; true";
+    let o = terra(
+        &d,
+        &["run", "--allow-net", "listed.test:443", "--", "sh", "-c", curl],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "terra: the network broker refused 2 destinations (4 attempts): unlisted.test:8080 \
+             (no-destination), other.test:81 (no-destination)\n"
+        ),
+        "{}",
+        show(&o)
+    );
+    // Each destination's remedy once.
+    assert_eq!(err.matches("--allow-net unlisted.test:8080").count(), 1, "{}", show(&o));
+}
+
+#[test]
+fn allow_net_without_a_port_suggests_https() {
+    let d = dirs("allow-net-port");
+    let o = terra(&d, &["run", "--allow-net", "pypi.org", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("for HTTPS give --allow-net pypi.org:443"),
+        "{}",
+        show(&o)
+    );
+}
+
 // ------------------------------------------------------------ --allow-net
 
 #[test]
