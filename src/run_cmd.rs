@@ -20,9 +20,13 @@ use terra_supervisor::backend::{choose, Choice, HostFacts};
 use terra_supervisor::launch::{Ended, Starting};
 use terra_supervisor::run::{broker_available, PreparedRun, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
 use terra_supervisor::temp::{self, TempAfterRun};
-use terra_supervisor::{runs, summary};
+use terra_supervisor::{presets, runs, summary};
 
+use crate::shell_cmd::Offered;
 use crate::Failure;
+
+/// The values `--backend` offers to completions (terra checks what is given).
+const BACKENDS: &[&str] = &["auto", "linux", "landlock", "vm", "macos", "windows"];
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -37,7 +41,7 @@ pub struct RunArgs {
     profile: Option<String>,
     /// Add a toolchain preset (rust, node, python; see `terra presets`): its
     /// rules join the policy, its variables the environment. Not with a policy file.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = Offered(presets::NAMES))]
     preset: Vec<String>,
     /// Admit the registry hosts of the presets given (TCP port 443, listed by
     /// `terra presets`), as --allow-net HOST:443 each; `--preset-net=private`
@@ -92,7 +96,7 @@ pub struct RunArgs {
     /// The backend to run on: auto (linux where user namespaces work, else
     /// landlock), linux, landlock, or vm (a guest kernel in QEMU; see
     /// `terra backends`); macos and windows with --dry-run only.
-    #[arg(long, default_value = "auto", value_name = "NAME")]
+    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = Offered(BACKENDS))]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
     /// filter program; run nothing.
@@ -780,6 +784,46 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
         match &auto {
             Ok(c) => println!("auto     -> {} ({})", c.backend.name(), c.reason),
             Err(e) => println!("auto     -> none: {e}"),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+// ---------------------------------------------------------------- profiles
+
+#[derive(Debug, clap::Args)]
+pub struct ProfilesArgs {
+    /// Machine-readable output.
+    #[arg(long, conflicts_with = "names")]
+    json: bool,
+    /// Names only, one a line (what the shell completions read).
+    #[arg(long)]
+    names: bool,
+}
+
+/// `terra profiles`: the host-side profiles `--profile NAME` can use.
+pub fn profiles(args: ProfilesArgs) -> ExitCode {
+    use terra_supervisor::profile;
+    let list = profile::list();
+    if args.json {
+        let v: Vec<_> = list
+            .iter()
+            .map(|(n, p)| json!({ "name": n, "path": p }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else if args.names {
+        for (n, _) in &list {
+            println!("{n}");
+        }
+    } else {
+        match profile::profiles_dir() {
+            Some(d) if list.is_empty() => println!("no profiles in {}", d.display()),
+            Some(_) => {
+                for (n, p) in &list {
+                    println!("{n:<16} {}", p.display());
+                }
+            }
+            None => println!("no profiles directory (neither XDG_CONFIG_HOME nor HOME is absolute)"),
         }
     }
     ExitCode::SUCCESS

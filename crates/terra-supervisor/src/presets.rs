@@ -177,6 +177,9 @@ impl HostDirs {
     }
 }
 
+/// The presets' names, in [`PRESETS`]' order (for completions).
+pub const NAMES: &[&str] = &["rust", "node", "python"];
+
 /// The presets, by name.
 pub const PRESETS: &[Preset] = &[
     Preset {
@@ -637,6 +640,12 @@ mod tests {
                 "{rel}"
             );
         }
+    }
+
+    #[test]
+    fn the_names_are_the_presets() {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        assert_eq!(names, NAMES);
     }
 
     #[test]

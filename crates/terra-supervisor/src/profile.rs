@@ -76,6 +76,30 @@ pub fn named(name: &str) -> Result<PathBuf> {
     Ok(file)
 }
 
+/// The profiles in the profiles directory, by name (sorted): each
+/// `NAME.json` with a valid name (not the `NAME.limits.json` and
+/// `NAME.env.json` beside them). None when there is no such directory.
+pub fn list() -> Vec<(String, PathBuf)> {
+    let Some(dir) = profiles_dir() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".json")?;
+            let sidecar = stem.ends_with(".limits") || stem.ends_with(".env");
+            (valid_name(stem) && !sidecar && e.path().is_file())
+                .then(|| (stem.to_string(), e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// The default profile's file, when there is one.
 pub fn default_file() -> Option<PathBuf> {
     let file = profiles_dir()?.join(format!("{DEFAULT_PROFILE}.json"));
