@@ -61,6 +61,19 @@ pub struct RunArgs {
     /// Allow TCP to HOST:PORT through the network broker (switches the network to mediated). Not with --policy.
     #[arg(long, value_name = "HOST:PORT")]
     allow_net: Vec<String>,
+    /// After a run whose workload exited 0 (or with --dry-run): save this
+    /// command line's policy (presets, --read, --write, --deny, --allow-net)
+    /// as the profile NAME, and the variables of the presets and --env beside
+    /// it (a bare --env NAME by name only); run it again with --profile NAME.
+    #[arg(long, value_name = "NAME")]
+    save_profile: Option<String>,
+    /// After a run whose workload exited 0 (or with --dry-run): write this
+    /// command line's policy to FILE as JSON source v3.
+    #[arg(long, value_name = "FILE")]
+    export_policy: Option<PathBuf>,
+    /// Let --save-profile and --export-policy replace existing files.
+    #[arg(long)]
+    force: bool,
     /// Relax the default policy's process.treeConfinement to "disabled"
     /// (recorded in the receipt and the decision digest). The macos backend
     /// needs it: it cannot contain a process tree. Not with --policy.
@@ -310,6 +323,9 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         presets: args.preset,
         preset_net: args.preset_net.map(|v| v == "private"),
         profile: args.profile,
+        save_profile: args.save_profile,
+        export_policy: args.export_policy,
+        force: args.force,
         memory: args.memory,
         pids: args.pids,
         cpus: args.cpus,
@@ -338,7 +354,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     if dry_run {
         print!("{}", prepared.dry_run_text());
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
-        return ExitCode::SUCCESS;
+        return save(&prepared, None, ExitCode::SUCCESS, args.quiet);
     }
     if let Err(e) = prepared.apply_limits() {
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
@@ -398,7 +414,25 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     after_run(&prepared, &ended, temp_after, args.quiet);
     // The record goes last: the temp directory is removed (or kept) by now.
     held.remove();
-    ExitCode::from(ended.code)
+    save(&prepared, Some(ended.code.into()), ExitCode::from(ended.code), args.quiet)
+}
+
+/// `--save-profile`, `--export-policy` after the run (see
+/// `PreparedRun::save_after`): `code` unless the save fails.
+fn save(prepared: &PreparedRun, exit: Option<i32>, code: ExitCode, quiet: bool) -> ExitCode {
+    match prepared.save_after(exit) {
+        Ok(Ok(said)) => {
+            for s in said.iter().filter(|_| !quiet) {
+                eprintln!("terra: {s}");
+            }
+            code
+        }
+        Ok(Err(not_saved)) => {
+            eprintln!("terra: {not_saved}");
+            code
+        }
+        Err(e) => crate::fail(Failure::Run(&e)),
+    }
 }
 
 /// Whether the supervisor should clone the box before the request is

@@ -696,3 +696,82 @@ fn profiles_come_from_the_config_directory_never_the_workspace() {
         show(&o)
     );
 }
+
+// ------------------------------------------------------------ --save-profile
+
+#[test]
+fn save_profile_keeps_a_command_line_that_worked() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dirs("save-profile");
+    let data = d.root.join("data");
+    fs::create_dir_all(&data).unwrap();
+    fs::write(data.join("f"), "granted-data\n").unwrap();
+    let read = data.to_str().unwrap();
+    let profiles = d.home.join(".config/terra/profiles");
+    let script = "cat \"$0\"; echo \"FOO=$FOO COPIED=$COPIED\"";
+    let f = data.join("f");
+    let f = f.to_str().unwrap();
+    // Twin first: without the grant the file is not there.
+    let o = terra(&d, &["run", "--", "sh", "-c", script, f]);
+    assert!(!stdout(&o).contains("granted-data"), "{}", show(&o));
+    // A failed run saves nothing.
+    let o = terra(&d, &["run", "--read", read, "--save-profile", "p", "--", "false"]);
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(stderr(&o).contains("not saved: the profile p"), "{}", show(&o));
+    assert!(!profiles.join("p.json").exists());
+    // The run that works is saved, with its variables (a copied one by name).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+    d.run_env(&mut c, PATH);
+    c.env("COPIED", "from-env").args([
+        "run", "--read", read, "--env", "FOO=bar", "--env", "COPIED", "--save-profile", "p",
+        "--export-policy", "exported.json", "--", "sh", "-c", script, f,
+    ]);
+    let o = run_bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(stderr(&o).contains("saved the profile p"), "{}", show(&o));
+    let saved = profiles.join("p.json");
+    assert_eq!(
+        fs::metadata(&saved).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let env: Value =
+        serde_json::from_slice(&fs::read(profiles.join("p.env.json")).unwrap()).unwrap();
+    assert_eq!(env["FOO"], "bar");
+    assert_eq!(env["COPIED"], Value::Null, "a copied value is never written");
+    assert!(!fs::read_to_string(profiles.join("p.env.json"))
+        .unwrap()
+        .contains("from-env"));
+    // Run again with the profile: the grant and the variables are back.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+    d.run_env(&mut c, PATH);
+    c.env("COPIED", "again")
+        .args(["run", "--profile", "p", "--", "sh", "-c", script, f]);
+    let o = run_bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(stdout(&o), "granted-data\nFOO=bar COPIED=again\n", "{}", show(&o));
+    // A copied variable that is not set refuses the run.
+    let o = terra(&d, &["run", "--profile", "p", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(stderr(&o).contains("COPIED"), "{}", show(&o));
+    // The exported policy is the same decision.
+    let o = terra(
+        &d,
+        &["run", "--policy", "exported.json", "--", "sh", "-c", script, f],
+    );
+    assert!(stdout(&o).contains("granted-data"), "{}", show(&o));
+    // Existing files are refused before the run, unless --force.
+    let before = fs::read(&saved).unwrap();
+    let o = terra(&d, &["run", "--save-profile", "p", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(stderr(&o).contains("add --force"), "{}", show(&o));
+    let o = terra(&d, &["run", "--export-policy", "exported.json", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert_eq!(fs::read(&saved).unwrap(), before);
+    let o = terra(&d, &["run", "--save-profile", "p", "--force", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // Replaced: this command line had no grant and no variables.
+    assert_ne!(fs::read(&saved).unwrap(), before);
+    assert!(!profiles.join("p.env.json").exists());
+    let o = terra(&d, &["run", "--profile", "p", "--", "sh", "-c", script, f]);
+    assert!(!stdout(&o).contains("granted-data"), "{}", show(&o));
+}

@@ -30,6 +30,8 @@ pub mod placeholders;
 pub mod presets;
 #[cfg(unix)]
 pub mod profile;
+#[cfg(unix)]
+pub mod save;
 #[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]

@@ -86,6 +86,11 @@ pub struct RunBuilder {
     pub preset_net: Option<bool>,
     /// A host-side profile (`--profile`, see [`crate::profile`]).
     pub profile: Option<String>,
+    /// `--save-profile NAME`, `--export-policy FILE` and `--force` (see
+    /// [`crate::save`]).
+    pub save_profile: Option<String>,
+    pub export_policy: Option<PathBuf>,
+    pub force: bool,
     /// Resource limits as written (`--memory`, `--pids`, `--cpus`,
     /// `--max-file-size`, see [`crate::limits`]).
     pub memory: Option<String>,
@@ -123,6 +128,19 @@ pub struct PreparedRun {
     pub require_limits: bool,
     /// What [`PreparedRun::warnings`] adds: a preset cache that could not be made.
     pub notes: Vec<String>,
+    /// What to save after the run (`--save-profile`, `--export-policy`).
+    pub save: Option<SavePlan>,
+}
+
+/// What `--save-profile` and `--export-policy` write once the workload
+/// exited 0 (or for `--dry-run`): see [`crate::save`].
+#[derive(Debug)]
+pub struct SavePlan {
+    pub profile: Option<crate::save::ProfileTarget>,
+    pub export: Option<PathBuf>,
+    /// The variables the presets, the profile and `--env` set.
+    pub vars: Vec<crate::save::SavedVar>,
+    pub force: bool,
 }
 
 impl RunBuilder {
@@ -145,6 +163,9 @@ impl RunBuilder {
             presets: Vec::new(),
             preset_net: None,
             profile: None,
+            save_profile: None,
+            export_policy: None,
+            force: false,
             memory: None,
             pids: None,
             cpus: None,
@@ -201,6 +222,33 @@ impl RunBuilder {
             (Some((file, _)), None) => crate::profile::limits_of(file)?,
             _ => crate::profile::ProfileLimits::default(),
         };
+        // A profile's variables (NAME.env.json), under --env.
+        let profile_env = match (&policy_file, &self.policy) {
+            (Some((file, _)), None) => crate::profile::env_of(file)?,
+            _ => Vec::new(),
+        };
+        // Refused before anything runs: a save that could not be written.
+        let save_target = self
+            .save_profile
+            .as_deref()
+            .map(|n| crate::save::profile_target(n, self.force))
+            .transpose()?;
+        if let Some(t) = &save_target {
+            crate::profile::refuse_in_workspace(
+                &t.policy,
+                &workspace,
+                &format!("--save-profile {}:", t.name),
+            )?;
+        }
+        let export = self.export_policy.as_ref().map(|f| absolute_lexical(f, &cwd));
+        if let Some(f) = &export {
+            crate::save::check_export(f, self.force)?;
+        }
+        if self.force && save_target.is_none() && export.is_none() {
+            return Err(Error::Argument(
+                "--force replaces what --save-profile or --export-policy writes; give one".into(),
+            ));
+        }
         // The git rules added are named by the landlock backend's refusal
         // (Linux only).
         #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
@@ -322,11 +370,19 @@ impl RunBuilder {
                     temp.clone().into_os_string()
                 }
             };
-            // Preset variables first, then the proxy's, then --env.
+            // Preset variables first, then the profile's, the proxy's,
+            // then --env.
             let mut base: Vec<(OsString, OsString)> =
                 presets.iter().flat_map(|p| p.env.clone()).collect();
+            base.extend(profile_vars(&profile_env)?);
             base.extend(proxy);
             let env = box_env(&base, &self.env, &tmp)?;
+            let save = (save_target.is_some() || export.is_some()).then(|| SavePlan {
+                profile: save_target.clone(),
+                export: export.clone(),
+                vars: saved_vars(&presets, &profile_env, &self.env),
+                force: self.force,
+            });
             let timeout_ms = self
                 .timeout
                 .as_deref()
@@ -376,6 +432,7 @@ impl RunBuilder {
                 require_limits: self.require_limits
                     || profile_limits.require_limits.unwrap_or(false),
                 notes,
+                save,
             })
         })();
         if result.is_err() {
@@ -989,6 +1046,54 @@ pub fn box_env(
     Ok(env)
 }
 
+/// A profile's variables with values: `null` ones copied from terra's
+/// environment, refused when it has no such variable.
+fn profile_vars(vars: &[crate::save::SavedVar]) -> Result<Vec<(OsString, OsString)>> {
+    vars.iter()
+        .map(|(k, v)| match v {
+            Some(v) => Ok((k.clone(), v.clone())),
+            None => std::env::var_os(k).map(|v| (k.clone(), v)).ok_or_else(|| {
+                Error::Argument(format!(
+                    "the profile's variable {} (copied from terra's environment) is not set",
+                    k.to_string_lossy()
+                ))
+            }),
+        })
+        .collect()
+}
+
+/// What a saved profile keeps of the variables: the presets' and the
+/// profile's, then `--env` (`NAME=VALUE` with its value, a bare `NAME` by
+/// name only), the later one of a name winning.
+fn saved_vars(
+    presets: &[crate::presets::Resolved],
+    profile: &[crate::save::SavedVar],
+    extra: &[OsString],
+) -> Vec<crate::save::SavedVar> {
+    let mut out: Vec<crate::save::SavedVar> = Vec::new();
+    let mut set = |k: OsString, v: Option<OsString>| {
+        out.retain(|(n, _)| *n != k);
+        out.push((k, v));
+    };
+    for (k, v) in presets.iter().flat_map(|p| p.env.iter()) {
+        set(k.clone(), Some(v.clone()));
+    }
+    for (k, v) in profile {
+        set(k.clone(), v.clone());
+    }
+    for e in extra {
+        let b = e.as_bytes();
+        match b.iter().position(|c| *c == b'=') {
+            Some(i) => set(
+                OsStr::from_bytes(&b[..i]).to_owned(),
+                Some(OsStr::from_bytes(&b[i + 1..]).to_owned()),
+            ),
+            None => set(e.clone(), None),
+        }
+    }
+    out
+}
+
 /// `30`, `30s`, `500ms`, `5m`, `1h`; zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration> {
     let bad = || {
@@ -1037,10 +1142,50 @@ impl PreparedRun {
         Ok(())
     }
 
+    /// Writes what `--save-profile` and `--export-policy` asked, after a
+    /// run that ended with `exit` (None: `--dry-run`): only when the
+    /// workload exited 0. Returns what to say on stderr (`Err` of the
+    /// inner result: said also with `--quiet`).
+    pub fn save_after(&self, exit: Option<i32>) -> Result<std::result::Result<Vec<String>, String>> {
+        let Some(save) = &self.save else {
+            return Ok(Ok(Vec::new()));
+        };
+        if let Some(code) = exit.filter(|c| *c != 0) {
+            let what: Vec<String> = save
+                .profile
+                .iter()
+                .map(|t| format!("the profile {}", t.name))
+                .chain(save.export.iter().map(|f| f.display().to_string()))
+                .collect();
+            return Ok(Err(format!(
+                "not saved: {} (the workload exited {code}; a profile keeps a command line that worked)",
+                what.join(" and ")
+            )));
+        }
+        let mir = Mir::decode(self.plan.mir_bytes())
+            .map_err(|e| Error::policy("the run's policy", e))?;
+        let mut said = Vec::new();
+        if let Some(t) = &save.profile {
+            crate::save::write_profile(t, &mir, &save.vars, save.force)?;
+            said.push(format!(
+                "saved the profile {} ({}); run with --profile {}",
+                t.name,
+                t.policy.display(),
+                t.name
+            ));
+        }
+        if let Some(f) = &save.export {
+            crate::save::export_policy(f, &mir, save.force)?;
+            said.push(format!("wrote the policy source {}", f.display()));
+        }
+        Ok(Ok(said))
+    }
+
     /// What `terra run` says on stderr before the run starts: on the linux
     /// backend, a workspace under `/tmp` is bound through at its path inside
     /// the box's private `/tmp`, so a file written elsewhere in `/tmp` is
     /// not the host's and goes with the run's temp directory.
+    /// Also a preset's cache that could not be made.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = self.tmp_warning();
         w.extend(self.notes.iter().cloned());
