@@ -187,6 +187,14 @@ registry hosts):
 terra run \-\-preset rust \-\-preset\-net \-\- cargo build
 .RE
 .PP
+Save that command line as a profile once it worked, and run with it later:
+.PP
+.RS 4
+terra run \-\-preset rust \-\-preset\-net \-\-save\-profile rust\-net \-\- cargo build
+.br
+terra run \-\-profile rust\-net \-\- cargo test
+.RE
+.PP
 See what a run would do, and what the last one did:
 .PP
 .RS 4
@@ -218,8 +226,9 @@ violations (validate). Other commands exit 0 or 1.
 .SH FILES
 .TP
 .I $XDG_CONFIG_HOME/terra/profiles/NAME.json
-a profile (\-\-profile NAME; default.json when none is named), with
-NAME.limits.json beside it (~/.config when XDG_CONFIG_HOME is unset).
+a profile (\-\-profile NAME; default.json when none is named; written by
+\-\-save\-profile NAME), with NAME.limits.json and NAME.env.json beside it
+(~/.config when XDG_CONFIG_HOME is unset).
 .TP
 .I $XDG_STATE_HOME/terra/runs/
 each run's receipt and network log (terra runs; ~/.local/state when
