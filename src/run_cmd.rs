@@ -481,6 +481,11 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
             eprint!("{text}");
         }
     }
+    if !quiet {
+        if let Some(note) = prepared.dropped_env_note(ended.code.into()) {
+            eprintln!("terra: {note}");
+        }
+    }
     // The program was not found (127) or could not be executed (126, the
     // landlock backend's EACCES): name it when the host has it outside the grants.
     let exec_failed = receipt

@@ -523,3 +523,41 @@ fn cargo_build_fetches_three_crates_with_the_preset_and_preset_net() {
         assert!(n >= 3, "{n} crate files in {}: {}", cache.display(), show(&o));
     }
 }
+
+#[test]
+fn a_presets_certificate_variable_reaches_the_box_with_its_file() {
+    for user in users() {
+        for backend in ["auto", "landlock"] {
+            let dirs = RunDirs::new("terra-preset", "certs", user);
+            let ca = dirs.write("corp/ca.pem", "-----CORP CA-----\n");
+            dirs.chown_to_user(None);
+            let script = "echo \"PIP_CERT=$PIP_CERT\"; cat \"$0\"";
+            let go = |extra: &[&str]| {
+                let mut c = terra_as(dirs.user, &[]);
+                dirs.run_env(&mut c, "/usr/bin:/bin");
+                c.env("PIP_CERT", &ca)
+                    .args(["run", "-q", "--backend", backend])
+                    .args(extra)
+                    .args(["--", "/bin/sh", "-c", script])
+                    .arg(&ca);
+                c.output().unwrap()
+            };
+            let o = go(&["--preset", "python"]);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                out.contains(&format!("PIP_CERT={}", ca.display()))
+                    && out.contains("-----CORP CA-----"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
+            // Twin: without the preset neither the variable nor the file.
+            let o = go(&[]);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                out.contains("PIP_CERT=\n") && !out.contains("CORP CA"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
+        }
+    }
+}

@@ -775,3 +775,40 @@ fn save_profile_keeps_a_command_line_that_worked() {
     let o = terra(&d, &["run", "--profile", "p", "--", "sh", "-c", script, f]);
     assert!(!stdout(&o).contains("granted-data"), "{}", show(&o));
 }
+
+// ------------------------------------------------------------ stripped environment
+
+#[test]
+fn a_failed_workload_names_the_variables_the_box_did_not_get() {
+    let d = dirs("dropped-env");
+    let run = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+        d.run_env(&mut c, PATH);
+        c.env("CORP_TOKEN", "value-31337")
+            .env("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+            .env("PASSED_ON", "x")
+            .args(args);
+        run_bounded(c)
+    };
+    let o = run(&["run", "--env", "PASSED_ON", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    let err = stderr(&o);
+    let note = err
+        .lines()
+        .find(|l| l.contains("did not get these variables"))
+        .unwrap_or_else(|| panic!("{}", show(&o)));
+    assert!(note.contains("the workload exited 3"), "{note}");
+    assert!(note.contains(" CORP_TOKEN") && note.contains(" SSL_CERT_FILE"), "{note}");
+    // Names only; what was passed is not named.
+    assert!(!err.contains("value-31337"), "{err}");
+    assert!(!note.contains("PASSED_ON") && !note.contains(" PATH"), "{note}");
+    assert!(
+        err.contains("SSL_CERT_FILE name certificates: --preset"),
+        "{err}"
+    );
+    // Twin: a workload that succeeds gets no such note, nor does --quiet.
+    let o = run(&["run", "--", "true"]);
+    assert!(!stderr(&o).contains("did not get"), "{}", show(&o));
+    let o = run(&["run", "-q", "--", "false"]);
+    assert!(!stderr(&o).contains("did not get"), "{}", show(&o));
+}

@@ -124,6 +124,28 @@ enum Part {
     /// A download cache: granted writable, made when missing, its variable
     /// (if any) set.
     Cache(Option<&'static str>, PathBuf),
+    /// A certificate variable of the caller's environment (a file or a
+    /// directory of CA certificates): passed on, and its path readable,
+    /// when it is set to an absolute path that exists.
+    Cert(&'static str),
+}
+
+/// The certificate variables each toolchain reads (a company's CA behind
+/// a TLS-inspecting proxy): OpenSSL's, then the toolchain's own.
+const CERTS_OPENSSL: [&str; 2] = ["SSL_CERT_FILE", "SSL_CERT_DIR"];
+
+/// Every certificate variable some preset passes.
+pub const CERT_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CARGO_HTTP_CAINFO",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+fn certs(own: &'static [&'static str]) -> impl Iterator<Item = Part> {
+    CERTS_OPENSSL.iter().chain(own).map(|v| Part::Cert(v))
 }
 
 fn grant(access: Access, path: PathBuf) -> Part {
@@ -200,6 +222,7 @@ pub const PRESETS: &[Preset] = &[
                 }
                 v.push(Part::Var("CARGO_HOME", d));
             }
+            v.extend(certs(&["CARGO_HTTP_CAINFO"]));
             if let Some(d) = h.dir("RUSTUP_HOME", ".rustup") {
                 v.push(grant(Access::Read, d.clone()));
                 v.push(Part::Var("RUSTUP_HOME", d));
@@ -218,6 +241,7 @@ pub const PRESETS: &[Preset] = &[
             if let Some(d) = h.dir("npm_config_cache", ".npm") {
                 v.push(Part::Cache(Some("npm_config_cache"), d));
             }
+            v.extend(certs(&["NODE_EXTRA_CA_CERTS"]));
             if let Some(d) = h.dir("NVM_DIR", ".nvm") {
                 v.push(Part::Grant {
                     access: Access::Read,
@@ -240,6 +264,7 @@ pub const PRESETS: &[Preset] = &[
             if let Some(d) = h.dir("PIP_CACHE_DIR", ".cache/pip") {
                 v.push(Part::Cache(Some("PIP_CACHE_DIR"), d));
             }
+            v.extend(certs(&["PIP_CERT", "REQUESTS_CA_BUNDLE"]));
             if let Some(d) = h.dir("PYENV_ROOT", ".pyenv") {
                 v.push(Part::Grant {
                     access: Access::Read,
@@ -277,6 +302,21 @@ impl Preset {
                     if is_dir(&path) {
                         env.push((OsString::from(var), path.into_os_string()));
                     }
+                }
+                Part::Cert(var) => {
+                    let Some(value) = (host.var)(var) else {
+                        continue;
+                    };
+                    let path = PathBuf::from(&value);
+                    if !path.is_absolute() || std::fs::metadata(&path).is_err() {
+                        continue;
+                    }
+                    self.refuse_credentials_under(&path, host)?;
+                    env.push((OsString::from(var), value));
+                    rules.push(PresetRule {
+                        access: Access::Read,
+                        path,
+                    });
                 }
                 Part::Cache(var, path) => {
                     self.refuse_credentials_under(&path, host)?;
@@ -319,7 +359,11 @@ impl Preset {
     /// Refuses a grant of `dir` that would hold one of the
     /// [`HOME_CREDENTIALS`].
     fn refuse_credentials_under(&self, dir: &Path, host: &HostDirs) -> Result<()> {
-        let Some(cred) = host.home.as_deref().and_then(|h| credential_under(dir, h)) else {
+        let Some(cred) = host
+            .home
+            .as_deref()
+            .and_then(|h| credential_under(dir, h).or_else(|| credential_holding(dir, h)))
+        else {
             return Ok(());
         };
         Err(Error::Argument(format!(
@@ -388,6 +432,20 @@ pub fn credential_under(dir: &Path, home: &Path) -> Option<PathBuf> {
             .flatten()
             .map(|h| h.join(cred))
             .find(|c| dirs.iter().flatten().any(|d| c.starts_with(d)))
+    })
+}
+
+/// The one of the [`HOME_CREDENTIALS`] under `home` that holds `path`
+/// (a certificate variable pointing into `~/.ssh`, say), if any.
+fn credential_holding(path: &Path, home: &Path) -> Option<PathBuf> {
+    let paths = [Some(path.to_path_buf()), std::fs::canonicalize(path).ok()];
+    let homes = [Some(home.to_path_buf()), std::fs::canonicalize(home).ok()];
+    HOME_CREDENTIALS.iter().find_map(|cred| {
+        homes
+            .iter()
+            .flatten()
+            .map(|h| h.join(cred))
+            .find(|c| paths.iter().flatten().any(|p| p.starts_with(c)))
     })
 }
 
@@ -669,6 +727,53 @@ mod tests {
         std::fs::write(home.join(".cache/pip"), "not a directory").unwrap();
         let e = make_caches(&py).unwrap_err().to_string();
         assert!(e.contains("is not a directory"), "{e}");
+    }
+
+    #[test]
+    fn certificate_variables_pass_with_their_files_readable() {
+        let d = fake_home();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        let ca = home.join("corp-ca.pem");
+        std::fs::write(&ca, "CA").unwrap();
+        // Only when set to a path that exists; each toolchain its own.
+        for (preset, var) in [
+            ("rust", "CARGO_HTTP_CAINFO"),
+            ("rust", "SSL_CERT_FILE"),
+            ("python", "PIP_CERT"),
+            ("python", "REQUESTS_CA_BUNDLE"),
+            ("node", "NODE_EXTRA_CA_CERTS"),
+        ] {
+            let r = find(preset)
+                .unwrap()
+                .resolve(&with_var(&home, var, &ca))
+                .unwrap();
+            assert!(
+                r.env.contains(&(OsString::from(var), ca.clone().into_os_string())),
+                "{preset} {var}: {:?}",
+                r.env
+            );
+            assert_eq!(permission(&plan_of(&r), &ca), Permission::Read, "{preset} {var}");
+            // Twin: a missing file passes nothing.
+            let r = find(preset)
+                .unwrap()
+                .resolve(&with_var(&home, var, &home.join("absent.pem")))
+                .unwrap();
+            assert!(!r.env.iter().any(|(k, _)| k == var), "{preset} {var}");
+        }
+        // Another toolchain's variable is not this preset's.
+        let r = find("node")
+            .unwrap()
+            .resolve(&with_var(&home, "PIP_CERT", &ca))
+            .unwrap();
+        assert!(!r.env.iter().any(|(k, _)| k == "PIP_CERT"));
+        // A certificate path that is (or lies in) a credential is refused.
+        let inside = home.join(".netrc");
+        let e = find("python")
+            .unwrap()
+            .resolve(&with_var(&home, "PIP_CERT", &inside))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(credentials)"), "{e}");
     }
 
     thread_local! {

@@ -1192,6 +1192,56 @@ impl PreparedRun {
         w
     }
 
+    /// What `terra run` says after a workload that exited `code` (not 0,
+    /// not terra's own 125): the names (never the values) of terra's
+    /// environment variables the box did not get, since a missing
+    /// certificate or configuration variable fails without naming itself.
+    pub fn dropped_env_note(&self, code: i32) -> Option<String> {
+        if code == 0 || i64::from(code) == i64::from(crate::EXIT_REFUSED) {
+            return None;
+        }
+        let given: Vec<OsString> = self
+            .request
+            .env()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let mut dropped: Vec<String> = std::env::vars_os()
+            .map(|(k, _)| k)
+            .filter(|k| !given.contains(k))
+            .map(|k| k.to_string_lossy().into_owned())
+            .collect();
+        dropped.sort();
+        dropped.dedup();
+        if dropped.is_empty() {
+            return None;
+        }
+        const SHOWN: usize = 40;
+        let more = dropped.len().saturating_sub(SHOWN);
+        let mut s = format!(
+            "the workload exited {code}; the box did not get these variables of your environment \
+             (names only; pass one with --env NAME): {}",
+            dropped[..dropped.len().min(SHOWN)].join(" ")
+        );
+        if more > 0 {
+            s.push_str(&format!(" and {more} more"));
+        }
+        let certs: Vec<&str> = dropped
+            .iter()
+            .map(String::as_str)
+            .filter(|n| crate::presets::CERT_VARS.contains(n))
+            .collect();
+        if !certs.is_empty() {
+            s.push_str(&format!(
+                "\nterra:   {} name certificates: --preset rust, node or python passes its \
+                 toolchain's with the files readable (see `terra presets`)",
+                certs.join(" ")
+            ));
+        }
+        Some(s)
+    }
+
     /// Where the workload's program is, looked up on the host with the
     /// box's PATH (see [`crate::command_check`]).
     pub fn program(&self) -> crate::command_check::Program {

@@ -234,7 +234,7 @@ use std::os::unix::fs::DirBuilderExt as _;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terra_policy::{Access, MirBuilder, Missing, NetworkMode, Scope};
+    use terra_policy::{Access, Missing, NetworkMode, Scope};
 
     #[test]
     fn the_rendered_source_compiles_to_the_same_decision() {
