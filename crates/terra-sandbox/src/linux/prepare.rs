@@ -75,7 +75,7 @@ fn synth_files(net: NetworkMode, hostname: &str) -> Vec<(String, String)> {
         group.push_str("nogroup:x:65534:\n");
     }
     let resolv = match net {
-        NetworkMode::None => "# terra: network none, no name service\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string(),
+        NetworkMode::None => "# terra: network none: the box's DNS stub refuses every name at once\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string(),
         NetworkMode::Mediated => "# terra: network mediated: the box's DNS stub answers listed names with the addresses the broker resolved and pinned\nnameserver 127.0.0.1\noptions timeout:5 attempts:2\n".to_string(),
         NetworkMode::Direct => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
     };
