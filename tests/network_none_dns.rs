@@ -88,3 +88,31 @@ fn the_box_resolv_conf_says_the_stub_refuses() {
         );
     }
 }
+
+#[test]
+fn network_none_turns_package_manager_retries_off() {
+    for user in users() {
+        let dirs = RunDirs::new("terra-nonedns", "retries", user);
+        dirs.chown_to_user(None);
+        let env_of = |extra: &[&str]| {
+            let mut c = terra_as(dirs.user, &[]);
+            dirs.run_env(&mut c, "/usr/bin:/bin");
+            c.args(["run", "-q"]).args(extra).args([
+                "--",
+                "sh",
+                "-c",
+                "echo \"$CARGO_NET_RETRY/$PIP_RETRIES/$npm_config_fetch_retries\"",
+            ]);
+            let o = c.output().unwrap();
+            (String::from_utf8_lossy(&o.stdout).into_owned(), show(&o))
+        };
+        let (out, o) = env_of(&[]);
+        assert_eq!(out, "0/0/0\n", "{user:?}: {o}");
+        // --env overrides them.
+        let (out, o) = env_of(&["--env", "CARGO_NET_RETRY=2"]);
+        assert_eq!(out, "2/0/0\n", "{user:?}: {o}");
+        // Twin: with a network (mediated), retries are the tools' own.
+        let (out, o) = env_of(&["--allow-net", "example.test:443"]);
+        assert_eq!(out, "//\n", "{user:?}: {o}");
+    }
+}

@@ -561,3 +561,43 @@ fn a_presets_certificate_variable_reaches_the_box_with_its_file() {
         }
     }
 }
+
+/// With network none a first `cargo build` fails at once, naming the host
+/// and the flag, instead of retrying for about 11 s.
+#[test]
+fn cargo_without_a_network_fails_at_once_and_names_the_registry() {
+    if !have_rustup() {
+        return;
+    }
+    for user in users() {
+        let dirs = RunDirs::new("terra-preset", "cargo-none", user);
+        fake_cargo_home(&dirs.home);
+        dirs.write(
+            "ws/Cargo.toml",
+            "[package]\nname = \"none3\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nitoa = \"1\"\n",
+        );
+        dirs.write("ws/src/main.rs", "fn main() {}\n");
+        dirs.chown_to_user(None);
+        let rustup_home = rustup_home_for(user, &dirs.root);
+        let mut c = terra_as(dirs.user, &[]);
+        let path = format!("{}:/usr/bin:/bin", dirs.home.join(".cargo/bin").display());
+        dirs.run_env(&mut c, &path);
+        c.env("RUSTUP_HOME", &rustup_home)
+            .args(["run", "-q", "--preset", "rust", "--", "cargo", "build"]);
+        let t0 = std::time::Instant::now();
+        let o = c.output().unwrap();
+        let took = t0.elapsed();
+        assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            err.matches("terra: network none: index.crates.io was asked for").count(),
+            1,
+            "{user:?}: {}",
+            show(&o)
+        );
+        assert!(err.contains("--allow-net index.crates.io:443"), "{}", show(&o));
+        assert!(!err.contains("spurious network error"), "{}", show(&o));
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}: {}", show(&o));
+    }
+}

@@ -49,6 +49,14 @@ pub const ENV_ALLOWLIST: &[&str] = &[
     "LANGUAGE",
     "TZ",
 ];
+/// With network none nothing a package manager retries can succeed: its
+/// retries only delay the failure (cargo 10.9 s, pip 8 s measured).
+/// `--env` overrides them.
+pub const NO_NETWORK_RETRIES: &[(&str, &str)] = &[
+    ("CARGO_NET_RETRY", "0"),
+    ("PIP_RETRIES", "0"),
+    ("npm_config_fetch_retries", "0"),
+];
 /// PATH inside the box when the caller has none.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -375,6 +383,13 @@ impl RunBuilder {
             let mut base: Vec<(OsString, OsString)> =
                 presets.iter().flat_map(|p| p.env.clone()).collect();
             base.extend(profile_vars(&profile_env)?);
+            if mir.network() == NetworkMode::None {
+                base.extend(
+                    NO_NETWORK_RETRIES
+                        .iter()
+                        .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+                );
+            }
             base.extend(proxy);
             let env = box_env(&base, &self.env, &tmp)?;
             let save = (save_target.is_some() || export.is_some()).then(|| SavePlan {
