@@ -414,7 +414,12 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     after_run(&prepared, &ended, temp_after, args.quiet);
     // The record goes last: the temp directory is removed (or kept) by now.
     held.remove();
-    save(&prepared, Some(ended.code.into()), ExitCode::from(ended.code), args.quiet)
+    save(
+        &prepared,
+        Some(ended.code.into()),
+        ExitCode::from(ended.code),
+        args.quiet,
+    )
 }
 
 /// `--save-profile`, `--export-policy` after the run (see
@@ -862,7 +867,9 @@ pub fn profiles(args: ProfilesArgs) -> ExitCode {
                     println!("{n:<16} {}", p.display());
                 }
             }
-            None => println!("no profiles directory (neither XDG_CONFIG_HOME nor HOME is absolute)"),
+            None => {
+                println!("no profiles directory (neither XDG_CONFIG_HOME nor HOME is absolute)")
+            }
         }
     }
     ExitCode::SUCCESS

@@ -64,7 +64,12 @@ fn network_none_refuses_every_name_at_once_and_says_each_once() {
             );
             assert_eq!(err.matches(&line).count(), 1, "{name}: {}", show(&o));
         }
-        assert_eq!(err.matches("terra: network none:").count(), 2, "{}", show(&o));
+        assert_eq!(
+            err.matches("terra: network none:").count(),
+            2,
+            "{}",
+            show(&o)
+        );
         // At once: no resolver timeout (1 s each in the box's resolv.conf).
         assert!(took < Duration::from_secs(3), "{took:?}: {}", show(&o));
     }
@@ -81,8 +86,9 @@ fn the_box_resolv_conf_says_the_stub_refuses() {
         let o = c.output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
-            out.starts_with("# terra: network none: the box's DNS stub refuses every name at once\n")
-                && out.contains("nameserver 127.0.0.1\n"),
+            out.starts_with(
+                "# terra: network none: the box's DNS stub refuses every name at once\n"
+            ) && out.contains("nameserver 127.0.0.1\n"),
             "{}",
             show(&o)
         );

@@ -424,7 +424,11 @@ fn make_deb_reuses_an_up_to_date_binary_and_rebuilds_a_stale_one() {
     fs::copy(bin(), dist.join("terra")).unwrap();
     let o = make_deb(&dist);
     assert!(o.status.success(), "{}", show(&o));
-    assert!(!String::from_utf8_lossy(&o.stdout).contains("build --release"), "{}", show(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("build --release"),
+        "{}",
+        show(&o)
+    );
     let debs: Vec<_> = files_in(&dist)
         .into_iter()
         .filter(|f| f.ends_with(".deb"))

@@ -360,7 +360,11 @@ fn the_rust_preset_writes_its_download_caches_but_not_its_binaries() {
             );
             // (config.toml: the box may have a private /tmp holding this
             // test's HOME path, so only the host's file says it was kept.)
-            assert!(!out.contains("WROTE-BIN"), "{user:?} {backend}: {}", show(&o));
+            assert!(
+                !out.contains("WROTE-BIN"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
             // The missing git cache was made before the run, and the writes
             // reached the host.
             assert_eq!(
@@ -457,7 +461,9 @@ fn crates_io_reachable() -> Option<bool> {
     let addrs: Vec<_> = match ("index.crates.io", 443).to_socket_addrs() {
         Ok(a) => a.collect(),
         Err(e) => {
-            eprintln!("index.crates.io does not resolve here ({e}): the registry fetch test is skipped");
+            eprintln!(
+                "index.crates.io does not resolve here ({e}): the registry fetch test is skipped"
+            );
             return None;
         }
     };
@@ -512,7 +518,12 @@ fn cargo_build_fetches_three_crates_with_the_preset_and_preset_net() {
             .args(["cargo", "run", "-q"]);
         let o = c.output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{user:?}: {}", show(&o));
-        assert_eq!(String::from_utf8_lossy(&o.stdout), "3 0.5\n", "{}", show(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "3 0.5\n",
+            "{}",
+            show(&o)
+        );
         // Fetched into the caller's registry cache, not the box's temp.
         let cache = dirs.home.join(".cargo/registry/cache");
         let n = fs::read_dir(&cache)
@@ -520,7 +531,12 @@ fn cargo_build_fetches_three_crates_with_the_preset_and_preset_net() {
             .flatten()
             .flat_map(|d| fs::read_dir(d.path()).unwrap().flatten())
             .count();
-        assert!(n >= 3, "{n} crate files in {}: {}", cache.display(), show(&o));
+        assert!(
+            n >= 3,
+            "{n} crate files in {}: {}",
+            cache.display(),
+            show(&o)
+        );
     }
 }
 
@@ -591,13 +607,22 @@ fn cargo_without_a_network_fails_at_once_and_names_the_registry() {
         assert_ne!(o.status.code(), Some(0), "{}", show(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(
-            err.matches("terra: network none: index.crates.io was asked for").count(),
+            err.matches("terra: network none: index.crates.io was asked for")
+                .count(),
             1,
             "{user:?}: {}",
             show(&o)
         );
-        assert!(err.contains("--allow-net index.crates.io:443"), "{}", show(&o));
+        assert!(
+            err.contains("--allow-net index.crates.io:443"),
+            "{}",
+            show(&o)
+        );
         assert!(!err.contains("spurious network error"), "{}", show(&o));
-        assert!(took < std::time::Duration::from_secs(5), "{took:?}: {}", show(&o));
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{took:?}: {}",
+            show(&o)
+        );
     }
 }

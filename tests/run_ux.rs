@@ -133,7 +133,15 @@ fn one_names_retries_are_one_destination_in_the_summary() {
                 curl -s -o /dev/null http://other.test:81/; true";
     let o = terra(
         &d,
-        &["run", "--allow-net", "listed.test:443", "--", "sh", "-c", curl],
+        &[
+            "run",
+            "--allow-net",
+            "listed.test:443",
+            "--",
+            "sh",
+            "-c",
+            curl,
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     let err = stderr(&o);
@@ -146,7 +154,12 @@ fn one_names_retries_are_one_destination_in_the_summary() {
         show(&o)
     );
     // Each destination's remedy once.
-    assert_eq!(err.matches("--allow-net unlisted.test:8080").count(), 1, "{}", show(&o));
+    assert_eq!(
+        err.matches("--allow-net unlisted.test:8080").count(),
+        1,
+        "{}",
+        show(&o)
+    );
 }
 
 #[test]
@@ -715,16 +728,37 @@ fn save_profile_keeps_a_command_line_that_worked() {
     let o = terra(&d, &["run", "--", "sh", "-c", script, f]);
     assert!(!stdout(&o).contains("granted-data"), "{}", show(&o));
     // A failed run saves nothing.
-    let o = terra(&d, &["run", "--read", read, "--save-profile", "p", "--", "false"]);
+    let o = terra(
+        &d,
+        &["run", "--read", read, "--save-profile", "p", "--", "false"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(stderr(&o).contains("not saved: the profile p"), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("not saved: the profile p"),
+        "{}",
+        show(&o)
+    );
     assert!(!profiles.join("p.json").exists());
     // The run that works is saved, with its variables (a copied one by name).
     let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
     d.run_env(&mut c, PATH);
     c.env("COPIED", "from-env").args([
-        "run", "--read", read, "--env", "FOO=bar", "--env", "COPIED", "--save-profile", "p",
-        "--export-policy", "exported.json", "--", "sh", "-c", script, f,
+        "run",
+        "--read",
+        read,
+        "--env",
+        "FOO=bar",
+        "--env",
+        "COPIED",
+        "--save-profile",
+        "p",
+        "--export-policy",
+        "exported.json",
+        "--",
+        "sh",
+        "-c",
+        script,
+        f,
     ]);
     let o = run_bounded(c);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
@@ -737,7 +771,11 @@ fn save_profile_keeps_a_command_line_that_worked() {
     let env: Value =
         serde_json::from_slice(&fs::read(profiles.join("p.env.json")).unwrap()).unwrap();
     assert_eq!(env["FOO"], "bar");
-    assert_eq!(env["COPIED"], Value::Null, "a copied value is never written");
+    assert_eq!(
+        env["COPIED"],
+        Value::Null,
+        "a copied value is never written"
+    );
     assert!(!fs::read_to_string(profiles.join("p.env.json"))
         .unwrap()
         .contains("from-env"));
@@ -748,7 +786,12 @@ fn save_profile_keeps_a_command_line_that_worked() {
         .args(["run", "--profile", "p", "--", "sh", "-c", script, f]);
     let o = run_bounded(c);
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
-    assert_eq!(stdout(&o), "granted-data\nFOO=bar COPIED=again\n", "{}", show(&o));
+    assert_eq!(
+        stdout(&o),
+        "granted-data\nFOO=bar COPIED=again\n",
+        "{}",
+        show(&o)
+    );
     // A copied variable that is not set refuses the run.
     let o = terra(&d, &["run", "--profile", "p", "--", "true"]);
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
@@ -756,7 +799,16 @@ fn save_profile_keeps_a_command_line_that_worked() {
     // The exported policy is the same decision.
     let o = terra(
         &d,
-        &["run", "--policy", "exported.json", "--", "sh", "-c", script, f],
+        &[
+            "run",
+            "--policy",
+            "exported.json",
+            "--",
+            "sh",
+            "-c",
+            script,
+            f,
+        ],
     );
     assert!(stdout(&o).contains("granted-data"), "{}", show(&o));
     // Existing files are refused before the run, unless --force.
@@ -764,7 +816,10 @@ fn save_profile_keeps_a_command_line_that_worked() {
     let o = terra(&d, &["run", "--save-profile", "p", "--", "true"]);
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
     assert!(stderr(&o).contains("add --force"), "{}", show(&o));
-    let o = terra(&d, &["run", "--export-policy", "exported.json", "--", "true"]);
+    let o = terra(
+        &d,
+        &["run", "--export-policy", "exported.json", "--", "true"],
+    );
     assert_eq!(o.status.code(), Some(125), "{}", show(&o));
     assert_eq!(fs::read(&saved).unwrap(), before);
     let o = terra(&d, &["run", "--save-profile", "p", "--force", "--", "true"]);
@@ -798,10 +853,16 @@ fn a_failed_workload_names_the_variables_the_box_did_not_get() {
         .find(|l| l.contains("did not get these variables"))
         .unwrap_or_else(|| panic!("{}", show(&o)));
     assert!(note.contains("the workload exited 3"), "{note}");
-    assert!(note.contains(" CORP_TOKEN") && note.contains(" SSL_CERT_FILE"), "{note}");
+    assert!(
+        note.contains(" CORP_TOKEN") && note.contains(" SSL_CERT_FILE"),
+        "{note}"
+    );
     // Names only; what was passed is not named.
     assert!(!err.contains("value-31337"), "{err}");
-    assert!(!note.contains("PASSED_ON") && !note.contains(" PATH"), "{note}");
+    assert!(
+        !note.contains("PASSED_ON") && !note.contains(" PATH"),
+        "{note}"
+    );
     assert!(
         err.contains("SSL_CERT_FILE name certificates: --preset"),
         "{err}"

@@ -64,7 +64,12 @@ fn the_man_page_is_roff_with_every_subcommand() {
     // One page: no reference to a terra-run(1) or any other page that does
     // not exist.
     assert!(!text.contains("(1)"), "a man page reference: {text}");
-    for section in [".SH EXAMPLES", ".SH \"EXIT STATUS\"", ".SH FILES", ".SH \"SEE ALSO\""] {
+    for section in [
+        ".SH EXAMPLES",
+        ".SH \"EXIT STATUS\"",
+        ".SH FILES",
+        ".SH \"SEE ALSO\"",
+    ] {
         assert!(text.contains(section), "{section}");
     }
     for code in [".B 125", ".B 126", ".B 127", ".B 128+N"] {
@@ -93,10 +98,7 @@ fn bash_completes(words: &[&str], config: &std::path::Path) -> Vec<String> {
     );
     let o = Command::new("bash")
         .args(["-c", &script])
-        .env(
-            "PATH",
-            format!("{}:/usr/bin:/bin", bin_dir.display()),
-        )
+        .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
         .env("XDG_CONFIG_HOME", config)
         .output()
         .unwrap();
@@ -115,7 +117,13 @@ fn completions_offer_presets_backends_and_profiles() {
     let config = tempfile::tempdir().unwrap();
     let profiles = config.path().join("terra/profiles");
     std::fs::create_dir_all(&profiles).unwrap();
-    for f in ["ci.json", "rust-dev.json", "ci.limits.json", "ci.env.json", "notes.txt"] {
+    for f in [
+        "ci.json",
+        "rust-dev.json",
+        "ci.limits.json",
+        "ci.env.json",
+        "notes.txt",
+    ] {
         std::fs::write(profiles.join(f), "{}").unwrap();
     }
     assert_eq!(
@@ -144,7 +152,10 @@ fn completions_offer_presets_backends_and_profiles() {
             text.contains("terra profiles --names"),
             "{shell}: --profile's values"
         );
-        assert!(text.contains("landlock") && text.contains("python"), "{shell}");
+        assert!(
+            text.contains("landlock") && text.contains("python"),
+            "{shell}"
+        );
     }
     // Offered, not enforced by the parser: an unknown preset is terra's
     // refusal (exit 125, its own message).

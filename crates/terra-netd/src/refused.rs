@@ -71,13 +71,22 @@ mod tests {
     fn each_name_is_refused_every_time_and_said_once() {
         let (mut r, w) = std::io::pipe().unwrap();
         let l = Refusing::new(OwnedFd::from(w));
-        for name in ["pypi.org", "pypi.org", "index.crates.io", "pypi.org", "bad\u{1b}[2J"] {
+        for name in [
+            "pypi.org",
+            "pypi.org",
+            "index.crates.io",
+            "pypi.org",
+            "bad\u{1b}[2J",
+        ] {
             assert!(matches!(l.lookup(name, 1), Lookup::Refused));
         }
         drop(l);
         let mut said = String::new();
         r.read_to_string(&mut said).unwrap();
-        assert_eq!(said, format!("{}{}", line("pypi.org"), line("index.crates.io")));
+        assert_eq!(
+            said,
+            format!("{}{}", line("pypi.org"), line("index.crates.io"))
+        );
         assert!(said.contains("--allow-net pypi.org:443"));
     }
 }

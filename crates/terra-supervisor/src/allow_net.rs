@@ -119,7 +119,10 @@ mod tests {
             ("example.com", "give --allow-net example.com:443 "),
             ("example.com:", "give --allow-net example.com:443 "),
             ("example.com:https", "give --allow-net example.com:443 "),
-            ("mirror.corp,private", "give --allow-net mirror.corp:443,private "),
+            (
+                "mirror.corp,private",
+                "give --allow-net mirror.corp:443,private ",
+            ),
         ] {
             let e = parse(bad).unwrap_err().to_string();
             assert!(e.contains(want), "{bad}: {e}");

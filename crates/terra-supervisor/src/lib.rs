@@ -30,14 +30,14 @@ pub mod placeholders;
 pub mod presets;
 #[cfg(unix)]
 pub mod profile;
-#[cfg(unix)]
-pub mod save;
 #[cfg(target_os = "linux")]
 mod pty;
 #[cfg(target_os = "linux")]
 mod reaper;
 #[cfg(unix)]
 pub mod receipt;
+#[cfg(unix)]
+pub mod save;
 #[cfg(windows)]
 pub mod windows;
 #[cfg(unix)]

@@ -529,7 +529,10 @@ mod tests {
         // A cache's variable is set also before the cache exists (the run makes it).
         assert_eq!(
             n.env,
-            [(OsString::from("npm_config_cache"), OsString::from("/home/u/.npm"))]
+            [(
+                OsString::from("npm_config_cache"),
+                OsString::from("/home/u/.npm")
+            )]
         );
         let py = find("python").unwrap().resolve(&host("/home/u")).unwrap();
         assert_eq!(
@@ -748,11 +751,16 @@ mod tests {
                 .resolve(&with_var(&home, var, &ca))
                 .unwrap();
             assert!(
-                r.env.contains(&(OsString::from(var), ca.clone().into_os_string())),
+                r.env
+                    .contains(&(OsString::from(var), ca.clone().into_os_string())),
                 "{preset} {var}: {:?}",
                 r.env
             );
-            assert_eq!(permission(&plan_of(&r), &ca), Permission::Read, "{preset} {var}");
+            assert_eq!(
+                permission(&plan_of(&r), &ca),
+                Permission::Read,
+                "{preset} {var}"
+            );
             // Twin: a missing file passes nothing.
             let r = find(preset)
                 .unwrap()

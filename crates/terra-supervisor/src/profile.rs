@@ -168,7 +168,9 @@ const MAX_ENV_LEN: usize = 64 << 10;
 /// The variables of a profile (`NAME.env.json`: `{"NAME": "VALUE"}`, or
 /// `null` for a variable copied from terra's environment at each run), by
 /// name; none without such a file.
-pub fn env_of(profile_file: &Path) -> Result<Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>> {
+pub fn env_of(
+    profile_file: &Path,
+) -> Result<Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>> {
     let Some(stem) = profile_file.file_stem() else {
         return Ok(Vec::new());
     };
@@ -179,19 +181,21 @@ pub fn env_of(profile_file: &Path) -> Result<Vec<(std::ffi::OsString, Option<std
     let Some(bytes) = read_trusted(&file, MAX_ENV_LEN, &label)? else {
         return Ok(Vec::new());
     };
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Argument(format!("{label}: {e} (expected {{\"NAME\": \"VALUE\" or null}})")))?;
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::Argument(format!(
+                "{label}: {e} (expected {{\"NAME\": \"VALUE\" or null}})"
+            ))
+        })?;
     map.into_iter()
         .map(|(k, v)| {
             let bad = k.is_empty() || k.contains('=') || k.contains('\0');
             let value = match v {
                 serde_json::Value::Null if !bad => None,
                 serde_json::Value::String(s) if !s.contains('\0') && !bad => Some(s.into()),
-                _ => {
-                    return Err(Error::Argument(format!(
-                        "{label}: {k:?}: a variable is a name without '=' and a string value or null"
-                    )))
-                }
+                _ => return Err(Error::Argument(format!(
+                    "{label}: {k:?}: a variable is a name without '=' and a string value or null"
+                ))),
             };
             Ok((k.into(), value))
         })

@@ -248,7 +248,10 @@ impl RunBuilder {
                 &format!("--save-profile {}:", t.name),
             )?;
         }
-        let export = self.export_policy.as_ref().map(|f| absolute_lexical(f, &cwd));
+        let export = self
+            .export_policy
+            .as_ref()
+            .map(|f| absolute_lexical(f, &cwd));
         if let Some(f) = &export {
             crate::save::check_export(f, self.force)?;
         }
@@ -1161,7 +1164,10 @@ impl PreparedRun {
     /// run that ended with `exit` (None: `--dry-run`): only when the
     /// workload exited 0. Returns what to say on stderr (`Err` of the
     /// inner result: said also with `--quiet`).
-    pub fn save_after(&self, exit: Option<i32>) -> Result<std::result::Result<Vec<String>, String>> {
+    pub fn save_after(
+        &self,
+        exit: Option<i32>,
+    ) -> Result<std::result::Result<Vec<String>, String>> {
         let Some(save) = &self.save else {
             return Ok(Ok(Vec::new()));
         };
@@ -1177,8 +1183,8 @@ impl PreparedRun {
                 what.join(" and ")
             )));
         }
-        let mir = Mir::decode(self.plan.mir_bytes())
-            .map_err(|e| Error::policy("the run's policy", e))?;
+        let mir =
+            Mir::decode(self.plan.mir_bytes()).map_err(|e| Error::policy("the run's policy", e))?;
         let mut said = Vec::new();
         if let Some(t) = &save.profile {
             crate::save::write_profile(t, &mir, &save.vars, save.force)?;

@@ -172,12 +172,7 @@ fn existing(force: bool) -> Existing {
 /// Writes the profile: the policy, and the variables (an older variables
 /// file is replaced; with none to save, a forced save removes it so the
 /// profile is what this command line was).
-pub fn write_profile(
-    t: &ProfileTarget,
-    mir: &Mir,
-    vars: &[SavedVar],
-    force: bool,
-) -> Result<()> {
+pub fn write_profile(t: &ProfileTarget, mir: &Mir, vars: &[SavedVar], force: bool) -> Result<()> {
     let dir = t.policy.parent().unwrap_or(Path::new("/"));
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -238,15 +233,33 @@ mod tests {
 
     #[test]
     fn the_rendered_source_compiles_to_the_same_decision() {
-        let default = terra_policy::compile_source(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes())
-            .unwrap();
+        let default =
+            terra_policy::compile_source(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes()).unwrap();
         let mut b = default.to_builder();
-        b.add_rule(Access::Read, RootKind::Host, "/opt/tool", Scope::Tree, Missing::Skip)
-            .unwrap();
-        b.add_rule(Access::Deny, RootKind::Workspace, ".git/hooks", Scope::Exact, Missing::Error)
-            .unwrap();
-        b.add_rule(Access::Write, RootKind::Temp, "cache", Scope::Tree, Missing::Error)
-            .unwrap();
+        b.add_rule(
+            Access::Read,
+            RootKind::Host,
+            "/opt/tool",
+            Scope::Tree,
+            Missing::Skip,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Deny,
+            RootKind::Workspace,
+            ".git/hooks",
+            Scope::Exact,
+            Missing::Error,
+        )
+        .unwrap();
+        b.add_rule(
+            Access::Write,
+            RootKind::Temp,
+            "cache",
+            Scope::Tree,
+            Missing::Error,
+        )
+        .unwrap();
         b.set_network(NetworkMode::Mediated);
         b.add_destination("pypi.org", 443, false, false).unwrap();
         b.add_destination("mirror.corp", 8443, true, true).unwrap();

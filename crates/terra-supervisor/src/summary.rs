@@ -145,7 +145,13 @@ pub fn refusal_summary(run: &RunFiles, receipt: &serde_json::Value) -> Option<St
         .map(|f| refusals(f, EXAMPLES))
         .unwrap_or_default();
     let with_policy = receipt["policy"]["source"] != "default";
-    Some(render(refused, distinct as u64, &examples, &log, with_policy))
+    Some(render(
+        refused,
+        distinct as u64,
+        &examples,
+        &log,
+        with_policy,
+    ))
 }
 
 /// The summary text (lines ending in a newline, each starting `terra: `):
@@ -173,8 +179,7 @@ pub fn render(
             plural(refused, "attempt", "attempts")
         )
     };
-    let more = if distinct == 0 { refused } else { distinct }
-        .saturating_sub(examples.len() as u64);
+    let more = if distinct == 0 { refused } else { distinct }.saturating_sub(examples.len() as u64);
     if !listed.is_empty() {
         s.push_str(": ");
         s.push_str(&listed.join(", "));
