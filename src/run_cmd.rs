@@ -469,7 +469,9 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
     // The receipt says what this needs only with a broker (its refusals)
     // or when the program could not be run (126, 127); otherwise it is
     // not read: the run's end waits for nothing more.
+    let none_failed = prepared.plan.network() == terra_policy::NetworkMode::None && ended.code != 0;
     let wanted = prepared.plan.network() == terra_policy::NetworkMode::Mediated
+        || none_failed
         || matches!(ended.code, 126 | 127);
     let own = ended
         .run_dir
@@ -482,6 +484,13 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
         if let Some(text) = receipt
             .as_ref()
             .and_then(|(run, r)| summary::refusal_summary(run, r))
+        {
+            eprint!("{text}");
+        }
+        if let Some(text) = receipt
+            .as_ref()
+            .filter(|_| none_failed)
+            .and_then(|(_, r)| summary::dns_summary(r, prepared.request.policy.source != "default"))
         {
             eprint!("{text}");
         }

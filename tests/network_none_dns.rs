@@ -122,3 +122,53 @@ fn network_none_turns_package_manager_retries_off() {
         assert_eq!(out, "//\n", "{user:?}: {o}");
     }
 }
+
+#[test]
+fn the_receipt_records_the_names_and_a_failed_run_ends_with_them() {
+    for user in users() {
+        let dirs = RunDirs::new("terra-nonedns", "receipt", user);
+        dirs.chown_to_user(None);
+        let receipt = dirs.root.join("ws/r.json");
+        let go = |script: &str| {
+            let mut c = terra_as(dirs.user, &[]);
+            dirs.run_env(&mut c, "/usr/bin:/bin");
+            c.args(["run", "--receipt"])
+                .arg(&receipt)
+                .args(["--", "python3", "-c", script]);
+            let o = c.output().unwrap();
+            let r: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&receipt).unwrap()).unwrap();
+            (o, r)
+        };
+        let ask = "import socket, sys\n\
+                   for n in ['pypi.org', 'pypi.org', 'files.pythonhosted.org']:\n\
+                   \x20   try: socket.getaddrinfo(n, 443)\n\
+                   \x20   except socket.gaierror: pass\n";
+        let (o, r) = go(&format!("{ask}sys.exit(1)"));
+        assert_eq!(o.status.code(), Some(1), "{user:?}: {}", show(&o));
+        assert_eq!(
+            r["dnsRefused"],
+            serde_json::json!(["pypi.org", "files.pythonhosted.org"]),
+            "{}",
+            show(&o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(
+                "terra: the network is off (network none) and the box asked for 2 names:\n\
+                 terra:   pypi.org: --allow-net pypi.org:443\n\
+                 terra:   files.pythonhosted.org: --allow-net files.pythonhosted.org:443\n"
+            ),
+            "{}",
+            show(&o)
+        );
+        // A run that succeeds: recorded, said as asked, no closing lines.
+        let (o, r) = go(ask);
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        assert_eq!(r["dnsRefused"].as_array().map(Vec::len), Some(2));
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("the network is off"));
+        // Nothing asked: an empty list.
+        let (_, r) = go("pass");
+        assert_eq!(r["dnsRefused"], serde_json::json!([]));
+    }
+}

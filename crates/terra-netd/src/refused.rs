@@ -38,6 +38,13 @@ pub fn line(name: &str) -> String {
     )
 }
 
+/// The name a [`line`] says, or None for any other text.
+pub fn name_of(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("terra: network none: ")?;
+    let (name, _) = rest.split_once(" was asked for and refused ")?;
+    sayable(name).then_some(name)
+}
+
 /// A name as the stub gives it is lowercase letters, digits, `-`, `_` and
 /// dots; anything else is not said (it could carry terminal controls).
 fn sayable(name: &str) -> bool {
@@ -88,5 +95,11 @@ mod tests {
             format!("{}{}", line("pypi.org"), line("index.crates.io"))
         );
         assert!(said.contains("--allow-net pypi.org:443"));
+        assert_eq!(name_of(&line("pypi.org")), Some("pypi.org"));
+        assert_eq!(
+            name_of("terra: network none: x y was asked for and refused (z"),
+            None
+        );
+        assert_eq!(name_of("anything else"), None);
     }
 }

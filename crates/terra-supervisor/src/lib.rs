@@ -15,6 +15,8 @@ pub mod backend;
 pub mod command_check;
 #[cfg(target_os = "linux")]
 mod confine;
+#[cfg(target_os = "linux")]
+pub mod dns_names;
 pub mod error;
 #[cfg(unix)]
 pub mod files;

@@ -193,9 +193,11 @@ pub fn env_of(
             let value = match v {
                 serde_json::Value::Null if !bad => None,
                 serde_json::Value::String(s) if !s.contains('\0') && !bad => Some(s.into()),
-                _ => return Err(Error::Argument(format!(
+                _ => {
+                    return Err(Error::Argument(format!(
                     "{label}: {k:?}: a variable is a name without '=' and a string value or null"
-                ))),
+                )))
+                }
             };
             Ok((k.into(), value))
         })

@@ -1465,6 +1465,7 @@ impl PreparedRun {
             } else {
                 None
             },
+            dns_report: None,
             hostname: "terra".into(),
             rlimits: Default::default(),
             vm: r.vm.clone(),

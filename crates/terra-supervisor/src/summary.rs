@@ -208,9 +208,58 @@ pub fn render(
     s
 }
 
+/// The closing lines of a network-none run whose workload failed: the
+/// names the box asked for (the receipt's `dnsRefused`), one line each with
+/// the flag that would admit it. None when it asked for none.
+pub fn dns_summary(receipt: &serde_json::Value, with_policy: bool) -> Option<String> {
+    let names: Vec<&str> = receipt["dnsRefused"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|n| terra_netd::refused::name_of(&terra_netd::refused::line(n)) == Some(*n))
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "terra: the network is off (network none) and the box asked for {}:\n",
+        plural(names.len() as u64, "name", "names")
+    );
+    for n in names {
+        if with_policy {
+            s.push_str(&format!(
+                "terra:   {n}: add {n}:443 to the policy's network destinations\n"
+            ));
+        } else {
+            s.push_str(&format!("terra:   {n}: --allow-net {n}:443\n"));
+        }
+    }
+    Some(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dns_summary_names_each_name_once_with_its_flag() {
+        let r =
+            serde_json::json!({"dnsRefused": ["pypi.org", "files.pythonhosted.org", "bad name"]});
+        assert_eq!(
+            dns_summary(&r, false).unwrap(),
+            "terra: the network is off (network none) and the box asked for 2 names:\n\
+             terra:   pypi.org: --allow-net pypi.org:443\n\
+             terra:   files.pythonhosted.org: --allow-net files.pythonhosted.org:443\n"
+        );
+        assert!(dns_summary(&r, true)
+            .unwrap()
+            .contains("add pypi.org:443 to the policy's network destinations"));
+        assert_eq!(
+            dns_summary(&serde_json::json!({"dnsRefused": []}), false),
+            None
+        );
+        assert_eq!(dns_summary(&serde_json::json!({}), false), None);
+    }
 
     #[test]
     fn plural_forms() {

@@ -43,6 +43,9 @@ pub struct BoxPrep<'a> {
     /// The box end of the broker socketpair (owned by `vm::main`'s frame,
     /// which never ends), address, service.
     pub mediated: Option<(BorrowedFd<'a>, SocketAddr)>,
+    /// Network none: where the DNS stub says each name it refused (owned
+    /// by `vm::main`'s frame); None: init's standard error.
+    pub dns_report: Option<BorrowedFd<'a>>,
     /// The box's network service (every box: the workload's connect()
     /// calls go through it; with mediated networking also the proxy and the
     /// DNS stub).
@@ -104,10 +107,12 @@ pub(crate) fn init(
     // socket), so the service's fork is off the workload's path. The
     // workload closes every descriptor but its own first thing.
     let parts = match prep.workload.notify_seccomp.is_some() {
-        true => match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a)) {
-            Ok(p) => Some(p),
-            Err(e) => refuse(format!("the box's network service: {e}")),
-        },
+        true => {
+            match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a), prep.dns_report) {
+                Ok(p) => Some(p),
+                Err(e) => refuse(format!("the box's network service: {e}")),
+            }
+        }
         false => None,
     };
     let handover = parts.as_ref().map(|p| p.workload_end.as_fd());
@@ -154,6 +159,7 @@ pub(crate) fn init(
     let inherited = prep.mediated.as_ref().map(|(fd, _)| sys::raw(fd));
     for fd in inherited
         .into_iter()
+        .chain(prep.dns_report.as_ref().map(sys::raw))
         .chain(prep.workload.canary_gate.as_ref().map(sys::raw))
     {
         // SAFETY: owned by `vm::main`'s frame, which never ends (init never
@@ -213,11 +219,12 @@ struct RefusingParts {
 }
 
 impl RefusingParts {
-    fn open() -> Option<RefusingParts> {
+    fn open(report: Option<BorrowedFd<'_>>) -> Option<RefusingParts> {
         let dns = SocketAddr::from(([127, 0, 0, 1], 53));
         let dns_udp = std::net::UdpSocket::bind(dns).ok()?;
         let dns_tcp = std::net::TcpListener::bind(dns).ok()?;
-        let report = fcntl(2, FcntlArg::F_DUPFD_CLOEXEC(3)).ok()?;
+        let to = report.map_or(2, |r| r.as_raw_fd());
+        let report = fcntl(to, FcntlArg::F_DUPFD_CLOEXEC(3)).ok()?;
         Some(RefusingParts {
             dns_udp: dns_udp.into(),
             dns_tcp: dns_tcp.into(),
@@ -255,11 +262,14 @@ impl NetParts {
 }
 
 impl ServiceParts {
-    fn open(mediated: Option<SocketAddr>) -> Result<ServiceParts, String> {
+    fn open(
+        mediated: Option<SocketAddr>,
+        report: Option<BorrowedFd<'_>>,
+    ) -> Result<ServiceParts, String> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let net = mediated.map(NetParts::open).transpose()?;
         let refusing = match mediated {
-            None => RefusingParts::open(),
+            None => RefusingParts::open(report),
             Some(_) => None,
         };
         let (service_end, workload_end) = socketpair(
@@ -398,7 +408,7 @@ pub(crate) fn start_service(
     broker: BorrowedFd<'_>,
     addr: SocketAddr,
 ) -> Result<(), String> {
-    let parts = ServiceParts::open(Some(addr))?;
+    let parts = ServiceParts::open(Some(addr), None)?;
     let filters = super::seccomp::box_service().map_err(|e| e.to_string())?;
     // SAFETY: init has one thread (a fresh exec, no thread started).
     match unsafe { sys::fork() } {

@@ -228,6 +228,11 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
             "a broker socket was given but the plan is not mediated".into(),
         ));
     }
+    if spec.dns_report.is_some() && spec.plan.network != NetworkMode::None {
+        return Err(SandboxError::InvalidRequest(
+            "a DNS report pipe was given but the plan's network is not none".into(),
+        ));
+    }
     let (mut ops, _) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
     if spec.vm.is_some() {
         ops = vm_ops(ops)?;
@@ -246,6 +251,7 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
         root_writable: spec.plan.root_mode == RootMode::EphemeralWrite,
         ops,
         proxy,
+        dns_report: spec.dns_report.is_some(),
         workload: WorkloadWire {
             candidates,
             argv,
