@@ -552,12 +552,12 @@ fn terra_env(d: &RunDirs, path: &str, vars: &[(&str, &Path)], args: &[&str]) -> 
 }
 
 #[test]
-fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
+fn the_rust_preset_grants_binaries_read_only_caches_writable_and_is_in_the_digest() {
     let d = dirs("preset");
     let cargo_home = d.root.join("cargo");
     let rustup_home = d.root.join("rustup");
-    // CARGO_HOME itself is not granted (it holds credentials.toml), its
-    // bin and registry are, read-only: neither can be written.
+    // CARGO_HOME itself is not granted (it holds credentials.toml); its
+    // bin is, read-only, and its registry (the download cache) writable.
     let tool = d.write(
         "cargo/bin/faux-cargo",
         "#!/bin/sh\ncat \"$RUSTUP_HOME/toolchain\"; echo \"CARGO_HOME=$CARGO_HOME\"\n\
@@ -581,12 +581,15 @@ fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert_eq!(
         stdout(&o),
-        format!("stable\nCARGO_HOME={}\n", cargo_home.display()),
-        "read, not written: {}",
+        format!(
+            "stable\nCARGO_HOME={}\nWROTE registry/poisoned\n",
+            cargo_home.display()
+        ),
+        "bin read, registry written: {}",
         show(&o)
     );
     assert!(!cargo_home.join("bin/poisoned").exists());
-    assert!(!cargo_home.join("registry/poisoned").exists());
+    assert!(cargo_home.join("registry/poisoned").exists());
     // Without the preset the toolchain is outside every grant.
     let o = terra_env(&d, &path, &vars, &["run", "--", "faux-cargo"]);
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));
