@@ -424,20 +424,22 @@ pub fn make_caches(resolved: &Resolved) -> Result<Vec<String>> {
 /// The first of the [`HOME_CREDENTIALS`] under `home` that a tree grant of
 /// `dir` would hold (both compared as written and canonical), if any.
 pub fn credential_under(dir: &Path, home: &Path) -> Option<PathBuf> {
-    let dirs = [Some(dir.to_path_buf()), std::fs::canonicalize(dir).ok()];
-    let homes = [Some(home.to_path_buf()), std::fs::canonicalize(home).ok()];
-    HOME_CREDENTIALS.iter().find_map(|cred| {
-        homes
-            .iter()
-            .flatten()
-            .map(|h| h.join(cred))
-            .find(|c| dirs.iter().flatten().any(|d| c.starts_with(d)))
-    })
+    find_credential(dir, home, |cred, d| cred.starts_with(d))
 }
 
 /// The one of the [`HOME_CREDENTIALS`] under `home` that holds `path`
 /// (a certificate variable pointing into `~/.ssh`, say), if any.
 fn credential_holding(path: &Path, home: &Path) -> Option<PathBuf> {
+    find_credential(path, home, |cred, p| p.starts_with(cred))
+}
+
+/// The first credential `c` (under `home`, as written and canonical) for
+/// which `related(c, path)` holds, `path` also taken both ways.
+fn find_credential(
+    path: &Path,
+    home: &Path,
+    related: impl Fn(&Path, &Path) -> bool,
+) -> Option<PathBuf> {
     let paths = [Some(path.to_path_buf()), std::fs::canonicalize(path).ok()];
     let homes = [Some(home.to_path_buf()), std::fs::canonicalize(home).ok()];
     HOME_CREDENTIALS.iter().find_map(|cred| {
@@ -445,7 +447,7 @@ fn credential_holding(path: &Path, home: &Path) -> Option<PathBuf> {
             .iter()
             .flatten()
             .map(|h| h.join(cred))
-            .find(|c| paths.iter().flatten().any(|p| p.starts_with(c)))
+            .find(|c| paths.iter().flatten().any(|p| related(c, p)))
     })
 }
 

@@ -149,17 +149,25 @@ const MAX_LIMITS_LEN: usize = 64 << 10;
 
 /// The limits beside the profile `profile_file` (none: no such file).
 pub fn limits_of(profile_file: &Path) -> Result<ProfileLimits> {
-    let Some(stem) = profile_file.file_stem() else {
-        return Ok(ProfileLimits::default());
-    };
-    let mut name = stem.to_os_string();
-    name.push(".limits.json");
-    let file = profile_file.with_file_name(name);
-    let label = format!("the profile's limits {}", file.display());
-    let Some(bytes) = read_trusted(&file, MAX_LIMITS_LEN, &label)? else {
+    let Some((bytes, label)) = sidecar(profile_file, "limits", MAX_LIMITS_LEN)? else {
         return Ok(ProfileLimits::default());
     };
     serde_json::from_slice(&bytes).map_err(|e| Error::Argument(format!("{label}: {e}")))
+}
+
+/// The file `NAME.KIND.json` beside the profile `NAME.json`, read through
+/// [`read_trusted`] (at most `limit` bytes), and its label for messages;
+/// None without such a file.
+fn sidecar(profile_file: &Path, kind: &str, limit: usize) -> Result<Option<(Vec<u8>, String)>> {
+    let Some(stem) = profile_file.file_stem() else {
+        return Ok(None);
+    };
+    let mut name = stem.to_os_string();
+    name.push(format!(".{kind}.json"));
+    let file = profile_file.with_file_name(name);
+    let what = if kind == "env" { "variables" } else { kind };
+    let label = format!("the profile's {what} {}", file.display());
+    Ok(read_trusted(&file, limit, &label)?.map(|b| (b, label)))
 }
 
 /// Largest variables file read.
@@ -171,14 +179,7 @@ const MAX_ENV_LEN: usize = 64 << 10;
 pub fn env_of(
     profile_file: &Path,
 ) -> Result<Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>> {
-    let Some(stem) = profile_file.file_stem() else {
-        return Ok(Vec::new());
-    };
-    let mut name = stem.to_os_string();
-    name.push(".env.json");
-    let file = profile_file.with_file_name(name);
-    let label = format!("the profile's variables {}", file.display());
-    let Some(bytes) = read_trusted(&file, MAX_ENV_LEN, &label)? else {
+    let Some((bytes, label)) = sidecar(profile_file, "env", MAX_ENV_LEN)? else {
         return Ok(Vec::new());
     };
     let map: serde_json::Map<String, serde_json::Value> =
