@@ -156,8 +156,9 @@ fn the_receipt_records_the_names_and_a_failed_run_ends_with_them() {
         assert!(
             err.contains(
                 "terra: the network is off (network none) and the box asked for 2 names:\n\
-                 terra:   pypi.org: --allow-net pypi.org:443\n\
-                 terra:   files.pythonhosted.org: --allow-net files.pythonhosted.org:443\n"
+                 terra:   pypi.org: --allow-net pypi.org:443 (or --preset python --preset-net)\n\
+                 terra:   files.pythonhosted.org: --allow-net files.pythonhosted.org:443 \
+                 (or --preset python --preset-net)\n"
             ),
             "{}",
             show(&o)

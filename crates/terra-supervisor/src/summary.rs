@@ -231,7 +231,13 @@ pub fn dns_summary(receipt: &serde_json::Value, with_policy: bool) -> Option<Str
                 "terra:   {n}: add {n}:443 to the policy's network destinations\n"
             ));
         } else {
-            s.push_str(&format!("terra:   {n}: --allow-net {n}:443\n"));
+            // A preset's registry host: its flag also grants the caches.
+            let preset = crate::presets::PRESETS
+                .iter()
+                .find(|p| p.hosts.contains(&n))
+                .map(|p| format!(" (or --preset {} --preset-net)", p.name))
+                .unwrap_or_default();
+            s.push_str(&format!("terra:   {n}: --allow-net {n}:443{preset}\n"));
         }
     }
     Some(s)
@@ -243,13 +249,12 @@ mod tests {
 
     #[test]
     fn the_dns_summary_names_each_name_once_with_its_flag() {
-        let r =
-            serde_json::json!({"dnsRefused": ["pypi.org", "files.pythonhosted.org", "bad name"]});
+        let r = serde_json::json!({"dnsRefused": ["pypi.org", "example.org", "bad name"]});
         assert_eq!(
             dns_summary(&r, false).unwrap(),
             "terra: the network is off (network none) and the box asked for 2 names:\n\
-             terra:   pypi.org: --allow-net pypi.org:443\n\
-             terra:   files.pythonhosted.org: --allow-net files.pythonhosted.org:443\n"
+             terra:   pypi.org: --allow-net pypi.org:443 (or --preset python --preset-net)\n\
+             terra:   example.org: --allow-net example.org:443\n"
         );
         assert!(dns_summary(&r, true)
             .unwrap()
