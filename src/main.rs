@@ -61,6 +61,9 @@ enum Command {
     /// List the toolchain presets (`terra run --preset NAME`) as they resolve on this host.
     #[cfg(target_os = "linux")]
     Presets(run_cmd::PresetsArgs),
+    /// List the host-side profiles (`terra run --profile NAME`).
+    #[cfg(target_os = "linux")]
+    Profiles(run_cmd::ProfilesArgs),
     /// Report whether this host can run terra's Linux backend, and what to change if not.
     Doctor(run_cmd::DoctorArgs),
     /// List backends with their declared capabilities and whether this host supports them.
@@ -244,6 +247,8 @@ fn main() -> ExitCode {
         Command::Runs(args) => runs_cmd::run(args),
         #[cfg(target_os = "linux")]
         Command::Presets(args) => run_cmd::presets(args),
+        #[cfg(target_os = "linux")]
+        Command::Profiles(args) => run_cmd::profiles(args),
         Command::Doctor(args) => run_cmd::doctor(args),
         Command::Completions(args) => shell_cmd::completions(args),
         Command::Man => shell_cmd::man(),

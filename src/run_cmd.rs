@@ -20,9 +20,13 @@ use terra_supervisor::backend::{choose, Choice, HostFacts};
 use terra_supervisor::launch::{Ended, Starting};
 use terra_supervisor::run::{broker_available, PreparedRun, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
 use terra_supervisor::temp::{self, TempAfterRun};
-use terra_supervisor::{runs, summary};
+use terra_supervisor::{presets, runs, summary};
 
+use crate::shell_cmd::Offered;
 use crate::Failure;
+
+/// The values `--backend` offers to completions (terra checks what is given).
+const BACKENDS: &[&str] = &["auto", "linux", "landlock", "vm", "macos", "windows"];
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -37,8 +41,14 @@ pub struct RunArgs {
     profile: Option<String>,
     /// Add a toolchain preset (rust, node, python; see `terra presets`): its
     /// rules join the policy, its variables the environment. Not with a policy file.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = Offered(presets::NAMES))]
     preset: Vec<String>,
+    /// Admit the registry hosts of the presets given (TCP port 443, listed by
+    /// `terra presets`), as --allow-net HOST:443 each; `--preset-net=private`
+    /// also when they resolve to private addresses (a company mirror).
+    #[arg(long, value_name = "private", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", value_parser = ["", "private"], hide_possible_values = true)]
+    preset_net: Option<String>,
     /// Grant read access to PATH (and below). Not with --policy.
     #[arg(long, value_name = "PATH")]
     read: Vec<PathBuf>,
@@ -51,6 +61,19 @@ pub struct RunArgs {
     /// Allow TCP to HOST:PORT through the network broker (switches the network to mediated). Not with --policy.
     #[arg(long, value_name = "HOST:PORT")]
     allow_net: Vec<String>,
+    /// After a run whose workload exited 0 (or with --dry-run): save this
+    /// command line's policy (presets, --read, --write, --deny, --allow-net)
+    /// as the profile NAME, and the variables of the presets and --env beside
+    /// it (a bare --env NAME by name only); run it again with --profile NAME.
+    #[arg(long, value_name = "NAME")]
+    save_profile: Option<String>,
+    /// After a run whose workload exited 0 (or with --dry-run): write this
+    /// command line's policy to FILE as JSON source v3.
+    #[arg(long, value_name = "FILE")]
+    export_policy: Option<PathBuf>,
+    /// Let --save-profile and --export-policy replace existing files.
+    #[arg(long)]
+    force: bool,
     /// Relax the default policy's process.treeConfinement to "disabled"
     /// (recorded in the receipt and the decision digest). The macos backend
     /// needs it: it cannot contain a process tree. Not with --policy.
@@ -86,7 +109,7 @@ pub struct RunArgs {
     /// The backend to run on: auto (linux where user namespaces work, else
     /// landlock), linux, landlock, or vm (a guest kernel in QEMU; see
     /// `terra backends`); macos and windows with --dry-run only.
-    #[arg(long, default_value = "auto", value_name = "NAME")]
+    #[arg(long, default_value = "auto", value_name = "NAME", value_parser = Offered(BACKENDS))]
     backend: String,
     /// Print the resolved plan, its decision digest and the backend's mount and
     /// filter program; run nothing.
@@ -298,7 +321,11 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
         timeout: args.timeout,
         receipt: args.receipt,
         presets: args.preset,
+        preset_net: args.preset_net.map(|v| v == "private"),
         profile: args.profile,
+        save_profile: args.save_profile,
+        export_policy: args.export_policy,
+        force: args.force,
         memory: args.memory,
         pids: args.pids,
         cpus: args.cpus,
@@ -327,7 +354,7 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     if dry_run {
         print!("{}", prepared.dry_run_text());
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
-        return ExitCode::SUCCESS;
+        return save(&prepared, None, ExitCode::SUCCESS, args.quiet);
     }
     if let Err(e) = prepared.apply_limits() {
         let _ = fs::remove_dir(&prepared.request.bindings.temp);
@@ -387,7 +414,30 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
     after_run(&prepared, &ended, temp_after, args.quiet);
     // The record goes last: the temp directory is removed (or kept) by now.
     held.remove();
-    ExitCode::from(ended.code)
+    save(
+        &prepared,
+        Some(ended.code.into()),
+        ExitCode::from(ended.code),
+        args.quiet,
+    )
+}
+
+/// `--save-profile`, `--export-policy` after the run (see
+/// `PreparedRun::save_after`): `code` unless the save fails.
+fn save(prepared: &PreparedRun, exit: Option<i32>, code: ExitCode, quiet: bool) -> ExitCode {
+    match prepared.save_after(exit) {
+        Ok(Ok(said)) => {
+            for s in said.iter().filter(|_| !quiet) {
+                eprintln!("terra: {s}");
+            }
+            code
+        }
+        Ok(Err(not_saved)) => {
+            eprintln!("terra: {not_saved}");
+            code
+        }
+        Err(e) => crate::fail(Failure::Run(&e)),
+    }
 }
 
 /// Whether the supervisor should clone the box before the request is
@@ -419,7 +469,9 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
     // The receipt says what this needs only with a broker (its refusals)
     // or when the program could not be run (126, 127); otherwise it is
     // not read: the run's end waits for nothing more.
+    let none_failed = prepared.plan.network() == terra_policy::NetworkMode::None && ended.code != 0;
     let wanted = prepared.plan.network() == terra_policy::NetworkMode::Mediated
+        || none_failed
         || matches!(ended.code, 126 | 127);
     let own = ended
         .run_dir
@@ -434,6 +486,18 @@ fn after_run(prepared: &PreparedRun, ended: &Ended, temp_after: TempAfterRun, qu
             .and_then(|(run, r)| summary::refusal_summary(run, r))
         {
             eprint!("{text}");
+        }
+        if let Some(text) = receipt
+            .as_ref()
+            .filter(|_| none_failed)
+            .and_then(|(_, r)| summary::dns_summary(r, prepared.request.policy.source != "default"))
+        {
+            eprint!("{text}");
+        }
+    }
+    if !quiet {
+        if let Some(note) = prepared.dropped_env_note(ended.code.into()) {
+            eprintln!("terra: {note}");
         }
     }
     // The program was not found (127) or could not be executed (126, the
@@ -457,6 +521,7 @@ fn windows_refused_option(args: &RunArgs) -> Option<&'static str> {
     [
         (args.profile.is_some(), "--profile"),
         (!args.preset.is_empty(), "--preset"),
+        (args.preset_net.is_some(), "--preset-net"),
         (!args.read.is_empty(), "--read"),
         (!args.write.is_empty(), "--write"),
         (!args.deny.is_empty(), "--deny"),
@@ -774,6 +839,48 @@ pub fn backends(args: BackendsArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+// ---------------------------------------------------------------- profiles
+
+#[derive(Debug, clap::Args)]
+pub struct ProfilesArgs {
+    /// Machine-readable output.
+    #[arg(long, conflicts_with = "names")]
+    json: bool,
+    /// Names only, one a line (what the shell completions read).
+    #[arg(long)]
+    names: bool,
+}
+
+/// `terra profiles`: the host-side profiles `--profile NAME` can use.
+pub fn profiles(args: ProfilesArgs) -> ExitCode {
+    use terra_supervisor::profile;
+    let list = profile::list();
+    if args.json {
+        let v: Vec<_> = list
+            .iter()
+            .map(|(n, p)| json!({ "name": n, "path": p }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else if args.names {
+        for (n, _) in &list {
+            println!("{n}");
+        }
+    } else {
+        match profile::profiles_dir() {
+            Some(d) if list.is_empty() => println!("no profiles in {}", d.display()),
+            Some(_) => {
+                for (n, p) in &list {
+                    println!("{n:<16} {}", p.display());
+                }
+            }
+            None => {
+                println!("no profiles directory (neither XDG_CONFIG_HOME nor HOME is absolute)")
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 // ---------------------------------------------------------------- presets
 
 #[derive(Debug, clap::Args)]
@@ -787,7 +894,7 @@ pub struct PresetsArgs {
 /// this host (or why it is refused here), then the credential files no
 /// preset grants.
 pub fn presets(args: PresetsArgs) -> ExitCode {
-    use terra_supervisor::presets::{HostDirs, HOME_CREDENTIALS, PRESETS};
+    use terra_supervisor::presets::{HostDirs, HOME_CREDENTIALS, PRESETS, REGISTRY_PORT};
     let host = HostDirs::from_env();
     let rows: Vec<_> = PRESETS.iter().map(|p| (p, p.resolve(&host))).collect();
     if args.json {
@@ -803,6 +910,8 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
                     "env": r.env.iter().map(|(k, v)| json!({
                         "name": k.to_string_lossy(), "value": v.to_string_lossy(),
                     })).collect::<Vec<_>>(),
+                    "caches": r.caches.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+                    "hosts": r.hosts.iter().map(|h| format!("{h}:{REGISTRY_PORT}")).collect::<Vec<_>>(),
                     "neverGranted": HOME_CREDENTIALS,
                 }),
                 Err(e) => json!({
@@ -839,6 +948,9 @@ pub fn presets(args: PresetsArgs) -> ExitCode {
                 k.to_string_lossy(),
                 v.to_string_lossy()
             );
+        }
+        for h in r.hosts {
+            println!("         net   {h}:{REGISTRY_PORT}  (--preset-net)");
         }
     }
     println!(

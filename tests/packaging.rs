@@ -393,3 +393,61 @@ fn the_apparmor_profile_parses() {
         show(&out)
     );
 }
+
+/// `make deb DIST=DIR` in the repository with `CARGO=false`, so any build
+/// step fails the make.
+fn make_deb(dist: &Path) -> Output {
+    let mut c = Command::new("make");
+    c.arg("--no-print-directory")
+        .arg("deb")
+        .arg(format!("DIST={}", dist.display()))
+        .arg("CARGO=false")
+        .arg(format!("TARGET={TARGET}"))
+        .current_dir(repo());
+    run_bounded(c)
+}
+
+#[test]
+fn make_deb_reuses_an_up_to_date_binary_and_rebuilds_a_stale_one() {
+    if !have("dpkg-deb") || !have("make") {
+        assert!(
+            !terra_test_support::users::in_ci(),
+            "make and dpkg-deb are needed on the CI host"
+        );
+        eprintln!("no make or dpkg-deb here: make deb test skipped");
+        return;
+    }
+    let dirs = RunDirs::new("terra-pkg", "make-deb", User::Caller);
+    let dist = dirs.root.join("dist");
+    fs::create_dir_all(&dist).unwrap();
+    // Newer than every source: reused, cargo (false) never runs.
+    fs::copy(bin(), dist.join("terra")).unwrap();
+    let o = make_deb(&dist);
+    assert!(o.status.success(), "{}", show(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("build --release"),
+        "{}",
+        show(&o)
+    );
+    let debs: Vec<_> = files_in(&dist)
+        .into_iter()
+        .filter(|f| f.ends_with(".deb"))
+        .collect();
+    assert_eq!(debs.len(), 1, "{}", show(&o));
+    // Twin: older than the sources, the binary is rebuilt first (and the
+    // stand-in cargo fails the make).
+    let old = Command::new("touch")
+        .arg("-d")
+        .arg("@1")
+        .arg(dist.join("terra"))
+        .status()
+        .unwrap();
+    assert!(old.success());
+    let o = make_deb(&dist);
+    assert!(!o.status.success(), "{}", show(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("false build --release"),
+        "{}",
+        show(&o)
+    );
+}

@@ -312,10 +312,317 @@ fn the_hint_for_a_program_outside_the_grants_never_suggests_a_credential_tree() 
             c.args(["run", "--", name]);
             let o = c.output().unwrap();
             assert_eq!(o.status.code(), Some(127), "{}", show(&o));
-            // The program's own directory, never ~/.cargo or ~ (which
-            // hold credentials.toml and ~/.ssh).
-            let want = format!("--read {} grants it", bin.display());
+            // The rust preset for cargo's bin; elsewhere the program's own
+            // directory, never ~/.cargo or ~ (which hold credentials.toml
+            // and ~/.ssh).
+            let want = if name == "cargotool" {
+                "--preset rust grants it".to_string()
+            } else {
+                format!("--read {} grants it", bin.display())
+            };
             assert!(text(&o).contains(&want), "{user:?}: {}", show(&o));
         }
+    }
+}
+
+#[test]
+fn the_rust_preset_writes_its_download_caches_but_not_its_binaries() {
+    if !have_rustup() {
+        return;
+    }
+    for user in users() {
+        for backend in ["auto", "landlock"] {
+            let dirs = RunDirs::new("terra-preset", "cargo-caches", user);
+            fake_cargo_home(&dirs.home);
+            // Every file the user's own: only the box can refuse a write.
+            dirs.chown_to_user(None);
+            let c = dirs.home.join(".cargo");
+            assert!(!c.join("git").exists());
+            let script = format!(
+                "echo crate > {c}/registry/fetched && echo WROTE-REGISTRY; \
+                 echo checkout > {c}/git/fetched && echo WROTE-GIT; \
+                 echo x > {c}/bin/planted && echo WROTE-BIN; \
+                 echo x > {c}/config.toml && echo WROTE-CONFIG; echo DONE",
+                c = c.display()
+            );
+            let o = run(
+                &dirs,
+                &[],
+                &["--backend", backend, "--preset", "rust"],
+                &script,
+            );
+            let out = text(&o);
+            assert!(out.contains("DONE"), "{user:?} {backend}: {}", show(&o));
+            assert!(
+                out.contains("WROTE-REGISTRY") && out.contains("WROTE-GIT"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
+            // (config.toml: the box may have a private /tmp holding this
+            // test's HOME path, so only the host's file says it was kept.)
+            assert!(
+                !out.contains("WROTE-BIN"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
+            // The missing git cache was made before the run, and the writes
+            // reached the host.
+            assert_eq!(
+                fs::read_to_string(c.join("git/fetched")).unwrap(),
+                "checkout\n"
+            );
+            assert_eq!(
+                fs::read_to_string(c.join("registry/fetched")).unwrap(),
+                "crate\n"
+            );
+            assert!(!c.join("bin/planted").exists());
+            assert!(!fs::read_to_string(c.join("config.toml"))
+                .unwrap()
+                .starts_with("x"));
+        }
+    }
+}
+
+#[test]
+fn preset_net_admits_the_presets_registry_hosts_and_needs_a_preset() {
+    for user in users() {
+        let dirs = RunDirs::new("terra-preset", "preset-net", user);
+        dirs.chown_to_user(None);
+        let mut c = terra_as(dirs.user, &[]);
+        dirs.run_env(&mut c, "/usr/bin:/bin");
+        c.args([
+            "run",
+            "--dry-run",
+            "--preset",
+            "rust",
+            "--preset",
+            "python",
+            "--preset-net",
+            "--",
+            "true",
+        ]);
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+        let out = text(&o);
+        for want in [
+            "preset rust: allow-net index.crates.io:443",
+            "preset rust: allow-net static.crates.io:443",
+            "preset rust: allow-net crates.io:443",
+            "preset python: allow-net pypi.org:443",
+            "preset python: allow-net files.pythonhosted.org:443",
+        ] {
+            assert!(out.contains(want), "{want}: {}", show(&o));
+        }
+        assert!(!out.contains("registry.npmjs.org"), "{}", show(&o));
+        // Twin: without --preset-net no host is admitted.
+        let mut c = terra_as(dirs.user, &[]);
+        dirs.run_env(&mut c, "/usr/bin:/bin");
+        c.args(["run", "--dry-run", "--preset", "rust", "--", "true"]);
+        let o = c.output().unwrap();
+        assert!(!text(&o).contains("allow-net"), "{}", show(&o));
+        // Without a preset it has nothing to admit: refused.
+        let mut c = terra_as(dirs.user, &[]);
+        dirs.run_env(&mut c, "/usr/bin:/bin");
+        c.args(["run", "--preset-net", "--", "true"]);
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+        assert!(text(&o).contains("add --preset NAME"), "{}", show(&o));
+    }
+}
+
+/// Addresses the broker admits only with `,private` (private, shared,
+/// loopback, link-local, documentation and benchmark ranges).
+fn non_public(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v) => {
+            let [a, b, c, _] = v.octets();
+            v.is_private()
+                || v.is_loopback()
+                || v.is_link_local()
+                || v.is_unspecified()
+                || v.is_broadcast()
+                || v.is_multicast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 192 && b == 0 && c == 2)
+                || (a == 198 && b == 51 && c == 100)
+                || (a == 203 && b == 0 && c == 113)
+                || (a == 198 && (18..20).contains(&b))
+                || a >= 240
+        }
+        std::net::IpAddr::V6(v) => v.is_loopback() || v.is_unspecified(),
+    }
+}
+
+/// crates.io's index as reachable from here: None (said on stderr) when
+/// it is not, else whether it resolves to a non-public address.
+fn crates_io_reachable() -> Option<bool> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<_> = match ("index.crates.io", 443).to_socket_addrs() {
+        Ok(a) => a.collect(),
+        Err(e) => {
+            eprintln!(
+                "index.crates.io does not resolve here ({e}): the registry fetch test is skipped"
+            );
+            return None;
+        }
+    };
+    let reached = addrs.iter().any(|a| {
+        std::net::TcpStream::connect_timeout(a, std::time::Duration::from_secs(5)).is_ok()
+    });
+    if !reached {
+        eprintln!(
+            "index.crates.io:443 ({addrs:?}) is unreachable here: the registry fetch test is skipped"
+        );
+        return None;
+    }
+    Some(addrs.iter().any(|a| non_public(a.ip())))
+}
+
+/// What a new user does: `cargo build` of a crate with three dependencies,
+/// none of them cached, with one preset flag and one network flag.
+#[test]
+fn cargo_build_fetches_three_crates_with_the_preset_and_preset_net() {
+    if !have_rustup() {
+        return;
+    }
+    let Some(private) = crates_io_reachable() else {
+        return;
+    };
+    let net = if private {
+        eprintln!("index.crates.io resolves to a non-public address here: --preset-net=private");
+        "--preset-net=private"
+    } else {
+        "--preset-net"
+    };
+    for user in users() {
+        let dirs = RunDirs::new("terra-preset", "cargo-fetch", user);
+        fake_cargo_home(&dirs.home);
+        dirs.write(
+            "ws/Cargo.toml",
+            "[package]\nname = \"fetch3\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nitoa = \"1\"\nryu = \"1\"\ncfg-if = \"1\"\n",
+        );
+        dirs.write(
+            "ws/src/main.rs",
+            "fn main() { cfg_if::cfg_if! { if #[cfg(unix)] { let mut b = itoa::Buffer::new(); \
+             let mut r = ryu::Buffer::new(); println!(\"{} {}\", b.format(3), r.format(0.5)); } } }\n",
+        );
+        dirs.chown_to_user(None);
+        let rustup_home = rustup_home_for(user, &dirs.root);
+        let mut c = terra_as(dirs.user, &[]);
+        let path = format!("{}:/usr/bin:/bin", dirs.home.join(".cargo/bin").display());
+        dirs.run_env(&mut c, &path);
+        c.env("RUSTUP_HOME", &rustup_home)
+            .args(["run", "--preset", "rust", net, "--timeout", "300s", "--"])
+            .args(["cargo", "run", "-q"]);
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{user:?}: {}", show(&o));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "3 0.5\n",
+            "{}",
+            show(&o)
+        );
+        // Fetched into the caller's registry cache, not the box's temp.
+        let cache = dirs.home.join(".cargo/registry/cache");
+        let n = fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .flat_map(|d| fs::read_dir(d.path()).unwrap().flatten())
+            .count();
+        assert!(
+            n >= 3,
+            "{n} crate files in {}: {}",
+            cache.display(),
+            show(&o)
+        );
+    }
+}
+
+#[test]
+fn a_presets_certificate_variable_reaches_the_box_with_its_file() {
+    for user in users() {
+        for backend in ["auto", "landlock"] {
+            let dirs = RunDirs::new("terra-preset", "certs", user);
+            let ca = dirs.write("corp/ca.pem", "-----CORP CA-----\n");
+            dirs.chown_to_user(None);
+            let script = "echo \"PIP_CERT=$PIP_CERT\"; cat \"$0\"";
+            let go = |extra: &[&str]| {
+                let mut c = terra_as(dirs.user, &[]);
+                dirs.run_env(&mut c, "/usr/bin:/bin");
+                c.env("PIP_CERT", &ca)
+                    .args(["run", "-q", "--backend", backend])
+                    .args(extra)
+                    .args(["--", "/bin/sh", "-c", script])
+                    .arg(&ca);
+                c.output().unwrap()
+            };
+            let o = go(&["--preset", "python"]);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                out.contains(&format!("PIP_CERT={}", ca.display()))
+                    && out.contains("-----CORP CA-----"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
+            // Twin: without the preset neither the variable nor the file.
+            let o = go(&[]);
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                out.contains("PIP_CERT=\n") && !out.contains("CORP CA"),
+                "{user:?} {backend}: {}",
+                show(&o)
+            );
+        }
+    }
+}
+
+/// With network none a first `cargo build` fails at once, naming the host
+/// and the flag, instead of retrying for about 11 s.
+#[test]
+fn cargo_without_a_network_fails_at_once_and_names_the_registry() {
+    if !have_rustup() {
+        return;
+    }
+    for user in users() {
+        let dirs = RunDirs::new("terra-preset", "cargo-none", user);
+        fake_cargo_home(&dirs.home);
+        dirs.write(
+            "ws/Cargo.toml",
+            "[package]\nname = \"none3\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+             [dependencies]\nitoa = \"1\"\n",
+        );
+        dirs.write("ws/src/main.rs", "fn main() {}\n");
+        dirs.chown_to_user(None);
+        let rustup_home = rustup_home_for(user, &dirs.root);
+        let mut c = terra_as(dirs.user, &[]);
+        let path = format!("{}:/usr/bin:/bin", dirs.home.join(".cargo/bin").display());
+        dirs.run_env(&mut c, &path);
+        c.env("RUSTUP_HOME", &rustup_home)
+            .args(["run", "-q", "--preset", "rust", "--", "cargo", "build"]);
+        let t0 = std::time::Instant::now();
+        let o = c.output().unwrap();
+        let took = t0.elapsed();
+        assert_ne!(o.status.code(), Some(0), "{}", show(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            err.matches("terra: network none: index.crates.io was asked for")
+                .count(),
+            1,
+            "{user:?}: {}",
+            show(&o)
+        );
+        assert!(
+            err.contains("--allow-net index.crates.io:443"),
+            "{}",
+            show(&o)
+        );
+        assert!(!err.contains("spurious network error"), "{}", show(&o));
+        assert!(
+            took < std::time::Duration::from_secs(5),
+            "{took:?}: {}",
+            show(&o)
+        );
     }
 }

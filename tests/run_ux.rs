@@ -125,6 +125,55 @@ fn the_refusal_summary_names_what_was_refused_and_quiet_silences_it() {
     assert!(!stderr(&o).contains("refused"), "{}", show(&o));
 }
 
+#[test]
+fn one_names_retries_are_one_destination_in_the_summary() {
+    let d = dirs("summary-retries");
+    // A client that retries: the same name three times, another once.
+    let curl = "for i in 1 2 3; do curl -s -o /dev/null http://unlisted.test:8080/; done; \
+                curl -s -o /dev/null http://other.test:81/; true";
+    let o = terra(
+        &d,
+        &[
+            "run",
+            "--allow-net",
+            "listed.test:443",
+            "--",
+            "sh",
+            "-c",
+            curl,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "terra: the network broker refused 2 destinations (4 attempts): unlisted.test:8080 \
+             (no-destination), other.test:81 (no-destination)\n"
+        ),
+        "{}",
+        show(&o)
+    );
+    // Each destination's remedy once.
+    assert_eq!(
+        err.matches("--allow-net unlisted.test:8080").count(),
+        1,
+        "{}",
+        show(&o)
+    );
+}
+
+#[test]
+fn allow_net_without_a_port_suggests_https() {
+    let d = dirs("allow-net-port");
+    let o = terra(&d, &["run", "--allow-net", "pypi.org", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("for HTTPS give --allow-net pypi.org:443"),
+        "{}",
+        show(&o)
+    );
+}
+
 // ------------------------------------------------------------ --allow-net
 
 #[test]
@@ -503,12 +552,12 @@ fn terra_env(d: &RunDirs, path: &str, vars: &[(&str, &Path)], args: &[&str]) -> 
 }
 
 #[test]
-fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
+fn the_rust_preset_grants_binaries_read_only_caches_writable_and_is_in_the_digest() {
     let d = dirs("preset");
     let cargo_home = d.root.join("cargo");
     let rustup_home = d.root.join("rustup");
-    // CARGO_HOME itself is not granted (it holds credentials.toml), its
-    // bin and registry are, read-only: neither can be written.
+    // CARGO_HOME itself is not granted (it holds credentials.toml); its
+    // bin is, read-only, and its registry (the download cache) writable.
     let tool = d.write(
         "cargo/bin/faux-cargo",
         "#!/bin/sh\ncat \"$RUSTUP_HOME/toolchain\"; echo \"CARGO_HOME=$CARGO_HOME\"\n\
@@ -532,12 +581,15 @@ fn the_rust_preset_grants_the_toolchain_read_only_and_is_in_the_digest() {
     assert_eq!(o.status.code(), Some(0), "{}", show(&o));
     assert_eq!(
         stdout(&o),
-        format!("stable\nCARGO_HOME={}\n", cargo_home.display()),
-        "read, not written: {}",
+        format!(
+            "stable\nCARGO_HOME={}\nWROTE registry/poisoned\n",
+            cargo_home.display()
+        ),
+        "bin read, registry written: {}",
         show(&o)
     );
     assert!(!cargo_home.join("bin/poisoned").exists());
-    assert!(!cargo_home.join("registry/poisoned").exists());
+    assert!(cargo_home.join("registry/poisoned").exists());
     // Without the preset the toolchain is outside every grant.
     let o = terra_env(&d, &path, &vars, &["run", "--", "faux-cargo"]);
     assert_eq!(o.status.code(), Some(127), "{}", show(&o));
@@ -659,4 +711,168 @@ fn profiles_come_from_the_config_directory_never_the_workspace() {
         "{}",
         show(&o)
     );
+}
+
+// ------------------------------------------------------------ --save-profile
+
+#[test]
+fn save_profile_keeps_a_command_line_that_worked() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dirs("save-profile");
+    let data = d.root.join("data");
+    fs::create_dir_all(&data).unwrap();
+    fs::write(data.join("f"), "granted-data\n").unwrap();
+    let read = data.to_str().unwrap();
+    let profiles = d.home.join(".config/terra/profiles");
+    let script = "cat \"$0\"; echo \"FOO=$FOO COPIED=$COPIED\"";
+    let f = data.join("f");
+    let f = f.to_str().unwrap();
+    // Twin first: without the grant the file is not there.
+    let o = terra(&d, &["run", "--", "sh", "-c", script, f]);
+    assert!(!stdout(&o).contains("granted-data"), "{}", show(&o));
+    // A failed run saves nothing.
+    let o = terra(
+        &d,
+        &["run", "--read", read, "--save-profile", "p", "--", "false"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(
+        stderr(&o).contains("not saved: the profile p"),
+        "{}",
+        show(&o)
+    );
+    assert!(!profiles.join("p.json").exists());
+    // The run that works is saved, with its variables (a copied one by name).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+    d.run_env(&mut c, PATH);
+    c.env("COPIED", "from-env").args([
+        "run",
+        "--read",
+        read,
+        "--env",
+        "FOO=bar",
+        "--env",
+        "COPIED",
+        "--save-profile",
+        "p",
+        "--export-policy",
+        "exported.json",
+        "--",
+        "sh",
+        "-c",
+        script,
+        f,
+    ]);
+    let o = run_bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert!(stderr(&o).contains("saved the profile p"), "{}", show(&o));
+    let saved = profiles.join("p.json");
+    assert_eq!(
+        fs::metadata(&saved).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let env: Value =
+        serde_json::from_slice(&fs::read(profiles.join("p.env.json")).unwrap()).unwrap();
+    assert_eq!(env["FOO"], "bar");
+    assert_eq!(
+        env["COPIED"],
+        Value::Null,
+        "a copied value is never written"
+    );
+    assert!(!fs::read_to_string(profiles.join("p.env.json"))
+        .unwrap()
+        .contains("from-env"));
+    // Run again with the profile: the grant and the variables are back.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+    d.run_env(&mut c, PATH);
+    c.env("COPIED", "again")
+        .args(["run", "--profile", "p", "--", "sh", "-c", script, f]);
+    let o = run_bounded(c);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    assert_eq!(
+        stdout(&o),
+        "granted-data\nFOO=bar COPIED=again\n",
+        "{}",
+        show(&o)
+    );
+    // A copied variable that is not set refuses the run.
+    let o = terra(&d, &["run", "--profile", "p", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(stderr(&o).contains("COPIED"), "{}", show(&o));
+    // The exported policy is the same decision.
+    let o = terra(
+        &d,
+        &[
+            "run",
+            "--policy",
+            "exported.json",
+            "--",
+            "sh",
+            "-c",
+            script,
+            f,
+        ],
+    );
+    assert!(stdout(&o).contains("granted-data"), "{}", show(&o));
+    // Existing files are refused before the run, unless --force.
+    let before = fs::read(&saved).unwrap();
+    let o = terra(&d, &["run", "--save-profile", "p", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert!(stderr(&o).contains("add --force"), "{}", show(&o));
+    let o = terra(
+        &d,
+        &["run", "--export-policy", "exported.json", "--", "true"],
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", show(&o));
+    assert_eq!(fs::read(&saved).unwrap(), before);
+    let o = terra(&d, &["run", "--save-profile", "p", "--force", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", show(&o));
+    // Replaced: this command line had no grant and no variables.
+    assert_ne!(fs::read(&saved).unwrap(), before);
+    assert!(!profiles.join("p.env.json").exists());
+    let o = terra(&d, &["run", "--profile", "p", "--", "sh", "-c", script, f]);
+    assert!(!stdout(&o).contains("granted-data"), "{}", show(&o));
+}
+
+// ------------------------------------------------------------ stripped environment
+
+#[test]
+fn a_failed_workload_names_the_variables_the_box_did_not_get() {
+    let d = dirs("dropped-env");
+    let run = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_terra"));
+        d.run_env(&mut c, PATH);
+        c.env("CORP_TOKEN", "value-31337")
+            .env("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+            .env("PASSED_ON", "x")
+            .args(args);
+        run_bounded(c)
+    };
+    let o = run(&["run", "--env", "PASSED_ON", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(o.status.code(), Some(3), "{}", show(&o));
+    let err = stderr(&o);
+    let note = err
+        .lines()
+        .find(|l| l.contains("did not get these variables"))
+        .unwrap_or_else(|| panic!("{}", show(&o)));
+    assert!(note.contains("the workload exited 3"), "{note}");
+    assert!(
+        note.contains(" CORP_TOKEN") && note.contains(" SSL_CERT_FILE"),
+        "{note}"
+    );
+    // Names only; what was passed is not named.
+    assert!(!err.contains("value-31337"), "{err}");
+    assert!(
+        !note.contains("PASSED_ON") && !note.contains(" PATH"),
+        "{note}"
+    );
+    assert!(
+        err.contains("SSL_CERT_FILE name certificates: --preset"),
+        "{err}"
+    );
+    // Twin: a workload that succeeds gets no such note, nor does --quiet.
+    let o = run(&["run", "--", "true"]);
+    assert!(!stderr(&o).contains("did not get"), "{}", show(&o));
+    let o = run(&["run", "-q", "--", "false"]);
+    assert!(!stderr(&o).contains("did not get"), "{}", show(&o));
 }

@@ -61,6 +61,107 @@ fn the_man_page_is_roff_with_every_subcommand() {
         "run's options are listed"
     );
     assert!(!text.contains("__vm"));
+    // One page: no reference to a terra-run(1) or any other page that does
+    // not exist.
+    assert!(!text.contains("(1)"), "a man page reference: {text}");
+    for section in [
+        ".SH EXAMPLES",
+        ".SH \"EXIT STATUS\"",
+        ".SH FILES",
+        ".SH \"SEE ALSO\"",
+    ] {
+        assert!(text.contains(section), "{section}");
+    }
+    for code in [".B 125", ".B 126", ".B 127", ".B 128+N"] {
+        assert!(text.contains(code), "{code}");
+    }
+    assert!(text.contains("terra run \\-\\-preset rust \\-\\-preset\\-net"));
+}
+
+/// What bash completes for `terra WORDS...` (the last word being completed),
+/// with `terra` on PATH and the profiles of `config`.
+fn bash_completes(words: &[&str], config: &std::path::Path) -> Vec<String> {
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_terra"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let script = format!(
+        "source <(terra completions bash) && COMP_WORDS=(terra {w}) && COMP_CWORD={n} && \
+         _terra terra \"${{COMP_WORDS[$COMP_CWORD]}}\" \"${{COMP_WORDS[$COMP_CWORD-1]}}\" && \
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        w = words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        n = words.len()
+    );
+    let o = Command::new("bash")
+        .args(["-c", &script])
+        .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
+        .env("XDG_CONFIG_HOME", config)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn completions_offer_presets_backends_and_profiles() {
+    let config = tempfile::tempdir().unwrap();
+    let profiles = config.path().join("terra/profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    for f in [
+        "ci.json",
+        "rust-dev.json",
+        "ci.limits.json",
+        "ci.env.json",
+        "notes.txt",
+    ] {
+        std::fs::write(profiles.join(f), "{}").unwrap();
+    }
+    assert_eq!(
+        bash_completes(&["run", "--preset", ""], config.path()),
+        ["node", "python", "rust"]
+    );
+    assert_eq!(
+        bash_completes(&["run", "--backend", "l"], config.path()),
+        ["landlock", "linux"]
+    );
+    // The profiles as they are when completing (not the sidecars).
+    assert_eq!(
+        bash_completes(&["run", "--profile", ""], config.path()),
+        ["ci", "rust-dev"]
+    );
+    std::fs::write(profiles.join("new.json"), "{}").unwrap();
+    assert_eq!(
+        bash_completes(&["run", "--profile", "n"], config.path()),
+        ["new"]
+    );
+    // zsh and fish read the same list.
+    for shell in ["zsh", "fish"] {
+        let o = terra(&["completions", shell]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            text.contains("terra profiles --names"),
+            "{shell}: --profile's values"
+        );
+        assert!(
+            text.contains("landlock") && text.contains("python"),
+            "{shell}"
+        );
+    }
+    // Offered, not enforced by the parser: an unknown preset is terra's
+    // refusal (exit 125, its own message).
+    let o = terra(&["run", "--preset", "perl", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such preset"));
 }
 
 /// terra's stderr when its debug log runs, on a terminal (through

@@ -15,6 +15,16 @@ pub struct ServiceFds {
     pub proc_dir: OwnedFd,
     /// Mediated networking's part.
     pub mediated: Option<MediatedFds>,
+    /// Network none's part: the DNS stub that refuses every name.
+    pub refusing_dns: Option<RefusingDnsFds>,
+}
+
+/// Network none: the DNS stub's sockets on the box loopback port 53, and
+/// where it says each name asked (init's standard error).
+pub struct RefusingDnsFds {
+    pub dns_udp: std::net::UdpSocket,
+    pub dns_tcp: std::net::TcpListener,
+    pub report: OwnedFd,
 }
 
 /// The network service's descriptors of mediated networking.

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use rustix::net::{sockopt, AddressFamily, SocketType};
 use terra_kernel::notify::{self, Notification};
-use terra_kernel::service::{MediatedFds, ServiceFds};
+use terra_kernel::service::{MediatedFds, RefusingDnsFds, ServiceFds};
 
 use crate::ask::{self, Answer, Ask, SocketOptions};
 use crate::fdpass;
@@ -50,6 +50,7 @@ pub fn box_service(fds: ServiceFds) -> ! {
         notify_channel,
         proc_dir,
         mediated,
+        refusing_dns,
     } = fds;
     let Some(MediatedFds {
         proxy,
@@ -59,6 +60,9 @@ pub fn box_service(fds: ServiceFds) -> ! {
         relay,
     }) = mediated
     else {
+        if let Some(dns) = refusing_dns {
+            serve_refusing_dns(dns);
+        }
         serve_notifications(notify_channel, None, proc_dir, None);
         // The workload is gone; init ends the box.
         loop {
@@ -125,6 +129,25 @@ fn box_proxy_loop(listener: TcpListener, broker: &OwnedFd) -> ! {
             }
         }
     }
+}
+
+/// Network none: the DNS stub answers every name REFUSED at once (a
+/// resolver stops there, where a closed port 53 would only say "try
+/// again"), and says each name the first time it is asked.
+fn serve_refusing_dns(dns: RefusingDnsFds) {
+    let RefusingDnsFds {
+        dns_udp,
+        dns_tcp,
+        report,
+    } = dns;
+    let lookup: Arc<dyn StubLookup> = Arc::new(crate::refused::Refusing::new(report));
+    let l = Arc::clone(&lookup);
+    spawn("terra-dns-udp", move || {
+        let _ = stub::serve_udp(dns_udp, l, STUB_INFLIGHT);
+    });
+    spawn("terra-dns-tcp", move || {
+        let _ = stub::serve_tcp(dns_tcp, lookup, STUB_TCP_CONNS);
+    });
 }
 
 /// The DNS stub's questions, asked of the broker.

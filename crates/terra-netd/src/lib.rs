@@ -36,6 +36,8 @@ mod pool;
 pub mod proxy;
 pub mod receipt;
 #[cfg(target_os = "linux")]
+pub mod refused;
+#[cfg(target_os = "linux")]
 pub mod relay;
 pub mod resolvconf;
 pub mod resolve;

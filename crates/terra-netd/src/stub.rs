@@ -32,6 +32,9 @@ pub enum Lookup {
     NxDomain,
     /// The lookup failed (broker gone, upstream timeout...): SERVFAIL.
     ServFail,
+    /// The box has no name service (network none): REFUSED, which a
+    /// resolver takes as final at once.
+    Refused,
 }
 
 /// Who the stub asks (in production: the broker over a socket).
@@ -268,6 +271,7 @@ impl Pending {
             }
             Lookup::NxDomain => self.reply(RCODE_NXDOMAIN, &[]),
             Lookup::ServFail => self.reply(RCODE_SERVFAIL, &[]),
+            Lookup::Refused => self.reply(RCODE_REFUSED, &[]),
         }
     }
 
@@ -558,6 +562,7 @@ mod tests {
                 }
                 "empty.test" => Lookup::Addresses(vec![]),
                 "fail.test" => Lookup::ServFail,
+                "refused.test" => Lookup::Refused,
                 "many.test" => {
                     Lookup::Addresses((0..40u8).map(|i| IpAddr::from([198, 51, 100, i])).collect())
                 }
@@ -901,6 +906,7 @@ mod tests {
         for (name, want, aa) in [
             ("gone.test", RCODE_NXDOMAIN, FLAG_AA),
             ("fail.test", RCODE_SERVFAIL, 0),
+            ("refused.test", RCODE_REFUSED, 0),
         ] {
             for qtype in [TYPE_A, TYPE_AAAA] {
                 let q = query(0x1234, name, qtype);
@@ -911,7 +917,7 @@ mod tests {
                 assert_eq!(&r[HEADER_LEN..], &q[HEADER_LEN..]);
             }
         }
-        assert_eq!(fake.calls().len(), 4);
+        assert_eq!(fake.calls().len(), 6);
     }
 
     #[test]

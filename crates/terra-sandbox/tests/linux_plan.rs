@@ -55,6 +55,7 @@ fn config(d: &Dirs, plan: SandboxPlan, argv: &[&str]) -> BoxConfig {
         canary_tcp: None,
         canary_gate: None,
         mediated: None,
+        dns_report: None,
         hostname: "plan-box".into(),
         rlimits: Default::default(),
         vm: None,

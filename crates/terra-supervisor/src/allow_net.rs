@@ -39,7 +39,7 @@ pub fn parse(dest: &str) -> Result<AllowNet<'_>> {
     let (host, port) = hostport
         .rsplit_once(':')
         .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
-        .ok_or_else(|| Error::Argument(format!("--allow-net {dest:?}: expected HOST:PORT")))?;
+        .ok_or_else(|| Error::Argument(missing_port(dest, hostport, opt_in)))?;
     if host.contains('*') {
         return Err(Error::Argument(wildcard_refusal(host, port)));
     }
@@ -51,6 +51,24 @@ pub fn parse(dest: &str) -> Result<AllowNet<'_>> {
         port,
         allow_private: opt_in || literal_private,
     })
+}
+
+/// Why a value without a port number is refused: a bare name (or one with
+/// an empty or named port) gets the HTTPS spelling to use.
+fn missing_port(dest: &str, hostport: &str, private: bool) -> String {
+    let host = match hostport.rsplit_once(':') {
+        Some((h, p)) if p.is_empty() || p.bytes().all(|b| b.is_ascii_alphabetic()) => h,
+        Some(_) => "",
+        None => hostport,
+    };
+    if host.is_empty() || host.contains(':') {
+        return format!("--allow-net {dest:?}: expected HOST:PORT");
+    }
+    let opt = if private { ",private" } else { "" };
+    format!(
+        "--allow-net {dest:?}: expected HOST:PORT; for HTTPS give --allow-net {host}:443{opt} \
+         (a destination is one port)"
+    )
 }
 
 /// Why `*.example.com` is refused, with the exact names to give instead.
@@ -92,10 +110,26 @@ mod tests {
         ] {
             let e = parse(bad).unwrap_err().to_string();
             assert!(
-                e.ends_with(": expected HOST:PORT") || e.contains("unknown option"),
+                e.contains(": expected HOST:PORT") || e.contains("unknown option"),
                 "{bad}: {e}"
             );
         }
+        // A name without a port: the HTTPS spelling is suggested.
+        for (bad, want) in [
+            ("example.com", "give --allow-net example.com:443 "),
+            ("example.com:", "give --allow-net example.com:443 "),
+            ("example.com:https", "give --allow-net example.com:443 "),
+            (
+                "mirror.corp,private",
+                "give --allow-net mirror.corp:443,private ",
+            ),
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        // Twin: a port number out of range gets no such suggestion.
+        let e = parse("h:65536").unwrap_err().to_string();
+        assert!(e.ends_with(": expected HOST:PORT"), "{e}");
         let e = parse("h:1,public").unwrap_err().to_string();
         assert!(e.contains("only `private`"), "{e}");
     }

@@ -76,6 +76,23 @@ pub fn locate(program: &OsStr, path: &OsStr, cwd: &Path, plan: &SandboxPlan) -> 
     }
 }
 
+/// The preset whose grants hold `program` (as found, or its real path) on
+/// this host, if any.
+pub fn preset_for(program: &Path, host: &crate::presets::HostDirs) -> Option<&'static str> {
+    let real = std::fs::canonicalize(program).ok();
+    crate::presets::PRESETS.iter().find_map(|p| {
+        let r = p.resolve(host).ok()?;
+        r.rules
+            .iter()
+            .filter(|rule| rule.access != terra_policy::Access::Deny)
+            .any(|rule| {
+                program.starts_with(&rule.path)
+                    || real.as_deref().is_some_and(|x| x.starts_with(&rule.path))
+            })
+            .then_some(p.name)
+    })
+}
+
 /// The hint for a program outside the grants, or None.
 pub fn hint(program: &OsStr, found: &Program, with_policy: bool) -> Option<String> {
     let Program::OutsideGrants { host_path, grant } = found else {
@@ -83,6 +100,11 @@ pub fn hint(program: &OsStr, found: &Program, with_policy: bool) -> Option<Strin
     };
     let how = if with_policy {
         format!("a read rule on {} in the policy grants it", grant.display())
+    } else if let Some(preset) = preset_for(host_path, &crate::presets::HostDirs::from_env()) {
+        // The preset also brings the toolchain's other directories and
+        // variables (a bare --read of ~/.cargo/bin leaves rustup without
+        // RUSTUP_HOME).
+        format!("--preset {preset} grants it with the rest of its toolchain (see `terra presets`)")
     } else {
         format!("--read {} grants it", grant.display())
     };
@@ -91,4 +113,32 @@ pub fn hint(program: &OsStr, found: &Program, with_policy: bool) -> Option<Strin
         program.to_string_lossy(),
         host_path.display()
     ))
+}
+
+#[cfg(test)]
+mod preset_tests {
+    use super::*;
+
+    #[test]
+    fn a_program_of_a_presets_toolchain_names_the_preset() {
+        let host = crate::presets::HostDirs {
+            home: Some(PathBuf::from("/home/u")),
+            var: |_| None,
+        };
+        assert_eq!(
+            preset_for(Path::new("/home/u/.cargo/bin/cargo"), &host),
+            Some("rust")
+        );
+        assert_eq!(
+            preset_for(Path::new("/home/u/.nvm/versions/node/v20/bin/node"), &host),
+            Some("node")
+        );
+        assert_eq!(
+            preset_for(Path::new("/home/u/.pyenv/shims/python"), &host),
+            Some("python")
+        );
+        // Twin: a program elsewhere under HOME has none.
+        assert_eq!(preset_for(Path::new("/home/u/bin/tool"), &host), None);
+        assert_eq!(preset_for(Path::new("/home/u/.cargo/env"), &host), None);
+    }
 }

@@ -15,6 +15,8 @@ pub mod backend;
 pub mod command_check;
 #[cfg(target_os = "linux")]
 mod confine;
+#[cfg(target_os = "linux")]
+pub mod dns_names;
 pub mod error;
 #[cfg(unix)]
 pub mod files;
@@ -38,6 +40,8 @@ mod pty;
 mod reaper;
 #[cfg(unix)]
 pub mod receipt;
+#[cfg(unix)]
+pub mod save;
 #[cfg(windows)]
 pub mod windows;
 #[cfg(unix)]

@@ -7,14 +7,19 @@
 //! directories (the box's HOME is the run's temp directory, so `~/.cargo`
 //! would not be found by default). `--env` overrides them.
 //!
-//! The toolchains' installations and caches that later host builds reuse
-//! are granted **read-only** (cargo's registry sources, rustup's toolchains,
-//! pyenv's interpreters): a workload writing them could poison the host's
-//! next build. pip keeps its cache in the run's temp directory (HOME). The
-//! one writable grant is npm's cache (`npm ci` writes it): its content is
-//! addressed by hash and `npm ci` checks every tarball against the
-//! lockfile's integrity, but a workload can add index entries that a later
-//! `npm install` without a lockfile would use; `terra presets` says so.
+//! The toolchains' installations are granted **read-only** (cargo's
+//! installed binaries, rustup's toolchains, pyenv's interpreters): a
+//! workload writing them could poison the host's next build. The download
+//! caches a package fetch needs are **writable** (cargo's registry and git
+//! checkouts, pip's cache, npm's cache), each named in `terra presets`:
+//! cargo checks every crate file against the index's checksum and `npm ci`
+//! every tarball against the lockfile's integrity, but a workload can add
+//! entries a later fetch without a lock file would use. A writable cache
+//! that does not exist yet is made before the run (see [`Resolved::caches`]).
+//!
+//! Each preset also names the registry hosts its fetches reach
+//! ([`Preset::hosts`], TCP port 443); `--preset-net` admits them through the
+//! network broker like `--allow-net HOST:443`.
 //!
 //! No preset exposes a credential. The grants are narrowed so that no
 //! token file lies under them (cargo's `bin`, `registry` and `git`, never
@@ -76,6 +81,11 @@ pub const HOME_CREDENTIALS: &[&str] = &[
 /// sources, git dependencies' checkouts. Not CARGO_HOME itself:
 /// `credentials.toml` and `config.toml` (registry tokens) live there.
 pub const CARGO_DIRS: &[&str] = &["bin", "registry", "git"];
+/// The ones of [`CARGO_DIRS`] a fetch writes.
+pub const CARGO_CACHES: &[&str] = &["registry", "git"];
+
+/// The TCP port of every preset's registry host.
+pub const REGISTRY_PORT: u16 = 443;
 
 /// One rule of a preset, resolved for this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,8 +99,14 @@ pub struct PresetRule {
 pub struct Resolved {
     pub name: &'static str,
     pub rules: Vec<PresetRule>,
-    /// Set only for a directory that exists.
+    /// Set only for a directory that exists (a writable cache: also for
+    /// one that [`make_caches`] makes).
     pub env: Vec<(OsString, OsString)>,
+    /// The writable caches, with the variable that names each to the
+    /// toolchain (if any): [`make_caches`] makes the missing ones.
+    pub caches: Vec<(PathBuf, Option<&'static str>)>,
+    /// The registry hosts (port [`REGISTRY_PORT`]) `--preset-net` admits.
+    pub hosts: &'static [&'static str],
 }
 
 /// One part of a preset before resolution.
@@ -105,6 +121,31 @@ enum Part {
     },
     /// A variable naming a directory to the toolchain (set when it exists).
     Var(&'static str, PathBuf),
+    /// A download cache: granted writable, made when missing, its variable
+    /// (if any) set.
+    Cache(Option<&'static str>, PathBuf),
+    /// A certificate variable of the caller's environment (a file or a
+    /// directory of CA certificates): passed on, and its path readable,
+    /// when it is set to an absolute path that exists.
+    Cert(&'static str),
+}
+
+/// The certificate variables each toolchain reads (a company's CA behind
+/// a TLS-inspecting proxy): OpenSSL's, then the toolchain's own.
+const CERTS_OPENSSL: [&str; 2] = ["SSL_CERT_FILE", "SSL_CERT_DIR"];
+
+/// Every certificate variable some preset passes.
+pub const CERT_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CARGO_HTTP_CAINFO",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+fn certs(own: &'static [&'static str]) -> impl Iterator<Item = Part> {
+    CERTS_OPENSSL.iter().chain(own).map(|v| Part::Cert(v))
 }
 
 fn grant(access: Access, path: PathBuf) -> Part {
@@ -119,6 +160,8 @@ fn grant(access: Access, path: PathBuf) -> Part {
 pub struct Preset {
     pub name: &'static str,
     pub about: &'static str,
+    /// The registry hosts a package fetch reaches (port [`REGISTRY_PORT`]).
+    pub hosts: &'static [&'static str],
     parts: fn(&HostDirs) -> Vec<Part>,
 }
 
@@ -156,19 +199,30 @@ impl HostDirs {
     }
 }
 
+/// The presets' names, in [`PRESETS`]' order (for completions).
+pub const NAMES: &[&str] = &["rust", "node", "python"];
+
 /// The presets, by name.
 pub const PRESETS: &[Preset] = &[
     Preset {
         name: "rust",
-        about: "cargo and rustup: CARGO_HOME's bin, registry and git (~/.cargo/{bin,registry,git}; not \
-                CARGO_HOME itself, which holds credentials.toml and config.toml) and RUSTUP_HOME (~/.rustup) \
-                readable, CARGO_HOME and RUSTUP_HOME set",
+        about: "cargo and rustup: CARGO_HOME's bin readable, its registry and git WRITABLE (the download \
+                caches; ~/.cargo/{bin,registry,git}; not CARGO_HOME itself, which holds credentials.toml and \
+                config.toml) and RUSTUP_HOME (~/.rustup) readable, CARGO_HOME and RUSTUP_HOME set",
+        hosts: &["index.crates.io", "static.crates.io", "crates.io"],
         parts: |h| {
             let mut v = Vec::new();
             if let Some(d) = h.dir("CARGO_HOME", ".cargo") {
-                v.extend(CARGO_DIRS.iter().map(|s| grant(Access::Read, d.join(s))));
+                for s in CARGO_DIRS {
+                    v.push(if CARGO_CACHES.contains(s) {
+                        Part::Cache(None, d.join(s))
+                    } else {
+                        grant(Access::Read, d.join(s))
+                    });
+                }
                 v.push(Part::Var("CARGO_HOME", d));
             }
+            v.extend(certs(&["CARGO_HTTP_CAINFO"]));
             if let Some(d) = h.dir("RUSTUP_HOME", ".rustup") {
                 v.push(grant(Access::Read, d.clone()));
                 v.push(Part::Var("RUSTUP_HOME", d));
@@ -181,12 +235,13 @@ pub const PRESETS: &[Preset] = &[
         about: "npm and nvm: the npm cache (~/.npm) WRITABLE with npm_config_cache set (a workload \
                 can add cache entries; npm ci checks them against the lockfile), NVM_DIR (~/.nvm) readable \
                 but each node's global etc/npmrc (tokens) denied",
+        hosts: &["registry.npmjs.org"],
         parts: |h| {
             let mut v = Vec::new();
             if let Some(d) = h.dir("npm_config_cache", ".npm") {
-                v.push(grant(Access::Write, d.clone()));
-                v.push(Part::Var("npm_config_cache", d));
+                v.push(Part::Cache(Some("npm_config_cache"), d));
             }
+            v.extend(certs(&["NODE_EXTRA_CA_CERTS"]));
             if let Some(d) = h.dir("NVM_DIR", ".nvm") {
                 v.push(Part::Grant {
                     access: Access::Read,
@@ -200,11 +255,16 @@ pub const PRESETS: &[Preset] = &[
     },
     Preset {
         name: "python",
-        about: "pyenv: PYENV_ROOT (~/.pyenv) readable with PYENV_ROOT set, each interpreter's and \
-                virtualenv's pip.conf (index credentials) denied; venvs live in the workspace, pip's cache \
-                in the run's temp directory",
+        about: "pip and pyenv: pip's cache (~/.cache/pip) WRITABLE with PIP_CACHE_DIR set, PYENV_ROOT \
+                (~/.pyenv) readable with PYENV_ROOT set, each interpreter's and virtualenv's pip.conf (index \
+                credentials) denied; venvs live in the workspace",
+        hosts: &["pypi.org", "files.pythonhosted.org"],
         parts: |h| {
             let mut v = Vec::new();
+            if let Some(d) = h.dir("PIP_CACHE_DIR", ".cache/pip") {
+                v.push(Part::Cache(Some("PIP_CACHE_DIR"), d));
+            }
+            v.extend(certs(&["PIP_CERT", "REQUESTS_CA_BUNDLE"]));
             if let Some(d) = h.dir("PYENV_ROOT", ".pyenv") {
                 v.push(Part::Grant {
                     access: Access::Read,
@@ -235,12 +295,39 @@ impl Preset {
     pub fn resolve(&self, host: &HostDirs) -> Result<Resolved> {
         let mut rules = Vec::new();
         let mut env = Vec::new();
+        let mut caches = Vec::new();
         for part in (self.parts)(host) {
             match part {
                 Part::Var(var, path) => {
                     if is_dir(&path) {
                         env.push((OsString::from(var), path.into_os_string()));
                     }
+                }
+                Part::Cert(var) => {
+                    let Some(value) = (host.var)(var) else {
+                        continue;
+                    };
+                    let path = PathBuf::from(&value);
+                    if !path.is_absolute() || std::fs::metadata(&path).is_err() {
+                        continue;
+                    }
+                    self.refuse_credentials_under(&path, host)?;
+                    env.push((OsString::from(var), value));
+                    rules.push(PresetRule {
+                        access: Access::Read,
+                        path,
+                    });
+                }
+                Part::Cache(var, path) => {
+                    self.refuse_credentials_under(&path, host)?;
+                    if let Some(var) = var {
+                        env.push((OsString::from(var), path.clone().into_os_string()));
+                    }
+                    rules.push(PresetRule {
+                        access: Access::Write,
+                        path: path.clone(),
+                    });
+                    caches.push((path, var));
                 }
                 Part::Grant {
                     access,
@@ -264,13 +351,19 @@ impl Preset {
             name: self.name,
             rules,
             env,
+            caches,
+            hosts: self.hosts,
         })
     }
 
     /// Refuses a grant of `dir` that would hold one of the
     /// [`HOME_CREDENTIALS`].
     fn refuse_credentials_under(&self, dir: &Path, host: &HostDirs) -> Result<()> {
-        let Some(cred) = host.home.as_deref().and_then(|h| credential_under(dir, h)) else {
+        let Some(cred) = host
+            .home
+            .as_deref()
+            .and_then(|h| credential_under(dir, h).or_else(|| credential_holding(dir, h)))
+        else {
             return Ok(());
         };
         Err(Error::Argument(format!(
@@ -283,17 +376,78 @@ impl Preset {
     }
 }
 
+/// Makes each writable cache of `resolved` that is missing (with its
+/// parents, as the toolchain itself would), so the grant is not skipped and
+/// the first fetch has somewhere to write. Refused when a cache path exists
+/// but is not a directory. A cache the caller may not make (a shared,
+/// read-only toolchain directory) stays missing and its grant skipped, as
+/// any missing preset directory: the note returned says so.
+pub fn make_caches(resolved: &Resolved) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    for (path, _) in &resolved.caches {
+        let label = || format!("--preset {} (cache {})", resolved.name, path.display());
+        match std::fs::symlink_metadata(path) {
+            Ok(_) if is_dir(path) => {}
+            Ok(_) => {
+                return Err(Error::Argument(format!(
+                    "{}: exists and is not a directory",
+                    label()
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match std::fs::DirBuilder::new().recursive(true).create(path) {
+                    Ok(()) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::PermissionDenied
+                                | std::io::ErrorKind::ReadOnlyFilesystem
+                        ) =>
+                    {
+                        notes.push(format!(
+                            "{}: cannot be made ({e}); the box has no such cache, so a fetch \
+                             cannot write one",
+                            label()
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(Error::io("cannot make the cache", path, e).context(label()))
+                    }
+                }
+            }
+            Err(e) => return Err(Error::io("", path, e).context(label())),
+        }
+    }
+    Ok(notes)
+}
+
 /// The first of the [`HOME_CREDENTIALS`] under `home` that a tree grant of
 /// `dir` would hold (both compared as written and canonical), if any.
 pub fn credential_under(dir: &Path, home: &Path) -> Option<PathBuf> {
-    let dirs = [Some(dir.to_path_buf()), std::fs::canonicalize(dir).ok()];
+    find_credential(dir, home, |cred, d| cred.starts_with(d))
+}
+
+/// The one of the [`HOME_CREDENTIALS`] under `home` that holds `path`
+/// (a certificate variable pointing into `~/.ssh`, say), if any.
+fn credential_holding(path: &Path, home: &Path) -> Option<PathBuf> {
+    find_credential(path, home, |cred, p| p.starts_with(cred))
+}
+
+/// The first credential `c` (under `home`, as written and canonical) for
+/// which `related(c, path)` holds, `path` also taken both ways.
+fn find_credential(
+    path: &Path,
+    home: &Path,
+    related: impl Fn(&Path, &Path) -> bool,
+) -> Option<PathBuf> {
+    let paths = [Some(path.to_path_buf()), std::fs::canonicalize(path).ok()];
     let homes = [Some(home.to_path_buf()), std::fs::canonicalize(home).ok()];
     HOME_CREDENTIALS.iter().find_map(|cred| {
         homes
             .iter()
             .flatten()
             .map(|h| h.join(cred))
-            .find(|c| dirs.iter().flatten().any(|d| c.starts_with(d)))
+            .find(|c| paths.iter().flatten().any(|p| related(c, p)))
     })
 }
 
@@ -346,22 +500,48 @@ mod tests {
             .iter()
             .map(|r| (r.access, r.path.as_path()))
             .collect();
-        // CARGO_HOME's toolchain directories only, never CARGO_HOME itself.
+        // CARGO_HOME's toolchain directories only, never CARGO_HOME itself;
+        // the download caches writable, the installed binaries not.
         assert_eq!(
             paths,
             [
                 (Access::Read, Path::new("/opt/cargo/bin")),
-                (Access::Read, Path::new("/opt/cargo/registry")),
-                (Access::Read, Path::new("/opt/cargo/git")),
+                (Access::Write, Path::new("/opt/cargo/registry")),
+                (Access::Write, Path::new("/opt/cargo/git")),
                 (Access::Read, Path::new("/home/u/.rustup"))
             ]
         );
         // Neither directory exists here: no variable points at nothing.
         assert!(r.env.is_empty());
+        assert_eq!(
+            r.caches,
+            [
+                (PathBuf::from("/opt/cargo/registry"), None),
+                (PathBuf::from("/opt/cargo/git"), None)
+            ]
+        );
+        assert_eq!(
+            r.hosts,
+            ["index.crates.io", "static.crates.io", "crates.io"]
+        );
         let n = find("node").unwrap().resolve(&host("/home/u")).unwrap();
         assert_eq!(n.rules[0].access, Access::Write);
         assert_eq!(n.rules[0].path, Path::new("/home/u/.npm"));
-        assert!(find("python").is_ok());
+        assert_eq!(n.hosts, ["registry.npmjs.org"]);
+        // A cache's variable is set also before the cache exists (the run makes it).
+        assert_eq!(
+            n.env,
+            [(
+                OsString::from("npm_config_cache"),
+                OsString::from("/home/u/.npm")
+            )]
+        );
+        let py = find("python").unwrap().resolve(&host("/home/u")).unwrap();
+        assert_eq!(
+            (py.rules[0].access, py.rules[0].path.as_path()),
+            (Access::Write, Path::new("/home/u/.cache/pip"))
+        );
+        assert_eq!(py.hosts, ["pypi.org", "files.pythonhosted.org"]);
         let e = find("perl").unwrap_err().to_string();
         assert!(e.contains("presets: rust, node, python"), "{e}");
     }
@@ -523,6 +703,87 @@ mod tests {
                 "{rel}"
             );
         }
+    }
+
+    #[test]
+    fn the_names_are_the_presets() {
+        let names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+        assert_eq!(names, NAMES);
+    }
+
+    #[test]
+    fn missing_caches_are_made_and_a_file_in_their_place_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        let dirs = HostDirs {
+            home: Some(home.clone()),
+            var: |_| None,
+        };
+        let r = find("rust").unwrap().resolve(&dirs).unwrap();
+        assert!(make_caches(&r).unwrap().is_empty());
+        assert!(home.join(".cargo/registry").is_dir());
+        assert!(home.join(".cargo/git").is_dir());
+        // Only the caches: the installed binaries are not made.
+        assert!(!home.join(".cargo/bin").exists());
+        // Made again: nothing to do.
+        make_caches(&r).unwrap();
+        let py = find("python").unwrap().resolve(&dirs).unwrap();
+        std::fs::create_dir_all(home.join(".cache")).unwrap();
+        std::fs::write(home.join(".cache/pip"), "not a directory").unwrap();
+        let e = make_caches(&py).unwrap_err().to_string();
+        assert!(e.contains("is not a directory"), "{e}");
+    }
+
+    #[test]
+    fn certificate_variables_pass_with_their_files_readable() {
+        let d = fake_home();
+        let home = std::fs::canonicalize(d.path()).unwrap();
+        let ca = home.join("corp-ca.pem");
+        std::fs::write(&ca, "CA").unwrap();
+        // Only when set to a path that exists; each toolchain its own.
+        for (preset, var) in [
+            ("rust", "CARGO_HTTP_CAINFO"),
+            ("rust", "SSL_CERT_FILE"),
+            ("python", "PIP_CERT"),
+            ("python", "REQUESTS_CA_BUNDLE"),
+            ("node", "NODE_EXTRA_CA_CERTS"),
+        ] {
+            let r = find(preset)
+                .unwrap()
+                .resolve(&with_var(&home, var, &ca))
+                .unwrap();
+            assert!(
+                r.env
+                    .contains(&(OsString::from(var), ca.clone().into_os_string())),
+                "{preset} {var}: {:?}",
+                r.env
+            );
+            assert_eq!(
+                permission(&plan_of(&r), &ca),
+                Permission::Read,
+                "{preset} {var}"
+            );
+            // Twin: a missing file passes nothing.
+            let r = find(preset)
+                .unwrap()
+                .resolve(&with_var(&home, var, &home.join("absent.pem")))
+                .unwrap();
+            assert!(!r.env.iter().any(|(k, _)| k == var), "{preset} {var}");
+        }
+        // Another toolchain's variable is not this preset's.
+        let r = find("node")
+            .unwrap()
+            .resolve(&with_var(&home, "PIP_CERT", &ca))
+            .unwrap();
+        assert!(!r.env.iter().any(|(k, _)| k == "PIP_CERT"));
+        // A certificate path that is (or lies in) a credential is refused.
+        let inside = home.join(".netrc");
+        let e = find("python")
+            .unwrap()
+            .resolve(&with_var(&home, "PIP_CERT", &inside))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(credentials)"), "{e}");
     }
 
     thread_local! {

@@ -53,19 +53,28 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The file of the profile `name` (it must exist).
-pub fn named(name: &str) -> Result<PathBuf> {
-    if !valid_name(name) {
+/// Where the profile `name` is (it need not exist); `flag` names the
+/// option in a refusal.
+pub fn file_for(name: &str, flag: &str) -> Result<PathBuf> {
+    let sidecar = name.ends_with(".limits") || name.ends_with(".env");
+    if !valid_name(name) || sidecar {
         return Err(Error::Argument(format!(
-            "--profile {name:?}: a profile name holds letters, digits, '-', '_' and '.' only"
+            "{flag} {name:?}: a profile name holds letters, digits, '-', '_' and '.' only, \
+             and does not end in .limits or .env"
         )));
     }
     let dir = profiles_dir().ok_or_else(|| {
         Error::Argument(format!(
-            "--profile {name}: neither XDG_CONFIG_HOME nor HOME is an absolute path, so there is no profiles directory"
+            "{flag} {name}: neither XDG_CONFIG_HOME nor HOME is an absolute path, so there is no profiles directory"
         ))
     })?;
-    let file = dir.join(format!("{name}.json"));
+    Ok(dir.join(format!("{name}.json")))
+}
+
+/// The file of the profile `name` (it must exist).
+pub fn named(name: &str) -> Result<PathBuf> {
+    let file = file_for(name, "--profile")?;
+    let dir = file.parent().unwrap_or(Path::new("/"));
     if !file.is_file() {
         return Err(Error::Argument(format!(
             "--profile {name}: no profile {} (profiles are policy files, JSON source v3 or MIR, in {})",
@@ -74,6 +83,30 @@ pub fn named(name: &str) -> Result<PathBuf> {
         )));
     }
     Ok(file)
+}
+
+/// The profiles in the profiles directory, by name (sorted): each
+/// `NAME.json` with a valid name (not the `NAME.limits.json` and
+/// `NAME.env.json` beside them). None when there is no such directory.
+pub fn list() -> Vec<(String, PathBuf)> {
+    let Some(dir) = profiles_dir() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".json")?;
+            let sidecar = stem.ends_with(".limits") || stem.ends_with(".env");
+            (valid_name(stem) && !sidecar && e.path().is_file())
+                .then(|| (stem.to_string(), e.path()))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// The default profile's file, when there is one.
@@ -116,17 +149,60 @@ const MAX_LIMITS_LEN: usize = 64 << 10;
 
 /// The limits beside the profile `profile_file` (none: no such file).
 pub fn limits_of(profile_file: &Path) -> Result<ProfileLimits> {
-    let Some(stem) = profile_file.file_stem() else {
-        return Ok(ProfileLimits::default());
-    };
-    let mut name = stem.to_os_string();
-    name.push(".limits.json");
-    let file = profile_file.with_file_name(name);
-    let label = format!("the profile's limits {}", file.display());
-    let Some(bytes) = read_trusted(&file, MAX_LIMITS_LEN, &label)? else {
+    let Some((bytes, label)) = sidecar(profile_file, "limits", MAX_LIMITS_LEN)? else {
         return Ok(ProfileLimits::default());
     };
     serde_json::from_slice(&bytes).map_err(|e| Error::Argument(format!("{label}: {e}")))
+}
+
+/// The file `NAME.KIND.json` beside the profile `NAME.json`, read through
+/// [`read_trusted`] (at most `limit` bytes), and its label for messages;
+/// None without such a file.
+fn sidecar(profile_file: &Path, kind: &str, limit: usize) -> Result<Option<(Vec<u8>, String)>> {
+    let Some(stem) = profile_file.file_stem() else {
+        return Ok(None);
+    };
+    let mut name = stem.to_os_string();
+    name.push(format!(".{kind}.json"));
+    let file = profile_file.with_file_name(name);
+    let what = if kind == "env" { "variables" } else { kind };
+    let label = format!("the profile's {what} {}", file.display());
+    Ok(read_trusted(&file, limit, &label)?.map(|b| (b, label)))
+}
+
+/// Largest variables file read.
+const MAX_ENV_LEN: usize = 64 << 10;
+
+/// The variables of a profile (`NAME.env.json`: `{"NAME": "VALUE"}`, or
+/// `null` for a variable copied from terra's environment at each run), by
+/// name; none without such a file.
+pub fn env_of(
+    profile_file: &Path,
+) -> Result<Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>> {
+    let Some((bytes, label)) = sidecar(profile_file, "env", MAX_ENV_LEN)? else {
+        return Ok(Vec::new());
+    };
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::Argument(format!(
+                "{label}: {e} (expected {{\"NAME\": \"VALUE\" or null}})"
+            ))
+        })?;
+    map.into_iter()
+        .map(|(k, v)| {
+            let bad = k.is_empty() || k.contains('=') || k.contains('\0');
+            let value = match v {
+                serde_json::Value::Null if !bad => None,
+                serde_json::Value::String(s) if !s.contains('\0') && !bad => Some(s.into()),
+                _ => {
+                    return Err(Error::Argument(format!(
+                    "{label}: {k:?}: a variable is a name without '=' and a string value or null"
+                )))
+                }
+            };
+            Ok((k.into(), value))
+        })
+        .collect()
 }
 
 /// Reads the host configuration file `path` (a profile, its limits) through

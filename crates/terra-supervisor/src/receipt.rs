@@ -73,6 +73,10 @@ pub struct Receipt {
     pub outcome: Outcome,
     /// Mediated networking only: the broker and its network receipt.
     pub network: Option<NetworkSummary>,
+    /// Network none on the linux backend only: the names the box's DNS
+    /// stub refused, each once, in the order asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_refused: Option<Vec<String>>,
     /// The vm backend only: the engine, the accelerator and the kernel.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vm: Option<VmSummary>,
@@ -195,6 +199,7 @@ impl Receipt {
             timeout_ms: req.timeout_ms,
             outcome,
             network: seen.network,
+            dns_refused: None,
             vm: req.vm.as_ref().map(VmSummary::of),
             applied: Applied::collect(
                 seen.started,

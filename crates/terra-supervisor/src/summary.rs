@@ -34,12 +34,25 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     terra_policy::report::plural(usize::try_from(n).unwrap_or(usize::MAX), one, many)
 }
 
-/// The first `max` refused attempts of a network receipt.
+/// Most distinct refusals told apart in one receipt (the count stops there).
+const MAX_DISTINCT: usize = 4096;
+
+/// The first `max` distinct refused attempts of a network receipt.
 pub fn first_refusals(file: impl Read, max: usize) -> Vec<Refusal> {
+    let (mut out, _) = refusals(file, max);
+    out.truncate(max);
+    out
+}
+
+/// The distinct refusals of a network receipt: the first `max` of them,
+/// and how many there are (one name asked again and again, as a resolver's
+/// or a package manager's retries, is one), up to [`MAX_DISTINCT`].
+pub fn refusals(file: impl Read, max: usize) -> (Vec<Refusal>, usize) {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut reader = BufReader::new(file);
     let mut line = Vec::new();
-    while out.len() < max {
+    while seen.len() < MAX_DISTINCT {
         line.clear();
         match reader.by_ref().take(MAX_LINE).read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => break,
@@ -51,7 +64,7 @@ pub fn first_refusals(file: impl Read, max: usize) -> Vec<Refusal> {
             loop {
                 rest.clear();
                 match reader.by_ref().take(MAX_LINE).read_until(b'\n', &mut rest) {
-                    Ok(0) | Err(_) => return out,
+                    Ok(0) | Err(_) => return (out, seen.len()),
                     Ok(_) if rest.ends_with(b"\n") => break,
                     Ok(_) => {}
                 }
@@ -81,12 +94,13 @@ pub fn first_refusals(file: impl Read, max: usize) -> Vec<Refusal> {
             reason: v["reason"].as_str().unwrap_or("unknown").to_string(),
             udp,
         };
-        // The DNS stub refuses A and AAAA of one name: say it once.
-        if !out.contains(&refusal) {
+        // The DNS stub refuses A and AAAA of one name, clients retry: say
+        // it once.
+        if seen.insert((refusal.destination.clone(), refusal.reason.clone())) && out.len() < max {
             out.push(refusal);
         }
     }
-    out
+    (out, seen.len())
 }
 
 /// What admits a destination refused for `reason`, or None when no flag
@@ -126,25 +140,46 @@ pub fn refusal_summary(run: &RunFiles, receipt: &serde_json::Value) -> Option<St
         || run.path.join("network.jsonl").display().to_string(),
         str::to_owned,
     );
-    let examples = run
+    let (examples, distinct) = run
         .open("network.jsonl")
-        .map(|f| first_refusals(f, EXAMPLES))
+        .map(|f| refusals(f, EXAMPLES))
         .unwrap_or_default();
     let with_policy = receipt["policy"]["source"] != "default";
-    Some(render(refused, &examples, &log, with_policy))
+    Some(render(
+        refused,
+        distinct as u64,
+        &examples,
+        &log,
+        with_policy,
+    ))
 }
 
-/// The summary text (lines ending in a newline, each starting `terra: `).
-pub fn render(refused: u64, examples: &[Refusal], log: &str, with_policy: bool) -> String {
+/// The summary text (lines ending in a newline, each starting `terra: `):
+/// `refused` attempts to `distinct` destinations (0: the log was not read).
+pub fn render(
+    refused: u64,
+    distinct: u64,
+    examples: &[Refusal],
+    log: &str,
+    with_policy: bool,
+) -> String {
     let listed: Vec<String> = examples
         .iter()
         .map(|r| format!("{} ({})", r.destination, r.reason))
         .collect();
-    let more = refused.saturating_sub(examples.len() as u64);
-    let mut s = format!(
-        "terra: the network broker refused {}",
-        plural(refused, "connection", "connections")
-    );
+    let mut s = if distinct == 0 || distinct == refused {
+        format!(
+            "terra: the network broker refused {}",
+            plural(refused, "connection", "connections")
+        )
+    } else {
+        format!(
+            "terra: the network broker refused {} ({})",
+            plural(distinct, "destination", "destinations"),
+            plural(refused, "attempt", "attempts")
+        )
+    };
+    let more = if distinct == 0 { refused } else { distinct }.saturating_sub(examples.len() as u64);
     if !listed.is_empty() {
         s.push_str(": ");
         s.push_str(&listed.join(", "));
@@ -173,9 +208,63 @@ pub fn render(refused: u64, examples: &[Refusal], log: &str, with_policy: bool) 
     s
 }
 
+/// The closing lines of a network-none run whose workload failed: the
+/// names the box asked for (the receipt's `dnsRefused`), one line each with
+/// the flag that would admit it. None when it asked for none.
+pub fn dns_summary(receipt: &serde_json::Value, with_policy: bool) -> Option<String> {
+    let names: Vec<&str> = receipt["dnsRefused"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|n| terra_netd::refused::name_of(&terra_netd::refused::line(n)) == Some(*n))
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "terra: the network is off (network none) and the box asked for {}:\n",
+        plural(names.len() as u64, "name", "names")
+    );
+    for n in names {
+        if with_policy {
+            s.push_str(&format!(
+                "terra:   {n}: add {n}:443 to the policy's network destinations\n"
+            ));
+        } else {
+            // A preset's registry host: its flag also grants the caches.
+            let preset = crate::presets::PRESETS
+                .iter()
+                .find(|p| p.hosts.contains(&n))
+                .map(|p| format!(" (or --preset {} --preset-net)", p.name))
+                .unwrap_or_default();
+            s.push_str(&format!("terra:   {n}: --allow-net {n}:443{preset}\n"));
+        }
+    }
+    Some(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dns_summary_names_each_name_once_with_its_flag() {
+        let r = serde_json::json!({"dnsRefused": ["pypi.org", "example.org", "bad name"]});
+        assert_eq!(
+            dns_summary(&r, false).unwrap(),
+            "terra: the network is off (network none) and the box asked for 2 names:\n\
+             terra:   pypi.org: --allow-net pypi.org:443 (or --preset python --preset-net)\n\
+             terra:   example.org: --allow-net example.org:443\n"
+        );
+        assert!(dns_summary(&r, true)
+            .unwrap()
+            .contains("add pypi.org:443 to the policy's network destinations"));
+        assert_eq!(
+            dns_summary(&serde_json::json!({"dnsRefused": []}), false),
+            None
+        );
+        assert_eq!(dns_summary(&serde_json::json!({}), false), None);
+    }
 
     #[test]
     fn plural_forms() {
@@ -213,6 +302,24 @@ mod tests {
     }
 
     #[test]
+    fn retries_of_one_name_count_once() {
+        let mut text = String::new();
+        for _ in 0..4 {
+            text.push_str("{\"verdict\":\"refused\",\"name\":\"index.crates.io\",\"port\":443,\"reason\":\"no-destination\"}\n");
+        }
+        text.push_str("{\"verdict\":\"refused\",\"name\":\"static.crates.io\",\"port\":443,\"reason\":\"no-destination\"}\n");
+        text.push_str("{\"verdict\":\"refused\",\"name\":\"index.crates.io\",\"port\":443,\"reason\":\"no-destination\"}\n");
+        let (shown, distinct) = refusals(text.as_bytes(), 1);
+        assert_eq!(distinct, 2);
+        assert_eq!(shown.len(), 1);
+        let s = render(6, 2, &shown, "/l", false);
+        assert!(
+            s.starts_with("terra: the network broker refused 2 destinations (6 attempts): index.crates.io:443 (no-destination) and 1 more\n"),
+            "{s}"
+        );
+    }
+
+    #[test]
     fn udp_refusals_are_named_and_get_no_remedy() {
         let line = "{\"verdict\":\"refused\",\"protocol\":\"udp\",\"address\":\"192.0.2.1:53\",\"port\":53,\"reason\":\"no-destination\"}\n";
         let got = first_refusals(line.as_bytes(), 3);
@@ -234,7 +341,7 @@ mod tests {
                 udp: false,
             },
         ];
-        let s = render(5, &ex, "/s/net.jsonl", false);
+        let s = render(5, 5, &ex, "/s/net.jsonl", false);
         assert_eq!(
             s,
             "terra: the network broker refused 5 connections: a.test:80 (no-destination), \
@@ -242,7 +349,15 @@ mod tests {
              terra:   to admit them, run with: --allow-net a.test:80 --allow-net mirror.corp:443,private\n\
              terra:   full log: /s/net.jsonl (or `terra runs show last`)\n"
         );
-        let s = render(1, &ex[..1], "/l", true);
+        // One name retried: one destination, its attempts counted apart.
+        let s = render(4, 1, &ex[..1], "/l", false);
+        assert!(
+            s.starts_with(
+                "terra: the network broker refused 1 destination (4 attempts): a.test:80 (no-destination)\n"
+            ),
+            "{s}"
+        );
+        let s = render(1, 1, &ex[..1], "/l", true);
         assert!(
             s.starts_with("terra: the network broker refused 1 connection: a.test:80"),
             "{s}"

@@ -301,6 +301,8 @@ struct Run {
     box_waiter: Option<std::thread::JoinHandle<std::result::Result<(), SandboxError>>>,
     /// This host's name, read at the start (before the supervisor's filters).
     host_name: Option<String>,
+    /// Network none on the linux backend: the names the box's DNS stub refused.
+    dns_names: Option<crate::dns_names::Reader>,
     /// The run's cgroup counters (OOM kills, refused forks), opened before
     /// the supervisor confines itself.
     limits_watch: crate::limits::Watch,
@@ -332,6 +334,7 @@ impl Run {
             early: None,
             box_waiter: None,
             host_name: crate::receipt::host_name(),
+            dns_names: None,
             limits_watch: crate::limits::Watch::default(),
         }
     }
@@ -477,6 +480,26 @@ impl Run {
         } else {
             None
         };
+        // Network none in a box with its own network namespace: the box's
+        // DNS stub says each name it refuses on a pipe read from here.
+        let dns_report =
+            if plan.network() == NetworkMode::None && !landlock && self.req.vm.is_none() {
+                match crate::dns_names::start() {
+                    Ok((reader, w)) => {
+                        self.dns_names = Some(reader);
+                        Some(w)
+                    }
+                    Err(e) => {
+                        if let Some(p) = pending.take() {
+                            p.abandon();
+                        }
+                        return self
+                            .refuse(Some(&dir), &format!("cannot read the box's DNS names: {e}"));
+                    }
+                }
+            } else {
+                None
+            };
         let config = BoxConfig {
             plan,
             argv,
@@ -487,6 +510,7 @@ impl Run {
             canary_tcp,
             canary_gate: Some(gate_r),
             mediated,
+            dns_report,
             hostname: "terra".into(),
             rlimits: rlimits(&self.req.limits.rlimits),
             vm: self.req.vm.clone(),
@@ -953,8 +977,8 @@ impl Run {
 
     /// Writes the receipt to the state directory and to `--receipt`, and
     /// removes the runtime files. Err: a receipt could not be written.
-    fn write_receipts(&self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<()> {
-        let receipt = Receipt::new(
+    fn write_receipts(&mut self, dir: Option<&RunDir>, outcome: &Outcome) -> Result<()> {
+        let mut receipt = Receipt::new(
             &self.req,
             Observed {
                 run_id: &self.run_id,
@@ -969,6 +993,11 @@ impl Run {
             outcome.clone(),
             SystemTime::now(),
         );
+        // The box closes the pipe as it ends (its init reported already).
+        receipt.dns_refused = self
+            .dns_names
+            .take()
+            .map(|r| r.finish(Duration::from_millis(200)));
         let json = receipt.to_json();
         let mut failed = Vec::new();
         if let Some(dir) = dir {

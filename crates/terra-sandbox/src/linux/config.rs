@@ -21,6 +21,9 @@ pub(crate) struct VmConfig {
     pub root_writable: bool,
     /// Mediated networking: where the in-box service listens.
     pub proxy: Option<SocketAddr>,
+    /// Network none: a DNS report pipe is on the vm role's DNS report descriptor.
+    #[serde(default)]
+    pub dns_report: bool,
     pub workload: WorkloadWire,
     pub terminal: Option<TerminalWire>,
     /// The vm backend: run QEMU on the box's tree instead of the workload

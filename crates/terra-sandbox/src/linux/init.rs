@@ -6,7 +6,8 @@
 //!           │     new PID namespace: builds the root; reaps; forwards
 //!           │     signals; reports how the workload ended
 //!           ├─ network service (forked: the workload's connect() calls;
-//!           │   mediated: also the proxy and the DNS stub)
+//!           │   mediated: also the proxy and the DNS stub; none: a DNS
+//!           │   stub that refuses every question)
 //!           └─ workload (forked; caps dropped, Landlock, seccomp, exec)
 //! ```
 //!
@@ -31,7 +32,7 @@ use super::lower::MountOp;
 use super::status::{self, Status};
 use super::terminal::{self, TerminalPrep};
 use super::workload::{self, WorkloadPrep};
-use super::{mounts, sys, BoxService, MediatedFds, SandboxError, ServiceFds};
+use super::{mounts, sys, BoxService, MediatedFds, RefusingDnsFds, SandboxError, ServiceFds};
 use crate::EXIT_REFUSED;
 
 /// Everything the chain needs, built by `terra __vm` from its configuration.
@@ -42,6 +43,9 @@ pub struct BoxPrep<'a> {
     /// The box end of the broker socketpair (owned by `vm::main`'s frame,
     /// which never ends), address, service.
     pub mediated: Option<(BorrowedFd<'a>, SocketAddr)>,
+    /// Network none: where the DNS stub says each name it refused (owned
+    /// by `vm::main`'s frame); None: init's standard error.
+    pub dns_report: Option<BorrowedFd<'a>>,
     /// The box's network service (every box: the workload's connect()
     /// calls go through it; with mediated networking also the proxy and the
     /// DNS stub).
@@ -103,10 +107,12 @@ pub(crate) fn init(
     // socket), so the service's fork is off the workload's path. The
     // workload closes every descriptor but its own first thing.
     let parts = match prep.workload.notify_seccomp.is_some() {
-        true => match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a)) {
-            Ok(p) => Some(p),
-            Err(e) => refuse(format!("the box's network service: {e}")),
-        },
+        true => {
+            match ServiceParts::open(prep.mediated.as_ref().map(|(_, a)| *a), prep.dns_report) {
+                Ok(p) => Some(p),
+                Err(e) => refuse(format!("the box's network service: {e}")),
+            }
+        }
         false => None,
     };
     let handover = parts.as_ref().map(|p| p.workload_end.as_fd());
@@ -153,6 +159,7 @@ pub(crate) fn init(
     let inherited = prep.mediated.as_ref().map(|(fd, _)| sys::raw(fd));
     for fd in inherited
         .into_iter()
+        .chain(prep.dns_report.as_ref().map(sys::raw))
         .chain(prep.workload.canary_gate.as_ref().map(sys::raw))
     {
         // SAFETY: owned by `vm::main`'s frame, which never ends (init never
@@ -197,6 +204,34 @@ struct ServiceParts {
     workload_end: OwnedFd,
     proc_dir: OwnedFd,
     net: Option<NetParts>,
+    /// Network none: the refusing DNS stub's sockets and report descriptor
+    /// (None when port 53 could not be bound: the box then has no name
+    /// service at all, as before the stub).
+    refusing: Option<RefusingParts>,
+}
+
+/// Network none: UDP and TCP on 127.0.0.1:53, and a copy of init's
+/// standard error, where the service says each name the box asked.
+struct RefusingParts {
+    dns_udp: OwnedFd,
+    dns_tcp: OwnedFd,
+    report: OwnedFd,
+}
+
+impl RefusingParts {
+    fn open(report: Option<BorrowedFd<'_>>) -> Option<RefusingParts> {
+        let dns = SocketAddr::from(([127, 0, 0, 1], 53));
+        let dns_udp = std::net::UdpSocket::bind(dns).ok()?;
+        let dns_tcp = std::net::TcpListener::bind(dns).ok()?;
+        let to = report.map_or(2, |r| r.as_raw_fd());
+        let report = fcntl(to, FcntlArg::F_DUPFD_CLOEXEC(3)).ok()?;
+        Some(RefusingParts {
+            dns_udp: dns_udp.into(),
+            dns_tcp: dns_tcp.into(),
+            // SAFETY: F_DUPFD_CLOEXEC returned a new descriptor owned by nobody else.
+            report: unsafe { OwnedFd::from_raw_fd(report) },
+        })
+    }
 }
 
 struct NetParts {
@@ -228,9 +263,16 @@ impl NetParts {
 }
 
 impl ServiceParts {
-    fn open(mediated: Option<SocketAddr>) -> Result<ServiceParts, SandboxError> {
+    fn open(
+        mediated: Option<SocketAddr>,
+        report: Option<BorrowedFd<'_>>,
+    ) -> Result<ServiceParts, SandboxError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let net = mediated.map(NetParts::open).transpose()?;
+        let refusing = match mediated {
+            None => RefusingParts::open(report),
+            Some(_) => None,
+        };
         let (service_end, workload_end) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -252,6 +294,7 @@ impl ServiceParts {
             // SAFETY: open returned a new descriptor owned by nobody else.
             proc_dir: unsafe { OwnedFd::from_raw_fd(proc_dir) },
             net,
+            refusing,
         })
     }
 }
@@ -264,6 +307,9 @@ const CAP_SYS_PTRACE: u32 = 19;
 /// sockets and the relay listener.
 const SERVICE_FDS: [RawFd; 2] = [12, 13];
 const MEDIATED_FDS: [RawFd; 5] = [6, 7, 10, 11, 14];
+/// Network none: the refusing DNS stub's UDP and TCP sockets (the numbers
+/// mediated uses for its stub) and its report descriptor.
+const REFUSING_FDS: [RawFd; 3] = [10, 11, 15];
 
 /// The box's network service: a child of init with CAP_SYS_PTRACE in the
 /// box's user namespace only (to read the workload's connect() arguments and
@@ -296,6 +342,13 @@ fn run_service(
             net.relay.as_raw_fd(),
         ];
         moves.extend(from.into_iter().zip(MEDIATED_FDS));
+    } else if let Some(r) = &parts.refusing {
+        let from = [
+            r.dns_udp.as_raw_fd(),
+            r.dns_tcp.as_raw_fd(),
+            r.report.as_raw_fd(),
+        ];
+        moves.extend(from.into_iter().zip(REFUSING_FDS));
     }
     // Every descriptor first moves above 100, so no dup2 to a fixed number
     // can clobber another that still waits to move.
@@ -312,6 +365,8 @@ fn run_service(
         }
     }
     let keep: Vec<RawFd> = moves.iter().map(|(_, to)| *to).collect();
+    let mediated = keep.contains(&MEDIATED_FDS[0]);
+    let refusing = keep.contains(&REFUSING_FDS[2]);
     // SAFETY: this child never returns to init's code (it ends in `service`
     // or `exit_now`); the fixed descriptors are owned below.
     unsafe { sys::close_fds_except(&keep) };
@@ -327,7 +382,12 @@ fn run_service(
         ServiceFds {
             notify_channel: OwnedFd::from_raw_fd(12),
             proc_dir: OwnedFd::from_raw_fd(13),
-            mediated: (keep.len() > SERVICE_FDS.len()).then(|| MediatedFds {
+            refusing_dns: refusing.then(|| RefusingDnsFds {
+                dns_udp: std::net::UdpSocket::from_raw_fd(REFUSING_FDS[0]),
+                dns_tcp: std::net::TcpListener::from_raw_fd(REFUSING_FDS[1]),
+                report: OwnedFd::from_raw_fd(REFUSING_FDS[2]),
+            }),
+            mediated: mediated.then(|| MediatedFds {
                 proxy: std::net::TcpListener::from_raw_fd(6),
                 broker: OwnedFd::from_raw_fd(7),
                 dns_udp: std::net::UdpSocket::from_raw_fd(10),
@@ -349,7 +409,7 @@ pub(crate) fn start_service(
     broker: BorrowedFd<'_>,
     addr: SocketAddr,
 ) -> Result<(), SandboxError> {
-    let parts = ServiceParts::open(Some(addr))?;
+    let parts = ServiceParts::open(Some(addr), None)?;
     let filters = super::seccomp::box_service()?;
     // SAFETY: init has one thread (a fresh exec, no thread started).
     match unsafe { sys::fork() }? {

@@ -51,7 +51,7 @@ pub fn vm_main(service: BoxService, own_net: bool) -> ! {
 
 // The box service's descriptors and entry live in terra-kernel, which
 // terra-netd (the service) also uses.
-pub use terra_kernel::service::{BoxService, MediatedFds, ServiceFds};
+pub use terra_kernel::service::{BoxService, MediatedFds, RefusingDnsFds, ServiceFds};
 
 /// Everything the launcher needs to start one box. `P` is the plan: the
 /// resolved, capability-checked [`SandboxPlan`] (the only one `spawn_box`
@@ -79,6 +79,10 @@ pub struct BoxConfig<P = SandboxPlan> {
     /// Mediated networking: the box end of the fd 7 socketpair, the loopback
     /// address the service listens on inside the box, and the service.
     pub mediated: Option<(OwnedFd, SocketAddr, BoxService)>,
+    /// Network none (a box with its own network namespace): the write end
+    /// of a pipe where the box's DNS stub says each name it refused, one
+    /// line each; None: it says them on the box's standard error.
+    pub dns_report: Option<OwnedFd>,
     /// Host name inside the box's UTS namespace.
     pub hostname: String,
     /// Resource limits the workload sets on itself before exec.
@@ -101,6 +105,7 @@ impl<P> BoxConfig<P> {
             canary_tcp: self.canary_tcp,
             canary_gate: self.canary_gate,
             mediated: self.mediated,
+            dns_report: self.dns_report,
             hostname: self.hostname,
             rlimits: self.rlimits,
             vm: self.vm,
@@ -384,6 +389,7 @@ impl EarlyBox {
             broker: spec.mediated.as_ref().map(|(fd, _, _)| fd.as_fd()),
             gate: spec.canary_gate.as_ref().map(|fd| fd.as_fd()),
             terminal: box_terminal.as_ref().map(|t| t.channel.as_fd()),
+            dns_report: spec.dns_report.as_ref().map(|fd| fd.as_fd()),
         };
         let (Some(sock), Some(status)) = (self.config.take(), self.status.take()) else {
             return Err(SandboxError::Launch(

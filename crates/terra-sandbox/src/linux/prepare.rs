@@ -75,7 +75,7 @@ fn synth_files(net: NetworkMode, hostname: &str) -> Vec<(String, String)> {
         group.push_str("nogroup:x:65534:\n");
     }
     let resolv = match net {
-        NetworkMode::None => "# terra: network none, no name service\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string(),
+        NetworkMode::None => "# terra: network none: the box's DNS stub refuses every name at once\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n".to_string(),
         NetworkMode::Mediated => "# terra: network mediated: the box's DNS stub answers listed names with the addresses the broker resolved and pinned\nnameserver 127.0.0.1\noptions timeout:5 attempts:2\n".to_string(),
         NetworkMode::Direct => std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
     };
@@ -228,6 +228,11 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
             "a broker socket was given but the plan is not mediated".into(),
         ));
     }
+    if spec.dns_report.is_some() && spec.plan.network != NetworkMode::None {
+        return Err(SandboxError::InvalidRequest(
+            "a DNS report pipe was given but the plan's network is not none".into(),
+        ));
+    }
     let (mut ops, _) = programs(&spec.plan, &spec.temp_dir, &spec.hostname, proxy)?;
     if spec.vm.is_some() {
         ops = vm_ops(ops)?;
@@ -246,6 +251,7 @@ pub fn vm_config(spec: &BoxSpec) -> Result<VmConfig, SandboxError> {
         root_writable: spec.plan.root_mode == RootMode::EphemeralWrite,
         ops,
         proxy,
+        dns_report: spec.dns_report.is_some(),
         workload: WorkloadWire {
             candidates,
             argv,

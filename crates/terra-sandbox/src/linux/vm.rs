@@ -13,6 +13,7 @@
 //! | 7 | from the config socket, mediated only: the box end of the broker socketpair |
 //! | 8 | from the config socket: the canary gate (one byte once the canary exists) |
 //! | 9 | from the config socket: the box's terminal channel, when it has a terminal |
+//! | 10 | from the config socket, network none: where the box's DNS stub says each name it refused (a pipe the caller reads) |
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -35,6 +36,7 @@ pub(crate) const RESULT_FD: RawFd = 5;
 pub(crate) const PARENT_FD: RawFd = 6;
 pub(crate) const BROKER_FD: RawFd = 7;
 pub(crate) const GATE_FD: RawFd = 8;
+pub(crate) const DNS_REPORT_FD: RawFd = 10;
 pub(crate) const TERMINAL_FD: RawFd = 9;
 
 /// argv[2] of `terra __vm` when the box gets a network namespace of its own.
@@ -59,17 +61,23 @@ pub(crate) struct RunFds<'a> {
     pub broker: Option<BorrowedFd<'a>>,
     pub gate: Option<BorrowedFd<'a>>,
     pub terminal: Option<BorrowedFd<'a>>,
+    pub dns_report: Option<BorrowedFd<'a>>,
 }
 
 /// Where each of [`RunFds`] goes in the box's init, with its bit in the
 /// byte that announces them.
-const RUN_FDS: [(u8, RawFd); 3] = [(1, BROKER_FD), (2, GATE_FD), (4, TERMINAL_FD)];
+const RUN_FDS: [(u8, RawFd); 4] = [
+    (1, BROKER_FD),
+    (2, GATE_FD),
+    (4, TERMINAL_FD),
+    (8, DNS_REPORT_FD),
+];
 
 /// Sends `fds` on the config socket: one byte with a bit per descriptor
 /// present, the descriptors attached in [`RUN_FDS`] order.
 pub(crate) fn send_run_fds(sock: BorrowedFd<'_>, fds: &RunFds<'_>) -> Result<(), SandboxError> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let present = [fds.broker, fds.gate, fds.terminal];
+    let present = [fds.broker, fds.gate, fds.terminal, fds.dns_report];
     let mut mask = 0u8;
     let mut raw = Vec::new();
     for ((bit, _), fd) in RUN_FDS.iter().zip(present) {
@@ -96,7 +104,7 @@ pub(crate) fn send_run_fds(sock: BorrowedFd<'_>, fds: &RunFds<'_>) -> Result<(),
 fn receive_run_fds(sock: BorrowedFd<'_>) -> Result<(), SandboxError> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     let mut byte = [0u8; 1];
-    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let mut space = nix::cmsg_space!([RawFd; 4]);
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
     let msg = recvmsg::<()>(
         sock.as_raw_fd(),
@@ -127,7 +135,7 @@ fn receive_run_fds(sock: BorrowedFd<'_>) -> Result<(), SandboxError> {
         .filter(|(bit, _)| mask & bit != 0)
         .map(|(_, n)| *n)
         .collect();
-    if mask & !7 != 0 || wanted.len() != got.len() {
+    if mask & !15 != 0 || wanted.len() != got.len() {
         return Err(SandboxError::InvalidRequest(format!(
             "the box was announced {} descriptor(s) and got {}",
             wanted.len(),
@@ -240,6 +248,7 @@ pub fn main(service: BoxService, own_net: bool) -> ! {
 struct Held {
     broker: Option<OwnedFd>,
     gate: Option<OwnedFd>,
+    dns_report: Option<OwnedFd>,
 }
 
 impl Held {
@@ -264,6 +273,7 @@ impl Held {
         Ok(Held {
             broker: want(config.proxy.is_some(), BROKER_FD, "the broker socket")?,
             gate: want(config.workload.gate, GATE_FD, "the canary gate")?,
+            dns_report: want(config.dns_report, DNS_REPORT_FD, "the DNS report pipe")?,
         })
     }
 }
@@ -323,6 +333,7 @@ fn box_prep(c: VmConfig, held: &Held, service: BoxService) -> Result<BoxPrep<'_>
             (Some(addr), Some(fd)) => Some((fd.as_fd(), addr)),
             _ => None,
         },
+        dns_report: held.dns_report.as_ref().map(|f| f.as_fd()),
         service,
         service_seccomp: seccomp::box_service()?,
         init_seccomp: seccomp::box_init()?,

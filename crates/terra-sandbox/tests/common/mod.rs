@@ -115,6 +115,7 @@ impl World {
             canary_tcp: self.canary_tcp,
             canary_gate: None,
             mediated: None,
+            dns_report: None,
             hostname: "terra-box".into(),
             rlimits: Default::default(),
             vm: None,

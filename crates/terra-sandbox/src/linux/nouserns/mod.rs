@@ -143,6 +143,7 @@ pub fn describe(config: &BoxConfig) -> String {
         canary_tcp: config.canary_tcp,
         canary_gate: None,
         mediated: None,
+        dns_report: None,
         hostname: config.hostname.clone(),
         rlimits: config.rlimits,
         vm: None,
