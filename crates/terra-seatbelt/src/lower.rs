@@ -60,6 +60,8 @@ pub fn lower_broker(executable: &str, port: u16, resolver_files: &[&str]) -> Res
         role: Role::Broker,
         network: Network::Mediated { port },
         executable: seatbelt_path(executable)?,
+        mark: None,
+        terminals: Vec::new(),
         grants,
     })
 }
@@ -105,6 +107,8 @@ pub fn lower_plan(
         role: Role::Workload,
         network,
         executable: seatbelt_path(executable)?,
+        mark: None,
+        terminals: Vec::new(),
         grants,
     })
 }

@@ -1,7 +1,8 @@
 //! The activation check: after the profile is applied, every probe of
 //! `terra_seatbelt::probes` must fail with a permission error (EPERM or
-//! EACCES). Any other outcome, success or a different error, refuses the
-//! launch: the role does not run under a profile that was not seen to hold.
+//! EACCES), except the one that must succeed (a mediated workload reaching
+//! the broker's port). Any other outcome refuses the launch: the role does
+//! not run under a profile that was not seen to hold.
 
 use std::fs::File;
 use std::io;
@@ -29,7 +30,21 @@ pub fn check(probes: &[Probe]) -> Result<(), String> {
                 TcpStream::connect_timeout(addr, Duration::from_secs(2)).map(drop)
             }
             Probe::Listen(addr) => TcpListener::bind(addr).map(drop),
+            Probe::ReachBroker(addr) => {
+                TcpStream::connect_timeout(addr, Duration::from_secs(2)).map(drop)
+            }
         };
+        if p.must_succeed() {
+            match outcome {
+                Ok(()) => continue,
+                Err(e) => {
+                    return Err(ActivationError::Unreachable {
+                        probe: format!("{p:?}"),
+                        error: e,
+                    })
+                }
+            }
+        }
         match outcome {
             Err(e) if denied(&e) => {}
             Ok(()) => {

@@ -63,6 +63,8 @@ mod tests {
             role: terra_seatbelt::Role::Workload,
             network: terra_seatbelt::Network::None,
             executable: "/usr/bin/true".into(),
+            mark: None,
+            terminals: Vec::new(),
             grants: Vec::new(),
         };
         let mut f = std::fs::OpenOptions::new()
