@@ -28,7 +28,9 @@ pub fn print(prepared: &PreparedRun, json: bool) -> ExitCode {
                 format!("{v}\n")
             } else {
                 let mut s = format!(
-                    "backend: macos (Seatbelt)\ndecision digest: {}\nprofile:\n{}parameters:\n{}",
+                    "backend: macos (Seatbelt)\ndecision digest: {}\nprofile:\n{}parameters:\n{}\
+                     note: RUN_MARK is in the run's own directory (RUN-ID is chosen when the run starts); at the \
+                     run's end terra kills every process whose profile allows it (docs/sandbox-macos.md)\n",
                     prepared.plan.decision_digest(),
                     workload.text,
                     workload.parameter_lines()
@@ -68,7 +70,9 @@ fn parameters(p: &Profile) -> Map<String, Value> {
 /// those this host has, elsewhere those of a Mac). The broker's port is
 /// known only once terra run binds it: 0 here.
 fn render(prepared: &PreparedRun) -> Result<(Profile, Option<Profile>), String> {
-    let spec = terra_supervisor::macos::workload_spec(prepared, None).map_err(|e| e.to_string())?;
+    let mark = terra_supervisor::macos::dry_run_mark().map_err(|e| e.to_string())?;
+    let spec =
+        terra_supervisor::macos::workload_spec(prepared, None, &mark).map_err(|e| e.to_string())?;
     let workload = terra_seatbelt::render(&spec).map_err(|e| e.to_string())?;
     if prepared.plan.network() != NetworkMode::Mediated {
         return Ok((workload, None));

@@ -22,17 +22,18 @@
 //!    forwards the signals terra run receives to that group, stops it at
 //!    the deadline (SIGTERM, then SIGKILL after [`crate::TIMEOUT_GRACE`])
 //!    and, once the workload's first process ended, kills what is left of
-//!    the group;
+//!    the group, then every process that still carries the run's profile
+//!    (the sweep: also those that left the group with setsid and forked
+//!    again; `terra_seatbelt::tree`);
 //! 5. stops the broker (closing its startup channel; it drains), counts the
 //!    network receipt, writes the receipt (`receipt.json` in the run's
 //!    state directory, and `--receipt`), removes the temp directory unless
 //!    kept.
 //!
-//! What it cannot end: a descendant that left the workload's process group
-//! (setsid, setpgid) and everything still running after `terra run` itself
-//! was killed (macOS has no PID namespace, cgroup or parent-death signal).
-//! Such processes stay under the profile. The receipt says so
-//! (`processTree`); the macos backend declares no process-tree capability.
+//! What it cannot end: what is still running after `terra run` itself was
+//! killed with SIGKILL (macOS has no PID namespace, cgroup or parent-death
+//! signal, and the sweep runs in `terra run`). Such processes stay under
+//! the profile. The receipt says what the sweep found (`processTree`).
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -53,7 +54,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use terra_netd::standalone::LoopbackListeners;
 use terra_policy::{NetworkMode, SandboxPlan};
-use terra_seatbelt::{LaunchSpec, LauncherArgs};
+use terra_seatbelt::{LaunchSpec, LauncherArgs, RunMark};
 
 use crate::error::{Error, Result};
 use crate::receipt::{NetworkSummary, Observed, Outcome, Receipt, ReceiptOut};
@@ -79,11 +80,83 @@ const BROKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// drains for at most `terra_netd::DRAIN_LIMIT`).
 const BROKER_END_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What the receipt says the macos backend could and could not end.
-const PROCESS_TREE: &str = "not contained (the macos backend declares no process-tree): terra ended the \
-     workload's process group when its first process ended or the deadline passed; a descendant that left \
-     that group (setsid, setpgid), or anything still running after terra run itself was killed, was not \
-     ended, and stays under the profile";
+/// What the receipt says about the process tree: how the sweep ended.
+fn process_tree_words(swept: Option<&terra_seatbelt::SweepReport>) -> String {
+    match swept {
+        Some(r) if r.gave_up => format!(
+            "NOT contained: the sweep for processes carrying the run's profile still found some after {} passes \
+             (a tree forking as fast as it was killed); {} were killed; the rest stay under the profile",
+            r.passes,
+            r.killed.len()
+        ),
+        Some(r) => format!(
+            "contained: when the workload's first process ended, terra killed its process group, then every \
+             process still carrying the run's profile, also those that left the group (setsid, setpgid): {} \
+             found by the sweep in {} passes; a process outliving a terra run killed with SIGKILL is not ended",
+            r.killed.len(),
+            r.passes
+        ),
+        None => "not swept: this host has no Seatbelt (a test of the supervision off macOS); terra killed the \
+                 workload's process group only, so a descendant that left it (setsid) was not ended"
+            .to_string(),
+    }
+}
+
+/// Ends every process carrying the run's profile (macOS); None elsewhere.
+fn sweep(mark: &RunMark) -> Option<terra_seatbelt::SweepReport> {
+    #[cfg(target_os = "macos")]
+    {
+        Some(terra_sandbox::macos::tree::sweep_run(mark))
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        let _ = mark;
+        None
+    }
+}
+
+/// The mark a dry run shows: in the first state base, under the
+/// placeholder run id `RUN-ID` (a real run's id is chosen when it starts).
+pub fn dry_run_mark() -> Result<RunMark> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let base = crate::state::candidates(uid)
+        .into_iter()
+        .next()
+        .map(|(p, _)| p)
+        .ok_or_else(|| Error::Host("no state directory candidate".into()))?;
+    let dir = base.join("RUN-ID");
+    let dir = dir
+        .to_str()
+        .ok_or_else(|| Error::Host(format!("{} is not UTF-8", dir.display())))?;
+    RunMark::in_dir(dir).map_err(|e| Error::Unsupported(e.to_string()))
+}
+
+/// The caller's terminal devices (standard input, output and error that are
+/// terminals), canonical and in Seatbelt's form, each once: the workload
+/// may use exactly these (job control, raw mode).
+pub fn caller_terminals() -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for fd in [
+        std::io::stdin().as_fd(),
+        std::io::stdout().as_fd(),
+        std::io::stderr().as_fd(),
+    ] {
+        let Ok(name) = nix::unistd::ttyname(fd) else {
+            continue;
+        };
+        let Some(path) = fs::canonicalize(&name)
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_owned))
+            .and_then(|p| terra_seatbelt::path::seatbelt_path(&p).ok())
+        else {
+            continue;
+        };
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
 
 /// One macos run, built by [`crate::run::RunBuilder`] with backend macos.
 pub struct MacosRun {
@@ -100,8 +173,13 @@ pub struct MacosRun {
 }
 
 /// The workload's launch spec: the plan lowered with the command's program
-/// (found like a shell would, on the run's PATH) as the executable.
-pub fn workload_spec(prepared: &PreparedRun, broker_port: Option<u16>) -> Result<LaunchSpec> {
+/// (found like a shell would, on the run's PATH) as the executable, the
+/// run's `mark` and the caller's terminals.
+pub fn workload_spec(
+    prepared: &PreparedRun,
+    broker_port: Option<u16>,
+    mark: &RunMark,
+) -> Result<LaunchSpec> {
     let req = &prepared.request;
     let argv = req.argv()?;
     let env = req.env()?;
@@ -117,8 +195,13 @@ pub fn workload_spec(prepared: &PreparedRun, broker_port: Option<u16>) -> Result
     let program = program.to_str().ok_or_else(|| {
         Error::Argument(format!("the program {} is not UTF-8", program.display()))
     })?;
-    terra_seatbelt::lower_plan(&prepared.plan, program, broker_port)
-        .map_err(|e| Error::Unsupported(e.to_string()))
+    let mut spec = terra_seatbelt::lower_plan(&prepared.plan, program, broker_port)
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
+    terra_seatbelt::tree::check_mark_outside(&spec, mark)
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
+    spec.mark = Some(mark.mark.clone());
+    spec.terminals = caller_terminals();
+    Ok(spec)
 }
 
 /// The canonical path of the program `name` names: a path (with a slash)
@@ -167,6 +250,8 @@ struct Run<'a> {
     network: Option<NetworkSummary>,
     host_name: Option<String>,
     receipt_out: Option<ReceiptOut>,
+    /// How the sweep for the run's processes ended (None: not run).
+    swept: Option<terra_seatbelt::SweepReport>,
 }
 
 impl MacosRun {
@@ -204,6 +289,7 @@ impl MacosRun {
             network: None,
             host_name: crate::receipt::host_name(),
             receipt_out: None,
+            swept: None,
         };
         let mut dir = None;
         let outcome = run.execute(&prepared, listeners, &mut dir);
@@ -259,7 +345,16 @@ impl Run<'_> {
             }
             (false, _) => None,
         };
-        let spec = match workload_spec(prepared, listeners.as_ref().map(|l| l.port)) {
+        let mark = match dir
+            .path
+            .to_str()
+            .ok_or_else(|| format!("the run's directory {} is not UTF-8", dir.path.display()))
+            .and_then(|d| RunMark::in_dir(d).map_err(|e| e.to_string()))
+        {
+            Ok(m) => m,
+            Err(e) => return refused(&e),
+        };
+        let spec = match workload_spec(prepared, listeners.as_ref().map(|l| l.port), &mark) {
             Ok(s) => s,
             Err(Error::Argument(why)) if why.contains("was not found") => {
                 eprintln!("terra: {why}");
@@ -311,7 +406,7 @@ impl Run<'_> {
                 Err(e) => return refused(&e),
             }
         }
-        let outcome = self.workload(dir, &spec, &canary, &tx, &rx, broker.as_mut());
+        let outcome = self.workload(dir, &spec, &mark, &canary, &tx, &rx, broker.as_mut());
         if let Some(b) = broker {
             self.network = Some(b.stop(&rx));
         }
@@ -326,6 +421,7 @@ impl Run<'_> {
         &mut self,
         dir: &RunDir,
         spec: &LaunchSpec,
+        mark: &RunMark,
         canary: &str,
         tx: &mpsc::Sender<Event>,
         rx: &mpsc::Receiver<Event>,
@@ -415,8 +511,17 @@ impl Run<'_> {
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         let ended = supervise(pid, foreground, deadline, rx, broker);
         // Whatever is left of the group goes with the workload (as a box
-        // ends with its init on Linux). ESRCH: nothing was left.
+        // ends with its init on Linux). ESRCH: nothing was left. Then every
+        // process still carrying the run's profile, wherever it went.
         let _ = killpg(pid, Signal::SIGKILL);
+        self.swept = sweep(mark);
+        if let Some(r) = self.swept.as_ref().filter(|r| r.gave_up) {
+            eprintln!(
+                "terra: processes of this run were still being started after {} passes of killing them; \
+                 some may remain (under the run's profile)",
+                r.passes
+            );
+        }
         if foreground {
             let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp());
         }
@@ -600,7 +705,7 @@ impl Run<'_> {
             outcome.clone(),
             SystemTime::now(),
         );
-        receipt.process_tree = Some(PROCESS_TREE.into());
+        receipt.process_tree = Some(process_tree_words(self.swept.as_ref()));
         let json = receipt.to_json();
         let mut failed = Vec::new();
         if let Some(dir) = dir {

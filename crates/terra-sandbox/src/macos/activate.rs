@@ -11,52 +11,38 @@ use std::time::Duration;
 
 use terra_seatbelt::Probe;
 
+use super::error::LaunchError;
+
 /// The canary must open before confinement (it exists and is readable).
-pub fn canary_opens_now(canary: &str) -> Result<(), String> {
-    File::open(canary).map(drop).map_err(|e| {
-        format!("activation check: the canary {canary} must open before confinement: {e}")
-    })
+pub fn canary_opens_now(canary: &str) -> Result<(), LaunchError> {
+    File::open(canary)
+        .map(drop)
+        .map_err(|error| LaunchError::CanaryClosed {
+            canary: canary.to_string(),
+            error,
+        })
 }
 
 fn denied(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
 }
 
-pub fn check(probes: &[Probe]) -> Result<(), String> {
+pub fn check(probes: &[Probe]) -> Result<(), LaunchError> {
     for p in probes {
         let outcome = match p {
             Probe::OpenCanary(path) => File::open(path).map(drop),
-            Probe::Connect(addr) => {
+            Probe::Connect(addr) | Probe::ReachBroker(addr) => {
                 TcpStream::connect_timeout(addr, Duration::from_secs(2)).map(drop)
             }
             Probe::Listen(addr) => TcpListener::bind(addr).map(drop),
-            Probe::ReachBroker(addr) => {
-                TcpStream::connect_timeout(addr, Duration::from_secs(2)).map(drop)
-            }
         };
-        if p.must_succeed() {
-            match outcome {
-                Ok(()) => continue,
-                Err(e) => {
-                    return Err(ActivationError::Unreachable {
-                        probe: format!("{p:?}"),
-                        error: e,
-                    })
-                }
-            }
-        }
-        match outcome {
-            Err(e) if denied(&e) => {}
-            Ok(()) => {
-                return Err(format!(
-                    "activation check: {p:?} succeeded under the profile"
-                ))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "activation check: {p:?} failed with {e}, not with a permission error"
-                ))
-            }
+        let probe = format!("{p:?}");
+        match (p.must_succeed(), outcome) {
+            (true, Ok(())) => {}
+            (true, Err(error)) => return Err(LaunchError::Unreachable { probe, error }),
+            (false, Err(e)) if denied(&e) => {}
+            (false, Ok(())) => return Err(LaunchError::Allowed { probe }),
+            (false, Err(error)) => return Err(LaunchError::NotDenied { probe, error }),
         }
     }
     Ok(())
