@@ -94,11 +94,7 @@ impl LauncherArgs {
                         command,
                     });
                 }
-                other => {
-                    return Err(usage(format!(
-                        "unexpected or repeated argument {other:?}"
-                    )))
-                }
+                other => return Err(usage(format!("unexpected or repeated argument {other:?}"))),
             }
         }
         Err(usage("no -- before the command".into()))

@@ -54,9 +54,7 @@ fn seatbelt_runtime_developer_tools_homebrew_timezone_and_dyld_are_readable() {
         let name = param_of(&p, path);
         let lines = lines_with(&p, name);
         assert!(
-            lines
-                .iter()
-                .any(|l| l.starts_with("(allow file-read* (")),
+            lines.iter().any(|l| l.starts_with("(allow file-read* (")),
             "{path}: {lines:?}"
         );
         // Read-only: never a write rule on the runtime.
@@ -83,7 +81,10 @@ fn seatbelt_runtime_developer_tools_homebrew_timezone_and_dyld_are_readable() {
     // The xcrun cache is read, never written.
     let xcrun: Vec<&str> = p.text.lines().filter(|l| l.contains("xcrun_db")).collect();
     assert_eq!(xcrun.len(), 1, "{xcrun:?}");
-    assert!(xcrun[0].starts_with("(allow file-read* (regex"), "{xcrun:?}");
+    assert!(
+        xcrun[0].starts_with("(allow file-read* (regex"),
+        "{xcrun:?}"
+    );
 }
 
 #[test]
@@ -102,14 +103,17 @@ fn seatbelt_a_plan_deny_carves_out_of_the_runtime() {
     };
     // Seatbelt applies the last matching rule: the deny comes after.
     assert!(
-        at(&format!("(allow file-read* (subpath (param \"{runtime}\")))"))
-            < at("(deny file-read* file-write* process-exec (subpath (param \"GRANT_0\")))")
+        at(&format!(
+            "(allow file-read* (subpath (param \"{runtime}\")))"
+        )) < at("(deny file-read* file-write* process-exec (subpath (param \"GRANT_0\")))")
     );
     // And the runtime's ancestors get metadata only.
     let opt = param_of(&p, "/opt");
     assert_eq!(
         lines_with(&p, opt),
-        [format!("(allow file-read-metadata (literal (param \"{opt}\")))")]
+        [format!(
+            "(allow file-read-metadata (literal (param \"{opt}\")))"
+        )]
     );
 }
 
@@ -160,7 +164,10 @@ fn seatbelt_semaphores_and_process_info_of_the_same_sandbox_only() {
         if l.contains("process-info") || l.contains("(allow signal") {
             assert!(l.contains("(target same-sandbox)"), "{l}");
         }
-        assert!(!l.contains("ipc-posix-shm") && !l.contains("ipc-sysv"), "{l}");
+        assert!(
+            !l.contains("ipc-posix-shm") && !l.contains("ipc-sysv"),
+            "{l}"
+        );
         assert!(!l.contains("mach-priv-task-port"), "{l}");
     }
 }
@@ -298,7 +305,10 @@ fn seatbelt_activation_reaches_the_broker_port_and_nothing_else() {
     let p = probes(&spec, "/private/var/run/terra/c").unwrap();
     assert!(p.contains(&Probe::ReachBroker("127.0.0.1:41234".parse().unwrap())));
     for other in ["127.0.0.1:41235", "[::1]:41235"] {
-        assert!(p.contains(&Probe::Connect(other.parse().unwrap())), "{other}");
+        assert!(
+            p.contains(&Probe::Connect(other.parse().unwrap())),
+            "{other}"
+        );
     }
     for ip in ["127.0.0.1:0", "[::1]:0"] {
         assert!(p.contains(&Probe::Listen(ip.parse().unwrap())), "{ip}");

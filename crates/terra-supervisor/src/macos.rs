@@ -96,8 +96,9 @@ fn process_tree_words(swept: Option<&terra_seatbelt::SweepReport>) -> String {
             r.killed.len(),
             r.passes
         ),
-        None => "not swept: this host has no Seatbelt (a test of the supervision off macOS); terra killed the \
-                 workload's process group only, so a descendant that left it (setsid) was not ended"
+        None => "not swept (the policy's process.treeConfinement is \"disabled\", or this host has no \
+                 Seatbelt): terra killed the workload's process group only, so a descendant that left it \
+                 (setsid) was not ended, and stays under the profile"
             .to_string(),
     }
 }
@@ -514,7 +515,11 @@ impl Run<'_> {
         // ends with its init on Linux). ESRCH: nothing was left. Then every
         // process still carrying the run's profile, wherever it went.
         let _ = killpg(pid, Signal::SIGKILL);
-        self.swept = sweep(mark);
+        // With process.treeConfinement "disabled" the policy asked that
+        // processes may outlive the run (a server left running): no sweep.
+        if self.plan.process_tree() == terra_policy::ProcessTree::Required {
+            self.swept = sweep(mark);
+        }
         if let Some(r) = self.swept.as_ref().filter(|r| r.gave_up) {
             eprintln!(
                 "terra: processes of this run were still being started after {} passes of killing them; \

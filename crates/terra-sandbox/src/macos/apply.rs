@@ -26,8 +26,9 @@ pub fn apply(profile: &Profile) -> Result<(), LaunchError> {
     for (name, value) in &profile.parameters {
         for s in [name, value] {
             owned.push(
-                CString::new(s.as_str())
-                    .map_err(|_| LaunchError::Apply(format!("parameter {name} holds a NUL byte")))?,
+                CString::new(s.as_str()).map_err(|_| {
+                    LaunchError::Apply(format!("parameter {name} holds a NUL byte"))
+                })?,
             );
         }
     }

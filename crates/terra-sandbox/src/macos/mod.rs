@@ -110,10 +110,7 @@ fn launch(
     if let Some(p) = report {
         p.say(&Status::ActivationPassed);
     }
-    let (arg0, rest) = args
-        .command
-        .split_first()
-        .ok_or(LaunchError::NoCommand)?;
+    let (arg0, rest) = args.command.split_first().ok_or(LaunchError::NoCommand)?;
     let err = Command::new(&spec.executable).arg0(arg0).args(rest).exec();
     // 127: the program is not there; 126: it is, but cannot be executed
     // (the profile refused it, or it is not an executable).

@@ -23,9 +23,7 @@ pub fn read(fd: i32) -> Result<LaunchSpec, LaunchError> {
     // SAFETY: the descriptor is open (checked above), was handed to this
     // process for the spec, and nothing else in it owns or closes it.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let meta = file
-        .metadata()
-        .map_err(|e| bad(format!("fstat: {e}")))?;
+    let meta = file.metadata().map_err(|e| bad(format!("fstat: {e}")))?;
     let kind = meta.file_type();
     if kind.is_file() {
         // SAFETY: geteuid has no preconditions.

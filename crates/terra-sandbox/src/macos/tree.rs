@@ -74,11 +74,15 @@ pub fn sweep_run(mark: &RunMark) -> SweepReport {
         // Launch specs hold no NUL (checked when encoded); nothing to find.
         return SweepReport::default();
     };
-    terra_seatbelt::sweep(all_pids, |pid| verdict(pid, &m, &a), |pid| {
-        // SAFETY: kill has no memory preconditions; a pid that is gone
-        // gives ESRCH, which needs nothing.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-        }
-    })
+    terra_seatbelt::sweep(
+        all_pids,
+        |pid| verdict(pid, &m, &a),
+        |pid| {
+            // SAFETY: kill has no memory preconditions; a pid that is gone
+            // gives ESRCH, which needs nothing.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        },
+    )
 }
