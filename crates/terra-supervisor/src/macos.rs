@@ -251,6 +251,8 @@ struct Run<'a> {
     network: Option<NetworkSummary>,
     host_name: Option<String>,
     receipt_out: Option<ReceiptOut>,
+    /// The run's mark, once its directory exists.
+    mark: Option<RunMark>,
     /// How the sweep for the run's processes ended (None: not run).
     swept: Option<terra_seatbelt::SweepReport>,
 }
@@ -290,6 +292,7 @@ impl MacosRun {
             network: None,
             host_name: crate::receipt::host_name(),
             receipt_out: None,
+            mark: None,
             swept: None,
         };
         let mut dir = None;
@@ -356,7 +359,10 @@ impl Run<'_> {
             Err(e) => return refused(&e),
         };
         let spec = match workload_spec(prepared, listeners.as_ref().map(|l| l.port), &mark) {
-            Ok(s) => s,
+            Ok(s) => {
+                self.mark = Some(mark);
+                s
+            }
             Err(Error::Argument(why)) if why.contains("was not found") => {
                 eprintln!("terra: {why}");
                 return Outcome {
@@ -407,7 +413,7 @@ impl Run<'_> {
                 Err(e) => return refused(&e),
             }
         }
-        let outcome = self.workload(dir, &spec, &mark, &canary, &tx, &rx, broker.as_mut());
+        let outcome = self.workload(dir, &spec, &canary, &tx, &rx, broker.as_mut());
         if let Some(b) = broker {
             self.network = Some(b.stop(&rx));
         }
@@ -422,7 +428,6 @@ impl Run<'_> {
         &mut self,
         dir: &RunDir,
         spec: &LaunchSpec,
-        mark: &RunMark,
         canary: &str,
         tx: &mpsc::Sender<Event>,
         rx: &mpsc::Receiver<Event>,
@@ -518,7 +523,7 @@ impl Run<'_> {
         // With process.treeConfinement "disabled" the policy asked that
         // processes may outlive the run (a server left running): no sweep.
         if self.plan.process_tree() == terra_policy::ProcessTree::Required {
-            self.swept = sweep(mark);
+            self.swept = self.mark.as_ref().and_then(sweep);
         }
         if let Some(r) = self.swept.as_ref().filter(|r| r.gave_up) {
             eprintln!(
