@@ -116,6 +116,75 @@ pub fn sweep(
     report
 }
 
+/// The reaper's command line (`terra __sandbox_reaper`): the run's mark
+/// and antimark. The reaper waits for end of file on its standard input
+/// (terra run holds the only write end, so it comes when terra run closes
+/// it at the run's end, or when terra run dies however it dies), sweeps,
+/// and writes one [`SweepReport::line`] on its standard output.
+pub fn reaper_argv(mark: &RunMark) -> Vec<String> {
+    vec![
+        "--mark".into(),
+        mark.mark.clone(),
+        "--antimark".into(),
+        mark.antimark.clone(),
+    ]
+}
+
+/// Parses what [`reaper_argv`] gives: both paths in Seatbelt's form, in
+/// one directory, named [`MARK_NAME`] and [`ANTIMARK_NAME`].
+pub fn parse_reaper_argv(argv: &[String]) -> Result<RunMark> {
+    let usage = "usage: terra __sandbox_reaper --mark PATH --antimark PATH";
+    let [flag_m, mark, flag_a, antimark] = argv else {
+        return Err(Error::Args(format!("{} arguments; {usage}", argv.len())));
+    };
+    if flag_m != "--mark" || flag_a != "--antimark" {
+        return Err(Error::Args(usage.into()));
+    }
+    let dir = mark
+        .strip_suffix(MARK_NAME)
+        .and_then(|d| d.strip_suffix('/'))
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| Error::Args(format!("--mark {mark:?} is not DIR/{MARK_NAME}; {usage}")))?;
+    let expected = RunMark::in_dir(dir)?;
+    if &expected.mark != mark || &expected.antimark != antimark {
+        return Err(Error::Args(format!(
+            "--mark and --antimark are not DIR/{MARK_NAME} and DIR/{ANTIMARK_NAME} of one directory in Seatbelt's form; {usage}"
+        )));
+    }
+    Ok(expected)
+}
+
+impl SweepReport {
+    /// The reaper's report: `swept KILLED PASSES` and ` gave-up` when it did.
+    pub fn line(&self) -> String {
+        format!(
+            "swept {} {}{}\n",
+            self.killed.len(),
+            self.passes,
+            if self.gave_up { " gave-up" } else { "" }
+        )
+    }
+
+    /// Reads a report line back: the count of killed processes (their pids
+    /// are not reported), the passes, whether it gave up.
+    pub fn parse_line(text: &str) -> Option<(usize, usize, bool)> {
+        let line = text.strip_suffix('\n')?;
+        let mut f = line.split(' ');
+        let (Some("swept"), Some(k), Some(p)) = (f.next(), f.next(), f.next()) else {
+            return None;
+        };
+        let gave_up = match f.next() {
+            None => false,
+            Some("gave-up") => true,
+            Some(_) => return None,
+        };
+        if f.next().is_some() {
+            return None;
+        }
+        Some((k.parse().ok()?, p.parse().ok()?, gave_up))
+    }
+}
+
 /// Refuses a mark that a grant of the plan would make readable: then
 /// other processes could not be told apart by it. (The run's directory is
 /// outside every grant already, as the canary's check proves; this says
@@ -270,6 +339,33 @@ mod tests {
         );
         assert!(report.gave_up);
         assert_eq!(report.passes, MAX_PASSES);
+    }
+
+    #[test]
+    fn reaper_arguments_and_report_round_trip() {
+        let m = RunMark::in_dir("/Users/a/.local/state/terra/runs/x").unwrap();
+        assert_eq!(parse_reaper_argv(&reaper_argv(&m)).unwrap(), m);
+        let other = RunMark::in_dir("/Users/a/other").unwrap();
+        let mut mixed = reaper_argv(&m);
+        mixed[3] = other.antimark;
+        assert!(parse_reaper_argv(&mixed).is_err());
+        let mut tmp = reaper_argv(&m);
+        tmp[1] = "/tmp/x/tree.mark".into();
+        tmp[3] = "/tmp/x/tree.antimark".into();
+        assert!(parse_reaper_argv(&tmp).is_err(), "not in Seatbelt's form");
+        assert!(parse_reaper_argv(&reaper_argv(&m)[..2]).is_err());
+        let r = SweepReport {
+            killed: vec![5, 6],
+            passes: 3,
+            gave_up: false,
+        };
+        assert_eq!(r.line(), "swept 2 3\n");
+        assert_eq!(SweepReport::parse_line(&r.line()), Some((2, 3, false)));
+        let g = SweepReport { gave_up: true, ..r };
+        assert_eq!(SweepReport::parse_line(&g.line()), Some((2, 3, true)));
+        for bad in ["", "swept 1 2", "swept 1\n", "swept 1 2 x\n", "swept a 2\n"] {
+            assert_eq!(SweepReport::parse_line(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -30,10 +30,13 @@
 //!    state directory, and `--receipt`), removes the temp directory unless
 //!    kept.
 //!
-//! What it cannot end: what is still running after `terra run` itself was
-//! killed with SIGKILL (macOS has no PID namespace, cgroup or parent-death
-//! signal, and the sweep runs in `terra run`). Such processes stay under
-//! the profile. The receipt says what the sweep found (`processTree`).
+//! The sweep is `terra __sandbox_reaper`'s, started before the workload: it
+//! begins when its standard input ends, which terra run closes after the
+//! workload's first process ended, and which the kernel closes when terra
+//! run dies, also by SIGKILL. What it cannot end: a run whose reaper was
+//! killed too (the workload cannot signal it: its profile allows signals
+//! to its own sandbox only). The receipt says what the sweep found
+//! (`processTree`).
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -80,39 +83,97 @@ const BROKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// drains for at most `terra_netd::DRAIN_LIMIT`).
 const BROKER_END_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How the sweep for the run's processes ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Swept {
+    /// The reaper's report.
+    Report {
+        killed: usize,
+        passes: usize,
+        gave_up: bool,
+    },
+    /// The reaper said nothing usable (it died, or could not sweep).
+    Failed(String),
+}
+
 /// What the receipt says about the process tree: how the sweep ended.
-fn process_tree_words(swept: Option<&terra_seatbelt::SweepReport>) -> String {
+fn process_tree_words(swept: Option<&Swept>) -> String {
     match swept {
-        Some(r) if r.gave_up => format!(
-            "NOT contained: the sweep for processes carrying the run's profile still found some after {} passes \
-             (a tree forking as fast as it was killed); {} were killed; the rest stay under the profile",
-            r.passes,
-            r.killed.len()
+        Some(Swept::Report {
+            killed,
+            passes,
+            gave_up: true,
+        }) => format!(
+            "NOT contained: the sweep for processes carrying the run's profile still found some after {passes} \
+             passes (a tree forking as fast as it was killed); {killed} were killed; the rest stay under the profile"
         ),
-        Some(r) => format!(
+        Some(Swept::Report { killed, passes, .. }) => format!(
             "contained: when the workload's first process ended, terra killed its process group, then every \
-             process still carrying the run's profile, also those that left the group (setsid, setpgid): {} \
-             found by the sweep in {} passes; a process outliving a terra run killed with SIGKILL is not ended",
-            r.killed.len(),
-            r.passes
+             process still carrying the run's profile, also those that left the group (setsid, setpgid): {killed} \
+             found by the sweep in {passes} passes"
         ),
-        None => "not swept (the policy's process.treeConfinement is \"disabled\", or this host has no \
-                 Seatbelt): terra killed the workload's process group only, so a descendant that left it \
-                 (setsid) was not ended, and stays under the profile"
+        Some(Swept::Failed(why)) => format!(
+            "NOT known to be contained: {why}; terra killed the workload's process group, and processes that left \
+             it may remain (under the run's profile)"
+        ),
+        None => "not swept (the policy's process.treeConfinement is \"disabled\"): terra killed the workload's \
+                 process group only, so a descendant that left it (setsid) was not ended, and stays under the \
+                 profile"
             .to_string(),
     }
 }
 
-/// Ends every process carrying the run's profile (macOS); None elsewhere.
-fn sweep(mark: &RunMark) -> Option<terra_seatbelt::SweepReport> {
-    #[cfg(target_os = "macos")]
-    {
-        Some(terra_sandbox::macos::tree::sweep_run(mark))
+/// `terra __sandbox_reaper`: started before the workload when the policy
+/// requires process-tree, it sweeps the run's processes once its standard
+/// input ends, which happens when terra run closes it at the run's end or
+/// dies (also by SIGKILL: the kernel closes terra run's end then). Its own
+/// process group, so the terminal's Ctrl-C is not its.
+struct Reaper {
+    child: std::process::Child,
+    /// terra run's end of the reaper's standard input (close-on-exec, so no
+    /// other child holds a copy).
+    input: Option<std::process::ChildStdin>,
+}
+
+impl Reaper {
+    fn start(exe: &Path, mark: &RunMark) -> Result<Reaper> {
+        let mut child = Command::new(exe)
+            .arg0("terra")
+            .arg("__sandbox_reaper")
+            .args(terra_seatbelt::tree::reaper_argv(mark))
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| Error::io("cannot start the run's reaper:", exe, e))?;
+        let input = child.stdin.take();
+        Ok(Reaper { child, input })
     }
-    #[cfg(not(target_os = "macos"))]
-    {
-        let _ = mark;
-        None
+
+    /// Ends its input (the sweep starts), reads its report, reaps it.
+    fn finish(mut self) -> Swept {
+        drop(self.input.take());
+        let mut out = String::new();
+        if let Some(o) = self.child.stdout.take() {
+            let _ = o.take(4096).read_to_string(&mut out);
+        }
+        let status = self.child.wait();
+        match terra_seatbelt::SweepReport::parse_line(&out) {
+            Some((killed, passes, gave_up)) => Swept::Report {
+                killed,
+                passes,
+                gave_up,
+            },
+            None => Swept::Failed(format!(
+                "the run's reaper reported {out:?} ({})",
+                match status {
+                    Ok(s) => s.to_string(),
+                    Err(e) => e.to_string(),
+                }
+            )),
+        }
     }
 }
 
@@ -253,8 +314,10 @@ struct Run<'a> {
     receipt_out: Option<ReceiptOut>,
     /// The run's mark, once its directory exists.
     mark: Option<RunMark>,
+    /// The run's reaper while the workload runs (process-tree required).
+    reaper: Option<Reaper>,
     /// How the sweep for the run's processes ended (None: not run).
-    swept: Option<terra_seatbelt::SweepReport>,
+    swept: Option<Swept>,
 }
 
 impl MacosRun {
@@ -293,6 +356,7 @@ impl MacosRun {
             host_name: crate::receipt::host_name(),
             receipt_out: None,
             mark: None,
+            reaper: None,
             swept: None,
         };
         let mut dir = None;
@@ -413,7 +477,35 @@ impl Run<'_> {
                 Err(e) => return refused(&e),
             }
         }
+        if self.plan.process_tree() == terra_policy::ProcessTree::Required {
+            let started = self.mark.as_ref().map(|m| Reaper::start(&self.exe, m));
+            match started {
+                Some(Ok(r)) => self.reaper = Some(r),
+                Some(Err(e)) => return refused(&e),
+                None => {
+                    return refused(&"the run's mark is missing: its process tree cannot be swept")
+                }
+            }
+        }
         let outcome = self.workload(dir, &spec, &canary, &tx, &rx, broker.as_mut());
+        // After the workload's group was killed: every other process of the
+        // run, wherever it went.
+        if let Some(r) = self.reaper.take() {
+            let swept = r.finish();
+            match &swept {
+                Swept::Report {
+                    passes,
+                    gave_up: true,
+                    ..
+                } => eprintln!(
+                    "terra: processes of this run were still being started after {passes} passes of killing \
+                     them; some may remain (under the run's profile)"
+                ),
+                Swept::Failed(why) => eprintln!("terra: {why}; processes of this run may remain"),
+                Swept::Report { .. } => {}
+            }
+            self.swept = Some(swept);
+        }
         if let Some(b) = broker {
             self.network = Some(b.stop(&rx));
         }
@@ -517,21 +609,9 @@ impl Run<'_> {
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         let ended = supervise(pid, foreground, deadline, rx, broker);
         // Whatever is left of the group goes with the workload (as a box
-        // ends with its init on Linux). ESRCH: nothing was left. Then every
-        // process still carrying the run's profile, wherever it went.
+        // ends with its init on Linux). ESRCH: nothing was left. The rest of
+        // the run is the reaper's (after this returns).
         let _ = killpg(pid, Signal::SIGKILL);
-        // With process.treeConfinement "disabled" the policy asked that
-        // processes may outlive the run (a server left running): no sweep.
-        if self.plan.process_tree() == terra_policy::ProcessTree::Required {
-            self.swept = self.mark.as_ref().and_then(sweep);
-        }
-        if let Some(r) = self.swept.as_ref().filter(|r| r.gave_up) {
-            eprintln!(
-                "terra: processes of this run were still being started after {} passes of killing them; \
-                 some may remain (under the run's profile)",
-                r.passes
-            );
-        }
         if foreground {
             let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp());
         }
@@ -1020,6 +1100,21 @@ mod supervision_tests {
     /// `STATUS` lines before the exec as the script
     /// is told by `$TERRA_FAKE` (`pass`, `refuse`, `exec-fail`).
     const FAKE: &str = r#"#!/bin/bash
+if [ "$1" = __sandbox_reaper ]; then
+  # The stand-in reaper: waits for terra run's end of its input, then
+  # "sweeps" the processes marked by the environment the tests give them
+  # (the real one asks libsandbox about each process's profile).
+  [ "$2" = --mark ] && [ "$4" = --antimark ] || exit 96
+  cat >/dev/null
+  n=0
+  for e in /proc/[0-9]*/environ; do
+    if tr '\0' '\n' 2>/dev/null <"$e" | grep -qx TERRA_SWEEP_ME=1; then
+      p=${e#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && n=$((n+1))
+    fi
+  done
+  echo "swept $n 1"
+  exit 0
+fi
 [ "$1" = __sandbox_launcher ] || exit 99
 shift
 # Ignored before the status pipe closes (the deadline starts then), and so
@@ -1074,6 +1169,12 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
     /// mode), network none, with `timeout`; returns the exit status and the
     /// `--receipt` copy.
     fn run(script: &str, fake: &str, timeout: Option<&str>) -> Ran {
+        run_tree(script, fake, timeout, "disabled")
+    }
+
+    /// [`run`] with `process.treeConfinement` set to `tree`; the workload's
+    /// processes carry `TERRA_SWEEP_ME=1` for the stand-in reaper.
+    fn run_tree(script: &str, fake: &str, timeout: Option<&str>, tree: &str) -> Ran {
         let base = base();
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
@@ -1084,7 +1185,8 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
             r#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[
  {"access":"write","path":{"root":"workspace","relative":""},"scope":"tree"},
  {"access":"read","path":{"special":"minimal-runtime"},"scope":"tree"}]},
- "network":{"mode":"none"},"process":{"treeConfinement":"disabled"},"root":{"mode":"read-only"}}"#,
+ "network":{"mode":"none"},"process":{"treeConfinement":"TREE"},"root":{"mode":"read-only"}}"#
+                .replace("TREE", tree),
         )
         .unwrap();
         let receipt = dir.path().join("receipt.json");
@@ -1092,7 +1194,10 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
             backend: "macos".into(),
             policy: Some(policy),
             workspace: Some(ws),
-            env: vec![format!("TERRA_FAKE={fake}").into()],
+            env: vec![
+                format!("TERRA_FAKE={fake}").into(),
+                "TERRA_SWEEP_ME=1".into(),
+            ],
             timeout: timeout.map(str::to_owned),
             receipt: Some(receipt.clone()),
             ..RunBuilder::new(vec!["sh".into(), "-c".into(), script.into()])
@@ -1147,7 +1252,8 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
         assert_eq!(v["outcome"]["exitCode"], 7);
         assert_eq!(v["outcome"]["timedOut"], false);
         assert!(v["runId"].as_str().is_some_and(|id| !id.is_empty()), "{v}");
-        assert!(v["processTree"].as_str().unwrap().contains("setsid"));
+        // treeConfinement "disabled": no reaper, and the receipt says so.
+        assert!(v["processTree"].as_str().unwrap().starts_with("not swept"));
         assert!(v["capabilities"]["declared"]
             .as_array()
             .unwrap()
@@ -1214,6 +1320,29 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
             escaped,
             "expected the setsid process {left} to outlive the run (the documented limit)"
         );
+    }
+
+    #[test]
+    fn with_process_tree_required_the_reaper_ends_a_setsid_escapee() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = dir.path().join("left");
+        let script = format!(
+            "setsid sleep 1000 & p=$!; echo $p > {}; \
+             until [ \"$(cut -d' ' -f6 /proc/$p/stat)\" = \"$p\" ]; do sleep 0.01; done; exit 0",
+            left.display()
+        );
+        let r = run_tree(&script, "pass", None, "required");
+        assert_eq!(r.code, 0);
+        let left: i32 = fs::read_to_string(&left).unwrap().trim().parse().unwrap();
+        assert!(gone(left), "the setsid process {left} outlived the run");
+        let tree = r.receipt["processTree"].as_str().unwrap();
+        assert!(tree.starts_with("contained:"), "{tree}");
+        // The escapee at least (the group's kill may have ended the rest).
+        assert!(!tree.contains(": 0 found"), "{tree}");
+        assert!(r.receipt["capabilities"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&"process-tree".into()));
     }
 
     #[test]

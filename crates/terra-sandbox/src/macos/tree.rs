@@ -86,3 +86,47 @@ pub fn sweep_run(mark: &RunMark) -> SweepReport {
         },
     )
 }
+
+/// Entry point of `terra __sandbox_reaper --mark PATH --antimark PATH`:
+/// waits for end of file on standard input (terra run holds the only write
+/// end: it closes it at the run's end, and the kernel closes it when terra
+/// run dies, also by SIGKILL), sweeps, and reports one line on standard
+/// output. terra run starts it in a process group of its own, so the
+/// terminal's Ctrl-C is not its; the workload cannot signal it (its profile
+/// allows signals to its own sandbox only).
+pub fn reaper_main(argv: Vec<std::ffi::OsString>) -> std::process::ExitCode {
+    use std::io::{Read, Write};
+    let args: Option<Vec<String>> = argv.into_iter().map(|a| a.into_string().ok()).collect();
+    let mark = match args
+        .ok_or_else(|| terra_seatbelt::Error::Args("an argument is not UTF-8".into()))
+        .and_then(|a| terra_seatbelt::tree::parse_reaper_argv(&a))
+    {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("terra __sandbox_reaper: {e}");
+            return std::process::ExitCode::from(crate::EXIT_REFUSED);
+        }
+    };
+    // A hang-up of the terminal terra run had is not the end of the run.
+    // SAFETY: installing SIG_IGN runs no handler code.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGHUP,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
+    let mut stdin = std::io::stdin().lock();
+    let mut buf = [0u8; 64];
+    loop {
+        match stdin.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let report = sweep_run(&mark);
+    // terra run may be gone (killed): then nobody reads this.
+    let _ = std::io::stdout().write_all(report.line().as_bytes());
+    std::process::ExitCode::SUCCESS
+}
