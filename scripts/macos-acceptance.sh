@@ -327,14 +327,25 @@ out="$(cli -- /usr/bin/script -q /dev/null /bin/sh -c 'tty' 2>&1 | tr -d '\r')"
 [[ "$out" == /dev/ttys* ]] && r=0 || r=1
 result "the workload opens a pseudo-terminal of its own (script)" $r "$out"
 
-# Kill of the supervisor (terra run itself): the workload lives on (the same
-# limit) but stays confined.
+# Kill of the supervisor (terra run itself) under a policy requiring
+# process-tree: the reaper's input ends with terra run, and it sweeps.
+rm -f "$work/ws/tree-after-kill"
+(cd "$work/ws" && exec "$bin" run --policy "$work/tree.json" -- sh -c "sleep 3; echo alive > tree-after-kill") &
+sup=$!
+sleep 1
+kill -9 "$sup" 2>/dev/null || true
+sleep 4
+[ -e "$work/ws/tree-after-kill" ] && r=1 || r=0
+result "a terra run killed with SIGKILL: its reaper ends the workload" $r "the workload wrote after terra run was killed"
+
+# The same with treeConfinement disabled (no reaper): the workload lives on
+# but stays confined.
 (cd "$work/ws" && "$bin" run --policy "$work/none.json" -- sh -c "sleep 3; echo alive > after-kill-inside; echo late > '$outside/after-kill'") &
 sup=$!
 sleep 1
 kill -9 "$sup" 2>/dev/null || true
 sleep 4
-echo "LIMIT the workload outlives a terra run killed with SIGKILL (the sweep runs in terra run)"
+echo "LIMIT with treeConfinement disabled the workload outlives a terra run killed with SIGKILL"
 [ -e "$work/ws/after-kill-inside" ] && r=0 || r=1
 result "after the supervisor is killed the workload still ran (twin)" $r "no marker inside"
 [ -e "$outside/after-kill" ] && r=1 || r=0
