@@ -39,6 +39,9 @@ pub enum LaunchError {
         what: &'static str,
         error: nix::errno::Errno,
     },
+    /// terra run closed the status pipe before the role's exec.
+    #[error("terra run is gone (its status pipe is closed): the role is not started")]
+    SupervisorGone,
     /// Nothing to exec.
     #[error("no command after --")]
     NoCommand,

@@ -68,7 +68,9 @@ pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
     // terra run reads the status pipe and says it; started without one (by
     // hand), the launcher says it itself.
     match report.as_mut() {
-        Some(p) => p.say(&status),
+        Some(p) => {
+            p.say(&status);
+        }
         None => {
             if let Status::Refused(why) | Status::ExecFailed { reason: why, .. } = &status {
                 eprintln!("terra __sandbox_launcher: {why}");
@@ -108,7 +110,12 @@ fn launch(
     apply::apply(&profile)?;
     activate::check(&probes)?;
     if let Some(p) = report {
-        p.say(&Status::ActivationPassed);
+        // terra run gone before the role runs: its reaper may have swept
+        // already (before this process carried the profile), so the role
+        // must not start unwatched.
+        if !p.say(&Status::ActivationPassed) {
+            return Err(LaunchError::SupervisorGone.into());
+        }
     }
     let (arg0, rest) = args.command.split_first().ok_or(LaunchError::NoCommand)?;
     let err = Command::new(&spec.executable).arg0(arg0).args(rest).exec();

@@ -36,9 +36,10 @@ impl Pipe {
         Ok(Pipe(file))
     }
 
-    /// Writes one status line; terra run may be gone (then it is lost).
-    pub fn say(&mut self, status: &Status) {
-        let _ = self.0.write_all(status.line().as_bytes());
+    /// Writes one status line; false when terra run is gone (its end of
+    /// the pipe is closed: EPIPE).
+    pub fn say(&mut self, status: &Status) -> bool {
+        self.0.write_all(status.line().as_bytes()).is_ok()
     }
 }
 
