@@ -139,8 +139,9 @@ pub const NEW_PTY_REGEX: &str = "^/dev/ttys[0-9]+$";
 /// `std::thread::available_parallelism`, Go's and Node's CPU probes).
 /// Never `kern.procargs2` or `kern.proc.*`: they give other processes'
 /// arguments and environment (terra run's included).
-pub const SYSCTL_NAMES: [&str; 38] = [
+pub const SYSCTL_NAMES: [&str; 48] = [
     "hw.activecpu",
+    "hw.busfrequency_compat",
     "hw.byteorder",
     "hw.cachelinesize",
     "hw.cachelinesize_compat",
@@ -151,9 +152,13 @@ pub const SYSCTL_NAMES: [&str; 38] = [
     "hw.cpusubtype",
     "hw.cputype",
     "hw.l1dcachesize",
+    "hw.l1dcachesize_compat",
     "hw.l1icachesize",
+    "hw.l1icachesize_compat",
     "hw.l2cachesize",
+    "hw.l2cachesize_compat",
     "hw.l3cachesize",
+    "hw.l3cachesize_compat",
     "hw.logicalcpu",
     "hw.logicalcpu_max",
     "hw.machine",
@@ -163,9 +168,11 @@ pub const SYSCTL_NAMES: [&str; 38] = [
     "hw.nperflevels",
     "hw.packages",
     "hw.pagesize",
+    "hw.pagesize_compat",
     "hw.physicalcpu",
     "hw.physicalcpu_max",
     "hw.tbfrequency",
+    "hw.tbfrequency_compat",
     "hw.vectorunit",
     "kern.argmax",
     "kern.hostname",
@@ -174,7 +181,10 @@ pub const SYSCTL_NAMES: [&str; 38] = [
     "kern.osproductversion",
     "kern.osrelease",
     "kern.ostype",
+    "kern.osvariant_status",
     "kern.osversion",
+    "kern.secure_kernel",
+    "kern.usrstack64",
     "kern.version",
     "sysctl.proc_cputype",
     "vm.loadavg",
