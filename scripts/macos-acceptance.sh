@@ -198,6 +198,8 @@ a="$(json "$work/med.json" 'd["network"]["admitted"], d["network"]["refusedByRea
 [ "$a" = "(1, 1)" ] && r=0 || r=1
 result "mediated: the receipt counts one admitted and one refused" $r "$a"
 lines="$(json "$work/med.json" 'd["network"]["receipt"]' 2>/dev/null || true)"
+[ -n "$lines" ] && head -1 "$lines" | grep -q 'client sent nothing' && r=0 || r=1
+result "mediated: the activation check reached the broker's port (its first receipt line)" $r "$(head -1 "$lines" 2>/dev/null)"
 [ -n "$lines" ] && grep -q "\"verdict\":\"allowed\"" "$lines" && grep -q "\"path\":\"relay\"" "$lines" && r=0 || r=1
 result "mediated: network.jsonl holds the broker's receipt lines" $r "$lines"
 if curl -sS -m 10 -o /dev/null https://example.com/ 2>/dev/null; then
