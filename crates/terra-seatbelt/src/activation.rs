@@ -97,7 +97,7 @@ pub fn probes(spec: &LaunchSpec, canary: &str) -> Result<Vec<Probe>> {
 }
 
 /// True when a grant of `scope` on `path` applies to `target`.
-fn covers(scope: Scope, path: &str, target: &str) -> bool {
+pub(crate) fn covers(scope: Scope, path: &str, target: &str) -> bool {
     match scope {
         Scope::Exact => path == target,
         Scope::Tree => {

@@ -190,20 +190,13 @@ impl SweepReport {
 /// outside every grant already, as the canary's check proves; this says
 /// so by name.)
 pub fn check_mark_outside(spec: &crate::spec::LaunchSpec, mark: &RunMark) -> Result<()> {
-    use crate::spec::{GrantKind, Scope};
+    use crate::spec::GrantKind;
     for g in &spec.grants {
         if !matches!(g.kind, GrantKind::Read | GrantKind::Write) {
             continue;
         }
         for p in [&mark.mark, &mark.antimark] {
-            let covered = match g.scope {
-                Scope::Exact => &g.path == p,
-                Scope::Tree => {
-                    g.path == "/"
-                        || p == &g.path
-                        || (p.starts_with(&g.path) && p.as_bytes().get(g.path.len()) == Some(&b'/'))
-                }
-            };
+            let covered = crate::activation::covers(g.scope, &g.path, p);
             if covered {
                 return Err(Error::Spec(format!(
                     "the run's mark {p} is inside the {} grant of {}: the run's processes could not be told apart",
