@@ -416,8 +416,13 @@ impl Run<'_> {
         let mark = match dir
             .path
             .to_str()
-            .ok_or_else(|| format!("the run's directory {} is not UTF-8", dir.path.display()))
-            .and_then(|d| RunMark::in_dir(d).map_err(|e| e.to_string()))
+            .ok_or_else(|| {
+                Error::Host(format!(
+                    "the run's directory {} is not UTF-8",
+                    dir.path.display()
+                ))
+            })
+            .and_then(|d| RunMark::in_dir(d).map_err(|e| Error::Unsupported(e.to_string())))
         {
             Ok(m) => m,
             Err(e) => return refused(&e),
