@@ -1107,13 +1107,15 @@ mod supervision_tests {
     const FAKE: &str = r#"#!/bin/bash
 if [ "$1" = __sandbox_reaper ]; then
   # The stand-in reaper: waits for terra run's end of its input, then
-  # "sweeps" the processes marked by the environment the tests give them
-  # (the real one asks libsandbox about each process's profile).
+  # "sweeps" the processes of this run, marked by the environment the
+  # stand-in launcher gave them (its run directory; the real reaper asks
+  # libsandbox about each process's profile).
   [ "$2" = --mark ] && [ "$4" = --antimark ] || exit 96
+  run_dir=$(dirname "$3"); run_dir=${run_dir#/private}
   cat >/dev/null
   n=0
   for e in /proc/[0-9]*/environ; do
-    if tr '\0' '\n' 2>/dev/null <"$e" | grep -qx TERRA_SWEEP_ME=1; then
+    if tr '\0' '\n' 2>/dev/null <"$e" | grep -qxF "TERRA_FAKE_RUN=$run_dir"; then
       p=${e#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && n=$((n+1))
     fi
   done
@@ -1129,7 +1131,8 @@ status=
 while [ "$1" != -- ]; do
   case "$1" in
     --status-fd) status=$2; shift 2 ;;
-    --spec-fd|--canary) shift 2 ;;
+    --canary) export TERRA_FAKE_RUN="$(dirname "$2")"; shift 2 ;;
+    --spec-fd) shift 2 ;;
     --foreground) shift ;;
     *) exit 98 ;;
   esac
@@ -1178,7 +1181,8 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
     }
 
     /// [`run`] with `process.treeConfinement` set to `tree`; the workload's
-    /// processes carry `TERRA_SWEEP_ME=1` for the stand-in reaper.
+    /// stand-in launcher marks the workload's processes with the run's
+    /// directory (`TERRA_FAKE_RUN`) for the stand-in reaper.
     fn run_tree(script: &str, fake: &str, timeout: Option<&str>, tree: &str) -> Ran {
         let base = base();
         let dir = tempfile::tempdir().unwrap();
@@ -1199,10 +1203,7 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
             backend: "macos".into(),
             policy: Some(policy),
             workspace: Some(ws),
-            env: vec![
-                format!("TERRA_FAKE={fake}").into(),
-                "TERRA_SWEEP_ME=1".into(),
-            ],
+            env: vec![format!("TERRA_FAKE={fake}").into()],
             timeout: timeout.map(str::to_owned),
             receipt: Some(receipt.clone()),
             ..RunBuilder::new(vec!["sh".into(), "-c".into(), script.into()])
