@@ -8,12 +8,15 @@
 # (packaging/macos.entitlements; CODESIGN_IDENTITY, default "-" = ad hoc),
 # then runs the enforcement probes below, each negative probe with its
 # positive twin (the same tool, allowed), so a tool failing for another
-# reason cannot pass a "denied" probe. Inside the sandbox only system tools
-# under /usr and /bin run (sh, cat, curl, nc, perl); python3 runs on the host
-# side only (its /usr/bin shim execs Xcode's tools, outside the grants).
+# reason cannot pass a "denied" probe. Then everyday commands under the
+# default policy: git (a repository of 50,000 files), python3 with
+# multiprocessing, make with the C compiler, clang through the xcrun shim, a
+# program that spawns children, an interactive shell with job control and
+# raw mode (under script(1)), timezone data, the listed sysctls, Ctrl-C
+# cleanup, and a setsid + double-fork escapee killed at the run's end.
 # Prints one PASS/FAIL/SKIP line per probe and exits non-zero when any
-# failed. Probes that show a documented limit (no process-tree containment)
-# print LIMIT and check that the escaped process stays confined.
+# failed. Probes that show a documented limit (a killed terra run) print
+# LIMIT and check that the surviving process stays confined.
 set -euo pipefail
 
 if [ "$#" -ge 1 ]; then
@@ -80,7 +83,8 @@ cat >"$work/tree.json" <<'JSON'
   "$schema": "https://schemas.maelys.dev/mir-source/v3/schema.json",
   "formatVersion": 3,
   "filesystem": { "default": "deny", "rules": [
-    { "access": "write", "path": { "root": "workspace", "relative": "" }, "scope": "tree" } ] },
+    { "access": "write", "path": { "root": "workspace", "relative": "" }, "scope": "tree" },
+    { "access": "read", "path": { "special": "minimal-runtime" }, "scope": "tree" } ] },
   "network": { "mode": "none" },
   "process": { "treeConfinement": "required" },
   "root": { "mode": "read-only" }
@@ -95,7 +99,12 @@ run() { # run POLICY CMD... (in the workspace)
   (cd "$work/ws" && "$bin" run --policy "$work/$1" -- "${@:2}")
 }
 cli() { # cli [TERRA RUN OPTIONS...] -- CMD... (the default policy, in the workspace)
-  (cd "$work/ws" && "$bin" run --no-process-tree "$@")
+  (cd "$work/ws" && "$bin" run "$@")
+}
+alive() { # alive PIDFILE: the pid in the file is a live process
+  local p
+  p="$(cat "$1" 2>/dev/null || echo 0)"
+  [ "$p" -gt 1 ] && kill -0 "$p" 2>/dev/null
 }
 json() { # json FILE PYTHON_EXPR (host side): prints the expression over the JSON as d
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"
@@ -128,10 +137,10 @@ result "deny inside a write grant holds" $r "secret/key was read"
 [ "$(run deny.json cat file 2>&1)" = ok ] && r=0 || r=1
 result "the rest of the grant stays readable (twin)" $r "cat file"
 
-# The command line's rules on the default policy (--no-process-tree).
+# The command line's rules on the default policy.
 out="$(cd "$work/ws" && "$bin" run -- true 2>&1)" && code=0 || code=$?
-[ "$code" = 125 ] && [[ "$out" == *"--no-process-tree"* ]] && r=0 || r=1
-result "the default policy is refused, naming --no-process-tree" $r "exit $code: $out"
+[ "$code" = 0 ] && r=0 || r=1
+result "the default policy runs (process-tree contained by the sweep)" $r "exit $code: $out"
 [ "$(cli --read "$outside" -- cat "$outside/private" 2>&1)" = private ] && r=0 || r=1
 result "--read grants a path outside the workspace" $r "cat $outside/private"
 cli -- cat "$outside/private" >/dev/null 2>&1 && r=1 || r=0
@@ -150,8 +159,8 @@ result "--timeout stops the workload (SIGTERM, exit 143) and the receipt says so
 cli --receipt "$work/r.json" -- true && r=0 || r=1
 [ "$r" = 0 ] && [ "$(json "$work/r.json" 'd["backend"], d["activation"], d["outcome"]["exitCode"]')" = "('macos', 'passed', 0)" ] || r=1
 result "--receipt writes the receipt (backend macos, activation passed)" $r "$(cat "$work/r.json" 2>/dev/null | head -c 300)"
-[ "$(json "$work/r.json" '"setsid" in d["processTree"]')" = True ] && r=0 || r=1
-result "the receipt says what terra cannot end (processTree)" $r "no processTree"
+[ "$(json "$work/r.json" 'd["processTree"].startswith("contained")')" = True ] && r=0 || r=1
+result "the receipt says the tree was swept (processTree)" $r "$(json "$work/r.json" 'd.get("processTree")' 2>/dev/null)"
 state="$(json "$work/r.json" 'd["runId"]')"
 ls "${XDG_STATE_HOME:-$HOME/.local/state}/terra/runs/$state/receipt.json" >/dev/null 2>&1 && r=0 || r=1
 result "the run's state directory keeps receipt.json" $r "runs/$state/receipt.json missing"
@@ -189,6 +198,8 @@ a="$(json "$work/med.json" 'd["network"]["admitted"], d["network"]["refusedByRea
 [ "$a" = "(1, 1)" ] && r=0 || r=1
 result "mediated: the receipt counts one admitted and one refused" $r "$a"
 lines="$(json "$work/med.json" 'd["network"]["receipt"]' 2>/dev/null || true)"
+[ -n "$lines" ] && head -1 "$lines" | grep -q 'client sent nothing' && r=0 || r=1
+result "mediated: the activation check reached the broker's port (its first receipt line)" $r "$(head -1 "$lines" 2>/dev/null)"
 [ -n "$lines" ] && grep -q "\"verdict\":\"allowed\"" "$lines" && grep -q "\"path\":\"relay\"" "$lines" && r=0 || r=1
 result "mediated: network.jsonl holds the broker's receipt lines" $r "$lines"
 if curl -sS -m 10 -o /dev/null https://example.com/ 2>/dev/null; then
@@ -200,42 +211,143 @@ else
   echo "SKIP mediated internet probes: this Mac cannot reach https://example.com/ itself"
 fi
 
-# Process-tree confinement is not declared: a policy requiring it is refused.
+# A policy requiring process-tree runs.
 out="$(run tree.json true 2>&1)" && code=0 || code=$?
-[ "$code" = 125 ] && [[ "$out" == *"process-tree"* ]] && r=0 || r=1
-result "a policy requiring process-tree is refused" $r "exit $code: $out"
+[ "$code" = 0 ] && r=0 || r=1
+result "a policy requiring process-tree runs" $r "exit $code: $out"
 
 # The launcher started by hand without a valid spec refuses; every run above
 # passed its activation check.
 "$bin" __sandbox_launcher --spec-fd 9 --canary /nonexistent -- /usr/bin/true 9</dev/null >/dev/null 2>&1 && r=1 || r=0
 result "the launcher refuses a spec that is not a canonical launch spec" $r "it ran"
 
-# The workload's process group ends with it; a process that left the group
-# (setsid) outlives the run: the documented limit. It must stay confined.
+# The workload's process group ends with it.
 run none.json sh -c "sleep 30 & echo \$! > grouped; exit 0" || true
-p="$(cat "$work/ws/grouped" 2>/dev/null || echo 0)"
 sleep 1
-kill -0 "$p" 2>/dev/null && r=1 || r=0
-result "the rest of the workload's process group is killed when it ends" $r "pid $p still runs"
-run none.json perl -MPOSIX -e '
-  if (fork() == 0) { POSIX::setsid(); if (fork() == 0) {
-    open(my $s, ">", "daemon-started"); close($s); sleep 3;
-    open(my $f, ">", "'"$outside"'/late") and print $f "late"; exit 0 } exit 0 }' || true
-sleep 5
-[ -e "$work/ws/daemon-started" ] && r=0 || r=1
-echo "LIMIT a daemonizing child outlives the run (process-tree not declared)"
-result "the daemon started (twin of the check below)" $r "no daemon-started marker"
-[ -e "$outside/late" ] && r=1 || r=0
-result "the daemonized child stays confined" $r "$outside/late was written"
+alive "$work/ws/grouped" && r=1 || r=0
+result "the rest of the workload's process group is killed when it ends" $r "pid $(cat "$work/ws/grouped") still runs"
 
-# Kill of the supervisor (terra run itself): the workload lives on (the same
-# limit) but stays confined.
+# The setsid + double-fork escape: killed at the run's end by the sweep
+# (the grandchild carries the run's profile), with a twin under
+# --no-process-tree that outlives the run and stays confined.
+escape='if (fork() == 0) { POSIX::setsid(); if (fork() == 0) {
+    open(my $p, ">", $ARGV[0]); print $p "$$\n"; close($p); sleep 4;
+    open(my $f, ">", $ARGV[1]) and print $f "late"; exit 0 } exit 0 }
+  sleep 1;'
+rm -f "$work/ws/escapee" "$work/ws/escaped-late"
+run tree.json perl -MPOSIX -e "$escape" escapee escaped-late || true
+[ -s "$work/ws/escapee" ] && r=0 || r=1
+result "the double-forked escapee started (twin of the check below)" $r "no escapee pid"
+alive "$work/ws/escapee" && r=1 || r=0
+result "a setsid + double-fork escapee is killed at the run's end" $r "pid $(cat "$work/ws/escapee" 2>/dev/null) still runs"
+sleep 5
+[ -e "$work/ws/escaped-late" ] && r=1 || r=0
+result "the escapee never wrote after the run ended" $r "escaped-late exists"
+rm -f "$work/ws/escapee" "$work/ws/escaped-late"
+cli --no-process-tree -- perl -MPOSIX -e "$escape" escapee "$outside/escaped-late" || true
+alive "$work/ws/escapee" && r=0 || r=1
+echo "LIMIT with --no-process-tree a daemonizing child outlives the run (asked for)"
+result "with --no-process-tree the escapee outlives the run (twin)" $r "it was killed"
+sleep 5
+[ -e "$outside/escaped-late" ] && r=1 || r=0
+result "the surviving escapee stays confined" $r "$outside/escaped-late was written"
+
+# Ctrl-C on a terminal (script(1) gives terra run one; ^C is typed into
+# it): the line discipline sends SIGINT to the workload's group, the
+# terminal's foreground group. Background children (which a non-interactive
+# sh keeps from SIGINT) and a setsid child are gone when terra run returns.
+rm -f "$work/ws/bg" "$work/ws/sess"
+(sleep 3; printf '\003'; sleep 1) |
+  (cd "$work/ws" && script -q /dev/null "$bin" run -- /bin/sh -c \
+    'sleep 300 & echo $! > bg; perl -MPOSIX -e "POSIX::setsid(); sleep 300" & echo $! > sess; sleep 300') \
+  >/dev/null 2>&1 || true
+sleep 1
+[ -s "$work/ws/sess" ] && r=0 || r=1
+result "the Ctrl-C workload started its children (twin of the check below)" $r "no pid files"
+if alive "$work/ws/bg" || alive "$work/ws/sess"; then r=1; else r=0; fi
+result "Ctrl-C leaves no process of the run behind" $r "bg $(cat "$work/ws/bg" 2>/dev/null), sess $(cat "$work/ws/sess" 2>/dev/null)"
+
+# --- Everyday commands under the default policy.
+# git in a repository of 50,000 files, through the /usr/bin shim (xcrun).
+repo="$work/repo"
+mkdir -p "$repo"
+(cd "$repo" && git init -q && for d in $(seq 0 99); do mkdir "d$d"; (cd "d$d" && for f in $(seq 0 499); do echo "$d $f" >"f$f"; done); done &&
+  git add -A && git -c user.name=t -c user.email=t@t commit -qm files)
+echo change >"$repo/d7/f7"
+out="$(cd "$repo" && "$bin" run -- /usr/bin/git status --porcelain 2>&1)" && code=0 || code=$?
+[ "$code" = 0 ] && [ "$out" = " M d7/f7" ] && r=0 || r=1
+result "git status in a repository of 50,000 files" $r "exit $code: $(echo "$out" | head -5)"
+n="$(cd "$repo" && "$bin" run -- /usr/bin/git ls-files 2>/dev/null | wc -l | tr -d ' ')"
+[ "$n" = 50000 ] && r=0 || r=1
+result "git ls-files sees all 50,000 files" $r "$n"
+
+# python3 with multiprocessing (POSIX semaphores, process-info of its children).
+out="$(cli -- /usr/bin/python3 -c 'import multiprocessing as m
+if __name__ == "__main__":
+    with m.Pool(3) as p: print(sum(p.map(abs, range(-10, 10))))' 2>&1)" && code=0 || code=$?
+[ "$out" = 100 ] && r=0 || r=1
+result "python3 multiprocessing.Pool works" $r "exit $code: $out"
+
+# make with the C compiler, and clang through the shim.
+cat >"$work/ws/hello.c" <<'C'
+#include <stdio.h>
+int main(void) { puts("hello from cc"); return 0; }
+C
+printf 'hello: hello.c\n\tcc -O1 -o hello hello.c\n' >"$work/ws/Makefile"
+out="$(cli -- /bin/sh -c '/usr/bin/make -s && ./hello' 2>&1)" && code=0 || code=$?
+[ "$out" = "hello from cc" ] && r=0 || r=1
+result "make builds and runs a C program" $r "exit $code: $out"
+cli -- /usr/bin/clang --version >/dev/null 2>&1 && r=0 || r=1
+result "clang runs through the xcrun shim" $r "clang --version failed"
+
+# A program that spawns children and waits for them.
+out="$(cli -- /bin/sh -c 'for i in 1 2 3 4; do (echo "child $i") & done; wait' 2>&1 | sort | tr '\n' ' ')"
+[ "$out" = "child 1 child 2 child 3 child 4 " ] && r=0 || r=1
+result "a program spawns children and waits for them" $r "$out"
+
+# Timezone data and the listed sysctls; no other process's environment.
+out="$(cli --env TZ=America/New_York -- /bin/date +%Z 2>&1)"
+[[ "$out" == E?T ]] && r=0 || r=1
+result "timezone data is readable (TZ=America/New_York)" $r "$out"
+out="$(cli -- /usr/sbin/sysctl -n hw.ncpu kern.osrelease 2>&1 | head -1)"
+[ "$out" -ge 1 ] 2>/dev/null && r=0 || r=1
+result "listed sysctls are readable (hw.ncpu)" $r "$out"
+secret="terra-acc-$RANDOM$RANDOM"
+out="$(cd "$work/ws" && TERRA_ACC_SECRET="$secret" "$bin" run -- /bin/ps -A -wwE -o command= 2>&1 || true)"
+[[ "$out" == *"$secret"* ]] && r=1 || r=0
+result "the workload cannot read terra run's environment (kern.procargs2)" $r "ps showed the secret"
+
+# An interactive shell with job control and raw mode, on a pseudo-terminal.
+printf 'sleep 30 &\njobs\nkill %%1\nstty raw -echo && stty sane && echo RAW-OK\nexit\n' |
+  script -q "$work/typescript" "$bin" run -- /bin/bash -i >/dev/null 2>&1 || true
+tr -d '\r' <"$work/typescript" >"$work/typescript.txt"
+grep -q 'no job control' "$work/typescript.txt" && r=1 || r=0
+grep -q '^\[1\]' "$work/typescript.txt" || r=1
+grep -q 'RAW-OK' "$work/typescript.txt" || r=1
+result "an interactive shell has job control and raw mode" $r "$(tail -20 "$work/typescript.txt")"
+out="$(cli -- /usr/bin/script -q /dev/null /bin/sh -c 'tty' 2>&1 | tr -d '\r')"
+[[ "$out" == /dev/ttys* ]] && r=0 || r=1
+result "the workload opens a pseudo-terminal of its own (script)" $r "$out"
+
+# Kill of the supervisor (terra run itself) under a policy requiring
+# process-tree: the reaper's input ends with terra run, and it sweeps.
+rm -f "$work/ws/tree-after-kill"
+(cd "$work/ws" && exec "$bin" run --policy "$work/tree.json" -- sh -c "sleep 3; echo alive > tree-after-kill") &
+sup=$!
+sleep 1
+kill -9 "$sup" 2>/dev/null || true
+sleep 4
+[ -e "$work/ws/tree-after-kill" ] && r=1 || r=0
+result "a terra run killed with SIGKILL: its reaper ends the workload" $r "the workload wrote after terra run was killed"
+
+# The same with treeConfinement disabled (no reaper): the workload lives on
+# but stays confined.
 (cd "$work/ws" && "$bin" run --policy "$work/none.json" -- sh -c "sleep 3; echo alive > after-kill-inside; echo late > '$outside/after-kill'") &
 sup=$!
 sleep 1
 kill -9 "$sup" 2>/dev/null || true
 sleep 4
-echo "LIMIT the workload outlives a killed terra run (no parent-death signal on macOS)"
+echo "LIMIT with treeConfinement disabled the workload outlives a terra run killed with SIGKILL"
 [ -e "$work/ws/after-kill-inside" ] && r=0 || r=1
 result "after the supervisor is killed the workload still ran (twin)" $r "no marker inside"
 [ -e "$outside/after-kill" ] && r=1 || r=0

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use terra_policy::NetworkMode;
 use terra_seatbelt::Profile;
 use terra_supervisor::run::PreparedRun;
+use terra_supervisor::Error;
 
 /// Prints the profile and, separately, the parameters (or one JSON object:
 /// `backend`, `profile`, `parameters`, and `broker` with the broker's
@@ -28,7 +29,9 @@ pub fn print(prepared: &PreparedRun, json: bool) -> ExitCode {
                 format!("{v}\n")
             } else {
                 let mut s = format!(
-                    "backend: macos (Seatbelt)\ndecision digest: {}\nprofile:\n{}parameters:\n{}",
+                    "backend: macos (Seatbelt)\ndecision digest: {}\nprofile:\n{}parameters:\n{}\
+                     note: RUN_MARK is in the run's own directory (RUN-ID is chosen when the run starts); at the \
+                     run's end terra kills every process whose profile allows it (docs/sandbox-macos.md)\n",
                     prepared.plan.decision_digest(),
                     workload.text,
                     workload.parameter_lines()
@@ -55,6 +58,11 @@ pub fn print(prepared: &PreparedRun, json: bool) -> ExitCode {
     }
 }
 
+/// A profile terra-seatbelt refused to render: what Seatbelt cannot enforce.
+fn seatbelt(e: terra_seatbelt::Error) -> Error {
+    Error::Unsupported(e.to_string())
+}
+
 fn parameters(p: &Profile) -> Map<String, Value> {
     p.parameters
         .iter()
@@ -67,18 +75,22 @@ fn parameters(p: &Profile) -> Map<String, Value> {
 /// mediated plan the broker's (terra itself, the resolver files: on macOS
 /// those this host has, elsewhere those of a Mac). The broker's port is
 /// known only once terra run binds it: 0 here.
-fn render(prepared: &PreparedRun) -> Result<(Profile, Option<Profile>), String> {
-    let spec = terra_supervisor::macos::workload_spec(prepared, None).map_err(|e| e.to_string())?;
-    let workload = terra_seatbelt::render(&spec).map_err(|e| e.to_string())?;
+fn render(prepared: &PreparedRun) -> Result<(Profile, Option<Profile>), Error> {
+    let mark = terra_supervisor::macos::dry_run_mark()?;
+    let spec = terra_supervisor::macos::workload_spec(prepared, None, &mark)?;
+    let workload = terra_seatbelt::render(&spec).map_err(seatbelt)?;
     if prepared.plan.network() != NetworkMode::Mediated {
         return Ok((workload, None));
     }
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
-        .map_err(|e| format!("cannot find terra's own executable: {e}"))?;
-    let exe = exe
-        .to_str()
-        .ok_or_else(|| format!("terra's executable path {} is not UTF-8", exe.display()))?;
+        .map_err(|e| Error::Host(format!("cannot find terra's own executable: {e}")))?;
+    let exe = exe.to_str().ok_or_else(|| {
+        Error::Host(format!(
+            "terra's executable path {} is not UTF-8",
+            exe.display()
+        ))
+    })?;
     let files: Vec<String> = if cfg!(target_os = "macos") {
         let (resolv_conf, hosts) = terra_netd::resolver_sources();
         [resolv_conf, hosts]
@@ -93,7 +105,7 @@ fn render(prepared: &PreparedRun) -> Result<(Profile, Option<Profile>), String> 
             .collect()
     };
     let files: Vec<&str> = files.iter().map(String::as_str).collect();
-    let broker_spec = terra_seatbelt::lower_broker(exe, 0, &files).map_err(|e| e.to_string())?;
-    let broker = terra_seatbelt::render(&broker_spec).map_err(|e| e.to_string())?;
+    let broker_spec = terra_seatbelt::lower_broker(exe, 0, &files).map_err(seatbelt)?;
+    let broker = terra_seatbelt::render(&broker_spec).map_err(seatbelt)?;
     Ok((workload, Some(broker)))
 }

@@ -208,6 +208,9 @@ fn main() -> ExitCode {
             "__vm" => Some(vm_role),
             "__network" => Some(network_role),
             "__sandbox_launcher" => Some(terra_sandbox::launcher_role_main),
+            // The macos backend: ends a run's processes, found by their profile.
+            #[cfg(target_os = "macos")]
+            "__sandbox_reaper" => Some(terra_sandbox::reaper_role_main),
             // The vm backend: terra as the guest's init (it refuses unless
             // it is PID 1 on the initramfs), and the forwarder QEMU spawns.
             #[cfg(target_os = "linux")]

@@ -75,8 +75,7 @@ pub struct RunArgs {
     #[arg(long)]
     force: bool,
     /// Relax the default policy's process.treeConfinement to "disabled"
-    /// (recorded in the receipt and the decision digest). The macos backend
-    /// needs it: it cannot contain a process tree. Not with --policy.
+    /// (recorded in the receipt and the decision digest). Not with --policy.
     #[arg(long)]
     no_process_tree: bool,
     /// The workspace directory (default: the current directory).

@@ -2,10 +2,10 @@
 //! (`terra_supervisor::macos`), the workload under the Seatbelt launcher.
 //!
 //! The run is built by the same `RunBuilder` as on Linux (policy, command
-//! line rules, environment, `--timeout`, `--receipt`); the options the
-//! macos backend does not carry out (presets, host-side profiles by name,
-//! resource limits, the temp directory policy of Linux) are not part of
-//! this command line.
+//! line rules, toolchain presets, environment, `--timeout`, `--receipt`);
+//! the options the macos backend does not carry out (host-side profiles by
+//! name, resource limits, the temp directory policy of Linux) are not part
+//! of this command line.
 
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -39,9 +39,15 @@ pub struct RunArgs {
     /// proxy and nothing else). Not with --policy.
     #[arg(long, value_name = "HOST:PORT")]
     allow_net: Vec<String>,
+    /// Add a toolchain preset (rust, node, python; docs/run.md): its
+    /// directories read-only (npm's cache writable) and its variables. Not
+    /// with --policy.
+    #[arg(long, value_name = "NAME")]
+    preset: Vec<String>,
     /// Relax the default policy's process.treeConfinement to "disabled"
-    /// (recorded in the receipt and the decision digest). The macos backend
-    /// needs it: it cannot contain a process tree. Not with --policy.
+    /// (recorded in the receipt and the decision digest): the run's
+    /// processes that left its process group are then not swept at its end.
+    /// Not with --policy.
     #[arg(long)]
     no_process_tree: bool,
     /// The workspace directory (default: the current directory).
@@ -52,8 +58,7 @@ pub struct RunArgs {
     env: Vec<OsString>,
     /// Stop the workload after DURATION (e.g. 30s, 500ms, 5m, 1h; a bare
     /// number is seconds): SIGTERM to its process group, then SIGKILL 2 s
-    /// later. A descendant that left the group is not reached (no
-    /// process-tree containment on macOS).
+    /// later; then every process still carrying the run's profile is killed.
     #[arg(long, value_name = "DURATION")]
     timeout: Option<String>,
     /// Also write the run's receipt (JSON) to FILE (`-`: standard output, after
@@ -131,6 +136,7 @@ pub fn run(args: RunArgs, _log_level: Option<&str>) -> ExitCode {
         deny: args.deny,
         allow_net: args.allow_net,
         no_process_tree: args.no_process_tree,
+        presets: args.preset,
         workspace: args.workspace,
         env: args.env,
         timeout: args.timeout,
@@ -183,7 +189,7 @@ pub fn doctor(args: DoctorArgs) -> ExitCode {
 }
 
 pub fn backends(args: BackendsArgs) -> ExitCode {
-    let note = "Seatbelt; no process-tree containment (see docs/sandbox-macos.md)";
+    let note = "Seatbelt; the run's processes found by their profile and killed at its end (see docs/sandbox-macos.md)";
     if args.json {
         let v = serde_json::json!([
             {"name": "macos", "supported": true, "declaredCapabilities": declared(), "note": note, "auto": true},

@@ -31,6 +31,14 @@ pub fn launcher_role_main(args: Vec<OsString>) -> ExitCode {
     macos::launcher_main(args)
 }
 
+/// Entry point of the hidden `terra __sandbox_reaper` role (macOS): ends
+/// every process of one run when `terra run` closes its standard input or
+/// dies (docs/sandbox-macos.md, "The process tree").
+#[cfg(target_os = "macos")]
+pub fn reaper_role_main(args: Vec<OsString>) -> ExitCode {
+    macos::tree::reaper_main(args)
+}
+
 /// Entry point of the hidden `terra __sandbox_launcher` role: on Windows
 /// the AppContainer launcher (`windows`, docs/sandbox-windows.md).
 #[cfg(windows)]

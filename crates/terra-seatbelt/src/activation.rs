@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::path::seatbelt_path;
 use crate::spec::{GrantKind, LaunchSpec, Network, Role, Scope};
 
-/// One operation the profile must deny.
+/// One operation the activation check tries: every probe but
+/// [`Probe::ReachBroker`] must be denied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
     /// Opening the canary file for reading.
@@ -22,6 +23,19 @@ pub enum Probe {
     Connect(SocketAddr),
     /// Binding and listening on this loopback address (port 0: any).
     Listen(SocketAddr),
+    /// A TCP connect to the broker's port, which must **succeed**: a
+    /// mediated workload whose profile cannot reach the broker would fail
+    /// every connection, and the check would be refusing for the wrong
+    /// reason on the other probes. terra run bound the listener before the
+    /// launcher starts, so the connect completes from the backlog.
+    ReachBroker(SocketAddr),
+}
+
+impl Probe {
+    /// Whether the profile must allow this probe (else deny it).
+    pub fn must_succeed(&self) -> bool {
+        matches!(self, Probe::ReachBroker(_))
+    }
 }
 
 /// The probes for `spec` with the canary at `canary` (a canonical path).
@@ -67,8 +81,10 @@ pub fn probes(spec: &LaunchSpec, canary: &str) -> Result<Vec<Probe>> {
         }
         Network::Mediated { port } => {
             // Only the broker's loopback port is open (the profile names it
-            // as `localhost:PORT`): another port must be refused on IPv4
-            // and IPv6, and so must listening.
+            // as `localhost:PORT`): it is reached (over IPv4, where the
+            // workload's proxy environment points), another port must be
+            // refused on IPv4 and IPv6, and so must listening.
+            out.push(Probe::ReachBroker(SocketAddr::new(loopbacks[0], port)));
             let other = if port == u16::MAX { port - 1 } else { port + 1 };
             for ip in loopbacks {
                 out.push(Probe::Connect(SocketAddr::new(ip, other)));
@@ -81,7 +97,7 @@ pub fn probes(spec: &LaunchSpec, canary: &str) -> Result<Vec<Probe>> {
 }
 
 /// True when a grant of `scope` on `path` applies to `target`.
-fn covers(scope: Scope, path: &str, target: &str) -> bool {
+pub(crate) fn covers(scope: Scope, path: &str, target: &str) -> bool {
     match scope {
         Scope::Exact => path == target,
         Scope::Tree => {
@@ -102,6 +118,8 @@ mod tests {
             role: Role::Workload,
             network,
             executable: "/usr/bin/true".into(),
+            mark: None,
+            terminals: Vec::new(),
             grants,
         }
     }
@@ -155,11 +173,19 @@ mod tests {
             assert!(text.contains(want), "{want} missing: {text}");
         }
         assert_eq!(p.len(), 5);
+        assert!(p.iter().all(|p| !p.must_succeed()));
     }
 
     #[test]
-    fn seatbelt_activation_mediated_never_probes_the_broker_port() {
+    fn seatbelt_activation_mediated_reaches_the_broker_and_nothing_else() {
         let p = probes(&spec(Network::Mediated { port: 4000 }, vec![]), "/c").unwrap();
+        // The broker's port must be reached, and it is the only probe that
+        // must succeed.
+        let must: Vec<&Probe> = p.iter().filter(|p| p.must_succeed()).collect();
+        assert_eq!(
+            must,
+            [&Probe::ReachBroker("127.0.0.1:4000".parse().unwrap())]
+        );
         assert!(!p.contains(&Probe::Connect("127.0.0.1:4000".parse().unwrap())));
         assert!(!p.contains(&Probe::Connect("[::1]:4000".parse().unwrap())));
         assert!(p.contains(&Probe::Connect("127.0.0.1:4001".parse().unwrap())));

@@ -9,6 +9,9 @@ pub enum Error {
     /// A path cannot be given to Seatbelt (not absolute, not normal, not UTF-8, NUL).
     #[error("path {path:?}: {reason}")]
     Path { path: String, reason: &'static str },
+    /// The launcher's command line (the usage is part of the text).
+    #[error("{0}")]
+    Args(String),
     /// The plan needs something Seatbelt cannot enforce.
     #[error("the macos backend cannot run this plan: {0}")]
     Unsupported(String),

@@ -20,6 +20,8 @@
 
 use std::ffi::OsString;
 
+use crate::error::{Error, Result};
+
 const USAGE: &str = "usage: terra __sandbox_launcher --spec-fd N --canary PATH [--status-fd N] [--foreground] -- ARG0 [ARGS...]";
 
 /// The launcher's command line.
@@ -38,17 +40,18 @@ pub struct LauncherArgs {
     pub command: Vec<OsString>,
 }
 
-fn descriptor(flag: &str, v: &str) -> Result<i32, String> {
+fn descriptor(flag: &str, v: &str) -> Result<i32> {
     v.parse()
         .ok()
         .filter(|fd| *fd > 2)
-        .ok_or(format!("{flag} {v}: not a descriptor above 2"))
+        .ok_or(Error::Args(format!("{flag} {v}: not a descriptor above 2")))
 }
 
 impl LauncherArgs {
     /// Parses the arguments after `__sandbox_launcher`: every option at most
     /// once, descriptors above 2 and distinct, a command after `--`.
-    pub fn parse(argv: Vec<OsString>) -> Result<LauncherArgs, String> {
+    pub fn parse(argv: Vec<OsString>) -> Result<LauncherArgs> {
+        let usage = |why: String| Error::Args(format!("{why}; {USAGE}"));
         let mut spec_fd = None;
         let mut canary = None;
         let mut status_fd = None;
@@ -57,11 +60,11 @@ impl LauncherArgs {
         while let Some(a) = it.next() {
             let a = a
                 .into_string()
-                .map_err(|a| format!("option {a:?} is not UTF-8; {USAGE}"))?;
-            let mut value = |name: &str| -> Result<String, String> {
+                .map_err(|a| usage(format!("option {a:?} is not UTF-8")))?;
+            let mut value = |name: &str| -> Result<String> {
                 it.next()
                     .and_then(|v| v.into_string().ok())
-                    .ok_or(format!("{name} needs a UTF-8 value; {USAGE}"))
+                    .ok_or_else(|| usage(format!("{name} needs a UTF-8 value")))
             };
             match a.as_str() {
                 "--spec-fd" if spec_fd.is_none() => {
@@ -75,30 +78,26 @@ impl LauncherArgs {
                 "--" => {
                     let command: Vec<OsString> = it.collect();
                     if command.is_empty() {
-                        return Err(format!("no command after --; {USAGE}"));
+                        return Err(usage("no command after --".into()));
                     }
-                    let spec_fd = spec_fd.ok_or(format!("--spec-fd missing; {USAGE}"))?;
+                    let spec_fd = spec_fd.ok_or_else(|| usage("--spec-fd missing".into()))?;
                     if status_fd == Some(spec_fd) {
-                        return Err(format!(
-                            "--spec-fd and --status-fd name one descriptor; {USAGE}"
+                        return Err(usage(
+                            "--spec-fd and --status-fd name one descriptor".into(),
                         ));
                     }
                     return Ok(LauncherArgs {
                         spec_fd,
-                        canary: canary.ok_or(format!("--canary missing; {USAGE}"))?,
+                        canary: canary.ok_or_else(|| usage("--canary missing".into()))?,
                         status_fd,
                         foreground,
                         command,
                     });
                 }
-                other => {
-                    return Err(format!(
-                        "unexpected or repeated argument {other:?}; {USAGE}"
-                    ))
-                }
+                other => return Err(usage(format!("unexpected or repeated argument {other:?}"))),
             }
         }
-        Err(format!("no -- before the command; {USAGE}"))
+        Err(usage("no -- before the command".into()))
     }
 
     /// The arguments after `__sandbox_launcher` that [`LauncherArgs::parse`]

@@ -14,7 +14,9 @@ pub mod launcher;
 pub mod lower;
 pub mod path;
 pub mod profile;
+pub mod runtime;
 pub mod spec;
+pub mod tree;
 
 pub use activation::{probes, Probe};
 pub use error::{Error, Result};
@@ -22,3 +24,4 @@ pub use launcher::{read_report, LauncherArgs, Report, Status};
 pub use lower::{declared_capabilities, lower_broker, lower_plan, MACOS_RESOLVER_FILES};
 pub use profile::{render, Profile, BROKER_PORT};
 pub use spec::{Grant, GrantKind, LaunchSpec, Network, Role, Scope};
+pub use tree::{sweep, RunMark, SweepReport, Verdict};

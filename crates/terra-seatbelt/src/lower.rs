@@ -7,11 +7,12 @@ use crate::error::{Error, Result};
 use crate::path::seatbelt_path;
 use crate::spec::{Grant, GrantKind, LaunchSpec, Network, Role, Scope};
 
-/// The capabilities Seatbelt enforces for a whole process tree. Not
-/// declared: process-tree (a descendant that calls setsid and forks again
-/// outlives the supervisor: macOS has no PID namespace or cgroup to end it),
-/// root-ephemeral-write (no overlay), fs-protect-create (not verified on a
-/// Mac yet).
+/// The capabilities Seatbelt enforces for a whole process tree, and
+/// process-tree: every descendant carries the workload's profile, which
+/// cannot be shed, and at the run's end terra kills every process carrying
+/// it, found by the run's mark (`crate::tree`), also one that called setsid
+/// and forked again. Not declared: root-ephemeral-write (no overlay),
+/// fs-protect-create (not verified on a Mac yet).
 ///
 /// With `broker` (the macOS build, which starts `terra __network` under the
 /// broker profile): network-mediated, because the workload's profile lets
@@ -28,7 +29,8 @@ pub fn declared_capabilities(broker: bool) -> CapabilitySet {
         .with(Capability::FsDeny)
         .with(Capability::FsDenyWrite)
         .with(Capability::NetworkNone)
-        .with(Capability::NetworkDirect);
+        .with(Capability::NetworkDirect)
+        .with(Capability::ProcessTree);
     if broker {
         set.insert(Capability::NetworkMediated);
         set.insert(Capability::NetworkRequireTlsSni);
@@ -60,6 +62,8 @@ pub fn lower_broker(executable: &str, port: u16, resolver_files: &[&str]) -> Res
         role: Role::Broker,
         network: Network::Mediated { port },
         executable: seatbelt_path(executable)?,
+        mark: None,
+        terminals: Vec::new(),
         grants,
     })
 }
@@ -105,6 +109,8 @@ pub fn lower_plan(
         role: Role::Workload,
         network,
         executable: seatbelt_path(executable)?,
+        mark: None,
+        terminals: Vec::new(),
         grants,
     })
 }

@@ -13,6 +13,9 @@ use std::fmt::Write;
 
 use crate::error::{Error, Result};
 use crate::path::ancestors;
+use crate::runtime::{
+    MACOS_RUNTIME, NEW_PTY_REGEX, SYSCTL_NAMES, SYSCTL_PREFIXES, XCRUN_CACHE_REGEX,
+};
 use crate::spec::{GrantKind, LaunchSpec, Network, Role, Scope};
 
 /// A rendered profile and the parameters it needs, in the order they appear.
@@ -22,12 +25,16 @@ pub struct Profile {
     pub parameters: Vec<(String, String)>,
 }
 
-/// Files every workload may read and write whatever its grants.
+/// Devices every workload may read, write and use ioctls on (a shell sets
+/// the controlling terminal's modes through /dev/tty), whatever its
+/// grants.
 const WORKLOAD_DEVICES: [(&str, &str); 3] = [
     ("DEV_NULL", "/dev/null"),
     ("DEV_ZERO", "/dev/zero"),
     ("DEV_TTY", "/dev/tty"),
 ];
+/// The pseudo-terminal multiplexer: opening it makes a new terminal pair.
+const DEV_PTMX: (&str, &str) = ("DEV_PTMX", "/dev/ptmx");
 /// The parameter naming the broker's loopback port (decimal), in the
 /// workload's and the broker's network rules. The port is chosen when the
 /// run starts, so it is a parameter like every path.
@@ -79,12 +86,55 @@ pub fn render(spec: &LaunchSpec) -> Result<Profile> {
 }
 
 fn render_workload(b: &mut Builder, spec: &LaunchSpec) {
+    // Processes: the workload starts children and reads their state, but
+    // signals and inspects only processes under this same profile.
     b.line("(allow process-fork)");
     b.line("(allow signal (target same-sandbox))");
-    b.line("(allow sysctl-read)");
+    b.line("(allow process-info* (target same-sandbox))");
+    // Named POSIX semaphores (Python's multiprocessing locks, sem_open).
+    b.line("(allow ipc-posix-sem)");
+    render_sysctls(b);
     for (name, path) in WORKLOAD_DEVICES {
         let p = b.param(name.into(), path);
-        b.line(&format!("(allow file-read* file-write-data (literal {p}))"));
+        b.line(&format!(
+            "(allow file-read* file-write-data file-ioctl (literal {p}))"
+        ));
+    }
+    // Terminals: the caller's (job control and raw mode on the terminal
+    // terra run was started from), and new pseudo-terminals the workload
+    // opens itself (only those: the kernel's pty extension is required).
+    for (i, t) in spec.terminals.iter().enumerate() {
+        let p = b.param(format!("TTY_{i}"), t);
+        b.line(&format!(
+            "(allow file-read* file-write-data file-ioctl (literal {p}))"
+        ));
+    }
+    b.line("(allow pseudo-tty)");
+    let ptmx = b.param(DEV_PTMX.0.into(), DEV_PTMX.1);
+    b.line(&format!(
+        "(allow file-read* file-write-data file-ioctl (literal {ptmx}))"
+    ));
+    b.line(&format!(
+        "(allow file-read* file-write-data file-ioctl (require-all (regex #\"{NEW_PTY_REGEX}\") (extension \"com.apple.sandbox.pty\")))"
+    ));
+    // The macOS runtime, read-only (crate::runtime), before the grants so
+    // that the plan's denies, rendered last, carve out of it too.
+    for (i, r) in MACOS_RUNTIME.iter().enumerate() {
+        let p = b.param(format!("RUNTIME_{i}"), r.path);
+        let m = matcher(r.scope, &p);
+        b.line(&format!("(allow file-read* {m})"));
+        if r.exec {
+            b.line(&format!("(allow process-exec {m})"));
+        }
+    }
+    b.line(&format!(
+        "(allow file-read* (regex #\"{XCRUN_CACHE_REGEX}\"))"
+    ));
+    // The run's mark: looked up by terra (sandbox_check) to find this run's
+    // processes; nothing else in the profile names the run's directory.
+    if let Some(mark) = &spec.mark {
+        let p = b.param("RUN_MARK".into(), mark);
+        b.line(&format!("(allow file-read-metadata (literal {p}))"));
     }
     // Grants first, then the metadata of their ancestors, then deny-writes
     // and denies, which win over both because they come last.
@@ -127,8 +177,9 @@ fn render_workload(b: &mut Builder, spec: &LaunchSpec) {
     let granted = spec
         .grants
         .iter()
-        .filter(|g| matches!(g.kind, GrantKind::Read | GrantKind::Write));
-    render_ancestors(b, granted.map(|g| g.path.as_str()));
+        .filter(|g| matches!(g.kind, GrantKind::Read | GrantKind::Write))
+        .map(|g| g.path.as_str());
+    render_ancestors(b, MACOS_RUNTIME.iter().map(|r| r.path).chain(granted));
     emit(b, order[2]);
     emit(b, order[3]);
     match spec.network {
@@ -180,6 +231,19 @@ fn render_broker(b: &mut Builder, spec: &LaunchSpec) -> Result<()> {
         "(allow network-inbound (local tcp (string-append \"localhost:\" {p})))"
     ));
     Ok(())
+}
+
+/// One `sysctl-read` rule listing every sysctl of [`crate::runtime`].
+fn render_sysctls(b: &mut Builder) {
+    let mut rule = String::from("(allow sysctl-read");
+    for n in SYSCTL_NAMES {
+        rule.push_str(&format!("\n  (sysctl-name \"{n}\")"));
+    }
+    for n in SYSCTL_PREFIXES {
+        rule.push_str(&format!("\n  (sysctl-name-prefix \"{n}\")"));
+    }
+    rule.push(')');
+    b.line(&rule);
 }
 
 /// Metadata-only rules on every ancestor of `paths`, each once, root first.

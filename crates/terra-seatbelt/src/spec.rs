@@ -9,6 +9,8 @@
 //! role workload|broker
 //! network none|direct|mediated PORT
 //! exec HEX
+//! mark HEX                                             (workload: at most once)
+//! tty HEX                                              (workload: zero or more)
 //! grant read|write|deny|deny-write tree|exact HEX      (zero or more)
 //! end
 //! ```
@@ -25,6 +27,9 @@ const MAGIC: &str = "terra-seatbelt-launch 1";
 pub const MAX_SPEC_LEN: usize = 1 << 20;
 /// The most grants a spec may carry (each becomes profile rules).
 pub const MAX_GRANTS: usize = 4096;
+/// The most terminal devices a spec may name (the caller's standard
+/// input, output and error).
+pub const MAX_TERMINALS: usize = 3;
 
 /// Which trusted role the launcher starts under its profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,6 +82,16 @@ pub struct LaunchSpec {
     pub network: Network,
     /// The program the launcher execs after confinement (canonical).
     pub executable: String,
+    /// The run's mark (workload only): a path in the run's private
+    /// directory that this profile alone lets its processes look up, so
+    /// that terra can tell the run's processes from every other process
+    /// (`sandbox_check`), also after they left the process group
+    /// (docs/sandbox-macos.md, "The process tree").
+    pub mark: Option<String>,
+    /// The caller's terminal devices (workload only): the workload gets
+    /// read, write and ioctl on exactly these, so shells keep job control
+    /// and raw mode on the terminal terra run was started from.
+    pub terminals: Vec<String>,
     pub grants: Vec<Grant>,
 }
 
@@ -123,6 +138,20 @@ impl LaunchSpec {
         for g in &self.grants {
             check_path(&g.path)?;
         }
+        if self.terminals.len() > MAX_TERMINALS {
+            return Err(Error::Spec(format!(
+                "{} terminals, more than the {MAX_TERMINALS} allowed",
+                self.terminals.len()
+            )));
+        }
+        for t in self.mark.iter().chain(&self.terminals) {
+            check_path(t)?;
+        }
+        if self.role == Role::Broker && (self.mark.is_some() || !self.terminals.is_empty()) {
+            return Err(spec_err(
+                "the broker role has no mark and no terminal (they are the workload's)",
+            ));
+        }
         if self.network == (Network::Mediated { port: 0 }) {
             return Err(Error::Spec("mediated network with broker port 0".into()));
         }
@@ -141,6 +170,12 @@ impl LaunchSpec {
             Network::Mediated { port } => s.push_str(&format!("network mediated {port}\n")),
         }
         s.push_str(&format!("exec {}\n", hex(&self.executable)));
+        if let Some(m) = &self.mark {
+            s.push_str(&format!("mark {}\n", hex(m)));
+        }
+        for t in &self.terminals {
+            s.push_str(&format!("tty {}\n", hex(t)));
+        }
         for g in &self.grants {
             s.push_str(&format!(
                 "grant {} {} {}\n",
@@ -191,18 +226,31 @@ impl LaunchSpec {
             Some(h) => unhex(h)?,
             None => return Err(spec_err("fourth line is not an exec line")),
         };
+        let mut mark = None;
+        let mut terminals = Vec::new();
         let mut grants = Vec::new();
         for line in lines {
             // `body` ends with the newline before `end`, so the last piece is empty.
             if line.is_empty() {
                 continue;
             }
-            grants.push(parse_grant(line)?);
+            // Order and repetition are checked by the canonical re-encoding below.
+            if let Some(h) = line.strip_prefix("mark ") {
+                if mark.replace(unhex(h)?).is_some() {
+                    return Err(spec_err("more than one mark line"));
+                }
+            } else if let Some(h) = line.strip_prefix("tty ") {
+                terminals.push(unhex(h)?);
+            } else {
+                grants.push(parse_grant(line)?);
+            }
         }
         let spec = LaunchSpec {
             role,
             network,
             executable,
+            mark,
+            terminals,
             grants,
         };
         spec.validate()?;

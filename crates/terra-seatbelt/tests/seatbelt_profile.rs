@@ -3,6 +3,7 @@
 
 use proptest::prelude::*;
 use terra_seatbelt::path::seatbelt_path;
+use terra_seatbelt::runtime::{NEW_PTY_REGEX, XCRUN_CACHE_REGEX};
 use terra_seatbelt::{
     lower_broker, render, Grant, GrantKind, LaunchSpec, Network, Profile, Role, Scope, BROKER_PORT,
     MACOS_RESOLVER_FILES,
@@ -21,6 +22,8 @@ fn workload(network: Network) -> LaunchSpec {
         role: Role::Workload,
         network,
         executable: "/usr/local/bin/terra".into(),
+        mark: Some("/Users/ann/.local/state/terra/runs/r1/tree.mark".into()),
+        terminals: vec!["/dev/ttys003".into()],
         grants: vec![
             grant(GrantKind::Read, Scope::Tree, "/usr"),
             grant(GrantKind::Write, Scope::Tree, "/Users/ann/project"),
@@ -308,6 +311,8 @@ fn seatbelt_broker_refuses_writes_and_non_mediated_networks() {
         role: Role::Broker,
         network: Network::Direct,
         executable: "/usr/local/bin/terra".into(),
+        mark: None,
+        terminals: Vec::new(),
         grants: Vec::new(),
     };
     assert!(render(&spec).is_err());
@@ -355,12 +360,16 @@ fn arb_spec() -> impl Strategy<Value = LaunchSpec> {
     (
         arb_path(),
         net,
+        prop::option::of(arb_path()),
+        prop::collection::vec(arb_path(), 0..=3),
         prop::collection::vec((kind, scope, arb_path()), 0..8),
     )
-        .prop_map(|(executable, network, g)| LaunchSpec {
+        .prop_map(|(executable, network, mark, terminals, g)| LaunchSpec {
             role: Role::Workload,
             network,
             executable,
+            mark,
+            terminals,
             grants: g
                 .into_iter()
                 .map(|(kind, scope, path)| Grant { kind, scope, path })
@@ -389,10 +398,16 @@ proptest! {
     #[test]
     fn seatbelt_profile_has_no_path_text(spec in arb_spec()) {
         let p = render(&spec).unwrap();
-        // Not one slash: every path, fixed or from the plan, is a parameter.
-        prop_assert!(!p.text.contains('/'), "{}", p.text);
+        // Not one slash outside the two fixed patterns (new ptys, the
+        // xcrun cache): every path, fixed or from the plan, is a parameter.
+        let rest = p.text.replace(NEW_PTY_REGEX, "").replace(XCRUN_CACHE_REGEX, "");
+        prop_assert!(!rest.contains('/'), "{}", p.text);
         for g in &spec.grants {
-            prop_assert!(!p.text.contains(&g.path));
+            prop_assert!(!rest.contains(&g.path));
+        }
+        for t in spec.mark.iter().chain(&spec.terminals) {
+            prop_assert!(!rest.contains(t.as_str()));
+            prop_assert!(p.parameters.iter().any(|(_, v)| v == t));
         }
     }
 

@@ -22,17 +22,21 @@
 //!    forwards the signals terra run receives to that group, stops it at
 //!    the deadline (SIGTERM, then SIGKILL after [`crate::TIMEOUT_GRACE`])
 //!    and, once the workload's first process ended, kills what is left of
-//!    the group;
+//!    the group, then every process that still carries the run's profile
+//!    (the sweep: also those that left the group with setsid and forked
+//!    again; `terra_seatbelt::tree`);
 //! 5. stops the broker (closing its startup channel; it drains), counts the
 //!    network receipt, writes the receipt (`receipt.json` in the run's
 //!    state directory, and `--receipt`), removes the temp directory unless
 //!    kept.
 //!
-//! What it cannot end: a descendant that left the workload's process group
-//! (setsid, setpgid) and everything still running after `terra run` itself
-//! was killed (macOS has no PID namespace, cgroup or parent-death signal).
-//! Such processes stay under the profile. The receipt says so
-//! (`processTree`); the macos backend declares no process-tree capability.
+//! The sweep is `terra __sandbox_reaper`'s, started before the workload: it
+//! begins when its standard input ends, which terra run closes after the
+//! workload's first process ended, and which the kernel closes when terra
+//! run dies, also by SIGKILL. What it cannot end: a run whose reaper was
+//! killed too (the workload cannot signal it: its profile allows signals
+//! to its own sandbox only). The receipt says what the sweep found
+//! (`processTree`).
 
 use std::ffi::OsStr;
 use std::fs::{self, File};
@@ -53,7 +57,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use terra_netd::standalone::LoopbackListeners;
 use terra_policy::{NetworkMode, SandboxPlan};
-use terra_seatbelt::{LaunchSpec, LauncherArgs};
+use terra_seatbelt::{LaunchSpec, LauncherArgs, RunMark};
 
 use crate::error::{Error, Result};
 use crate::receipt::{NetworkSummary, Observed, Outcome, Receipt, ReceiptOut};
@@ -79,11 +83,142 @@ const BROKER_START_TIMEOUT: Duration = Duration::from_secs(10);
 /// drains for at most `terra_netd::DRAIN_LIMIT`).
 const BROKER_END_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What the receipt says the macos backend could and could not end.
-const PROCESS_TREE: &str = "not contained (the macos backend declares no process-tree): terra ended the \
-     workload's process group when its first process ended or the deadline passed; a descendant that left \
-     that group (setsid, setpgid), or anything still running after terra run itself was killed, was not \
-     ended, and stays under the profile";
+/// How the sweep for the run's processes ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Swept {
+    /// The reaper's report.
+    Report {
+        killed: usize,
+        passes: usize,
+        gave_up: bool,
+    },
+    /// The reaper said nothing usable (it died, or could not sweep).
+    Failed(String),
+}
+
+/// What the receipt says about the process tree: how the sweep ended.
+fn process_tree_words(swept: Option<&Swept>) -> String {
+    match swept {
+        Some(Swept::Report {
+            killed,
+            passes,
+            gave_up: true,
+        }) => format!(
+            "NOT contained: the sweep for processes carrying the run's profile still found some after {passes} \
+             passes (a tree forking as fast as it was killed); {killed} were killed; the rest stay under the profile"
+        ),
+        Some(Swept::Report { killed, passes, .. }) => format!(
+            "contained: when the workload's first process ended, terra killed its process group, then every \
+             process still carrying the run's profile, also those that left the group (setsid, setpgid): {killed} \
+             found by the sweep in {passes} passes"
+        ),
+        Some(Swept::Failed(why)) => format!(
+            "NOT known to be contained: {why}; terra killed the workload's process group, and processes that left \
+             it may remain (under the run's profile)"
+        ),
+        None => "not swept (the policy's process.treeConfinement is \"disabled\"): terra killed the workload's \
+                 process group only, so a descendant that left it (setsid) was not ended, and stays under the \
+                 profile"
+            .to_string(),
+    }
+}
+
+/// `terra __sandbox_reaper`: started before the workload when the policy
+/// requires process-tree, it sweeps the run's processes once its standard
+/// input ends, which happens when terra run closes it at the run's end or
+/// dies (also by SIGKILL: the kernel closes terra run's end then). Its own
+/// process group, so the terminal's Ctrl-C is not its.
+struct Reaper {
+    child: std::process::Child,
+    /// terra run's end of the reaper's standard input (close-on-exec, so no
+    /// other child holds a copy).
+    input: Option<std::process::ChildStdin>,
+}
+
+impl Reaper {
+    fn start(exe: &Path, mark: &RunMark) -> Result<Reaper> {
+        let mut child = Command::new(exe)
+            .arg0("terra")
+            .arg("__sandbox_reaper")
+            .args(terra_seatbelt::tree::reaper_argv(mark))
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| Error::io("cannot start the run's reaper:", exe, e))?;
+        let input = child.stdin.take();
+        Ok(Reaper { child, input })
+    }
+
+    /// Ends its input (the sweep starts), reads its report, reaps it.
+    fn finish(mut self) -> Swept {
+        drop(self.input.take());
+        let mut out = String::new();
+        if let Some(o) = self.child.stdout.take() {
+            let _ = o.take(4096).read_to_string(&mut out);
+        }
+        let status = self.child.wait();
+        match terra_seatbelt::SweepReport::parse_line(&out) {
+            Some((killed, passes, gave_up)) => Swept::Report {
+                killed,
+                passes,
+                gave_up,
+            },
+            None => Swept::Failed(format!(
+                "the run's reaper reported {out:?} ({})",
+                match status {
+                    Ok(s) => s.to_string(),
+                    Err(e) => e.to_string(),
+                }
+            )),
+        }
+    }
+}
+
+/// The mark a dry run shows: in the first state base, under the
+/// placeholder run id `RUN-ID` (a real run's id is chosen when it starts).
+pub fn dry_run_mark() -> Result<RunMark> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let base = crate::state::candidates(uid)
+        .into_iter()
+        .next()
+        .map(|(p, _)| p)
+        .ok_or_else(|| Error::Host("no state directory candidate".into()))?;
+    let dir = base.join("RUN-ID");
+    let dir = dir
+        .to_str()
+        .ok_or_else(|| Error::Host(format!("{} is not UTF-8", dir.display())))?;
+    RunMark::in_dir(dir).map_err(|e| Error::Unsupported(e.to_string()))
+}
+
+/// The caller's terminal devices (standard input, output and error that are
+/// terminals), canonical and in Seatbelt's form, each once: the workload
+/// may use exactly these (job control, raw mode).
+pub fn caller_terminals() -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for fd in [
+        std::io::stdin().as_fd(),
+        std::io::stdout().as_fd(),
+        std::io::stderr().as_fd(),
+    ] {
+        let Ok(name) = nix::unistd::ttyname(fd) else {
+            continue;
+        };
+        let Some(path) = fs::canonicalize(&name)
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_owned))
+            .and_then(|p| terra_seatbelt::path::seatbelt_path(&p).ok())
+        else {
+            continue;
+        };
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
 
 /// One macos run, built by [`crate::run::RunBuilder`] with backend macos.
 pub struct MacosRun {
@@ -100,8 +235,13 @@ pub struct MacosRun {
 }
 
 /// The workload's launch spec: the plan lowered with the command's program
-/// (found like a shell would, on the run's PATH) as the executable.
-pub fn workload_spec(prepared: &PreparedRun, broker_port: Option<u16>) -> Result<LaunchSpec> {
+/// (found like a shell would, on the run's PATH) as the executable, the
+/// run's `mark` and the caller's terminals.
+pub fn workload_spec(
+    prepared: &PreparedRun,
+    broker_port: Option<u16>,
+    mark: &RunMark,
+) -> Result<LaunchSpec> {
     let req = &prepared.request;
     let argv = req.argv()?;
     let env = req.env()?;
@@ -117,8 +257,13 @@ pub fn workload_spec(prepared: &PreparedRun, broker_port: Option<u16>) -> Result
     let program = program.to_str().ok_or_else(|| {
         Error::Argument(format!("the program {} is not UTF-8", program.display()))
     })?;
-    terra_seatbelt::lower_plan(&prepared.plan, program, broker_port)
-        .map_err(|e| Error::Unsupported(e.to_string()))
+    let mut spec = terra_seatbelt::lower_plan(&prepared.plan, program, broker_port)
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
+    terra_seatbelt::tree::check_mark_outside(&spec, mark)
+        .map_err(|e| Error::Unsupported(e.to_string()))?;
+    spec.mark = Some(mark.mark.clone());
+    spec.terminals = caller_terminals();
+    Ok(spec)
 }
 
 /// The canonical path of the program `name` names: a path (with a slash)
@@ -167,6 +312,12 @@ struct Run<'a> {
     network: Option<NetworkSummary>,
     host_name: Option<String>,
     receipt_out: Option<ReceiptOut>,
+    /// The run's mark, once its directory exists.
+    mark: Option<RunMark>,
+    /// The run's reaper while the workload runs (process-tree required).
+    reaper: Option<Reaper>,
+    /// How the sweep for the run's processes ended (None: not run).
+    swept: Option<Swept>,
 }
 
 impl MacosRun {
@@ -204,6 +355,9 @@ impl MacosRun {
             network: None,
             host_name: crate::receipt::host_name(),
             receipt_out: None,
+            mark: None,
+            reaper: None,
+            swept: None,
         };
         let mut dir = None;
         let outcome = run.execute(&prepared, listeners, &mut dir);
@@ -259,8 +413,25 @@ impl Run<'_> {
             }
             (false, _) => None,
         };
-        let spec = match workload_spec(prepared, listeners.as_ref().map(|l| l.port)) {
-            Ok(s) => s,
+        let mark = match dir
+            .path
+            .to_str()
+            .ok_or_else(|| {
+                Error::Host(format!(
+                    "the run's directory {} is not UTF-8",
+                    dir.path.display()
+                ))
+            })
+            .and_then(|d| RunMark::in_dir(d).map_err(|e| Error::Unsupported(e.to_string())))
+        {
+            Ok(m) => m,
+            Err(e) => return refused(&e),
+        };
+        let spec = match workload_spec(prepared, listeners.as_ref().map(|l| l.port), &mark) {
+            Ok(s) => {
+                self.mark = Some(mark);
+                s
+            }
             Err(Error::Argument(why)) if why.contains("was not found") => {
                 eprintln!("terra: {why}");
                 return Outcome {
@@ -311,7 +482,35 @@ impl Run<'_> {
                 Err(e) => return refused(&e),
             }
         }
+        if self.plan.process_tree() == terra_policy::ProcessTree::Required {
+            let started = self.mark.as_ref().map(|m| Reaper::start(&self.exe, m));
+            match started {
+                Some(Ok(r)) => self.reaper = Some(r),
+                Some(Err(e)) => return refused(&e),
+                None => {
+                    return refused(&"the run's mark is missing: its process tree cannot be swept")
+                }
+            }
+        }
         let outcome = self.workload(dir, &spec, &canary, &tx, &rx, broker.as_mut());
+        // After the workload's group was killed: every other process of the
+        // run, wherever it went.
+        if let Some(r) = self.reaper.take() {
+            let swept = r.finish();
+            match &swept {
+                Swept::Report {
+                    passes,
+                    gave_up: true,
+                    ..
+                } => eprintln!(
+                    "terra: processes of this run were still being started after {passes} passes of killing \
+                     them; some may remain (under the run's profile)"
+                ),
+                Swept::Failed(why) => eprintln!("terra: {why}; processes of this run may remain"),
+                Swept::Report { .. } => {}
+            }
+            self.swept = Some(swept);
+        }
         if let Some(b) = broker {
             self.network = Some(b.stop(&rx));
         }
@@ -415,7 +614,8 @@ impl Run<'_> {
             .map(|ms| Instant::now() + Duration::from_millis(ms));
         let ended = supervise(pid, foreground, deadline, rx, broker);
         // Whatever is left of the group goes with the workload (as a box
-        // ends with its init on Linux). ESRCH: nothing was left.
+        // ends with its init on Linux). ESRCH: nothing was left. The rest of
+        // the run is the reaper's (after this returns).
         let _ = killpg(pid, Signal::SIGKILL);
         if foreground {
             let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp());
@@ -600,7 +800,7 @@ impl Run<'_> {
             outcome.clone(),
             SystemTime::now(),
         );
-        receipt.process_tree = Some(PROCESS_TREE.into());
+        receipt.process_tree = Some(process_tree_words(self.swept.as_ref()));
         let json = receipt.to_json();
         let mut failed = Vec::new();
         if let Some(dir) = dir {
@@ -905,6 +1105,23 @@ mod supervision_tests {
     /// `STATUS` lines before the exec as the script
     /// is told by `$TERRA_FAKE` (`pass`, `refuse`, `exec-fail`).
     const FAKE: &str = r#"#!/bin/bash
+if [ "$1" = __sandbox_reaper ]; then
+  # The stand-in reaper: waits for terra run's end of its input, then
+  # "sweeps" the processes of this run, marked by the environment the
+  # stand-in launcher gave them (its run directory; the real reaper asks
+  # libsandbox about each process's profile).
+  [ "$2" = --mark ] && [ "$4" = --antimark ] || exit 96
+  run_dir=$(dirname "$3"); run_dir=${run_dir#/private}
+  cat >/dev/null
+  n=0
+  for e in /proc/[0-9]*/environ; do
+    if tr '\0' '\n' 2>/dev/null <"$e" | grep -qxF "TERRA_FAKE_RUN=$run_dir"; then
+      p=${e#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && n=$((n+1))
+    fi
+  done
+  echo "swept $n 1"
+  exit 0
+fi
 [ "$1" = __sandbox_launcher ] || exit 99
 shift
 # Ignored before the status pipe closes (the deadline starts then), and so
@@ -914,7 +1131,8 @@ status=
 while [ "$1" != -- ]; do
   case "$1" in
     --status-fd) status=$2; shift 2 ;;
-    --spec-fd|--canary) shift 2 ;;
+    --canary) export TERRA_FAKE_RUN="$(dirname "$2")"; shift 2 ;;
+    --spec-fd) shift 2 ;;
     --foreground) shift ;;
     *) exit 98 ;;
   esac
@@ -959,6 +1177,13 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
     /// mode), network none, with `timeout`; returns the exit status and the
     /// `--receipt` copy.
     fn run(script: &str, fake: &str, timeout: Option<&str>) -> Ran {
+        run_tree(script, fake, timeout, "disabled")
+    }
+
+    /// [`run`] with `process.treeConfinement` set to `tree`; the workload's
+    /// stand-in launcher marks the workload's processes with the run's
+    /// directory (`TERRA_FAKE_RUN`) for the stand-in reaper.
+    fn run_tree(script: &str, fake: &str, timeout: Option<&str>, tree: &str) -> Ran {
         let base = base();
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
@@ -969,7 +1194,8 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
             r#"{"formatVersion":3,"filesystem":{"default":"deny","rules":[
  {"access":"write","path":{"root":"workspace","relative":""},"scope":"tree"},
  {"access":"read","path":{"special":"minimal-runtime"},"scope":"tree"}]},
- "network":{"mode":"none"},"process":{"treeConfinement":"disabled"},"root":{"mode":"read-only"}}"#,
+ "network":{"mode":"none"},"process":{"treeConfinement":"TREE"},"root":{"mode":"read-only"}}"#
+                .replace("TREE", tree),
         )
         .unwrap();
         let receipt = dir.path().join("receipt.json");
@@ -1032,7 +1258,8 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
         assert_eq!(v["outcome"]["exitCode"], 7);
         assert_eq!(v["outcome"]["timedOut"], false);
         assert!(v["runId"].as_str().is_some_and(|id| !id.is_empty()), "{v}");
-        assert!(v["processTree"].as_str().unwrap().contains("setsid"));
+        // treeConfinement "disabled": no reaper, and the receipt says so.
+        assert!(v["processTree"].as_str().unwrap().starts_with("not swept"));
         assert!(v["capabilities"]["declared"]
             .as_array()
             .unwrap()
@@ -1099,6 +1326,29 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
             escaped,
             "expected the setsid process {left} to outlive the run (the documented limit)"
         );
+    }
+
+    #[test]
+    fn with_process_tree_required_the_reaper_ends_a_setsid_escapee() {
+        let dir = tempfile::tempdir().unwrap();
+        let left = dir.path().join("left");
+        let script = format!(
+            "setsid sleep 1000 & p=$!; echo $p > {}; \
+             until [ \"$(cut -d' ' -f6 /proc/$p/stat)\" = \"$p\" ]; do sleep 0.01; done; exit 0",
+            left.display()
+        );
+        let r = run_tree(&script, "pass", None, "required");
+        assert_eq!(r.code, 0);
+        let left: i32 = fs::read_to_string(&left).unwrap().trim().parse().unwrap();
+        assert!(gone(left), "the setsid process {left} outlived the run");
+        let tree = r.receipt["processTree"].as_str().unwrap();
+        assert!(tree.starts_with("contained:"), "{tree}");
+        // The escapee at least (the group's kill may have ended the rest).
+        assert!(!tree.contains(": 0 found"), "{tree}");
+        assert!(r.receipt["capabilities"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&"process-tree".into()));
     }
 
     #[test]

@@ -83,8 +83,8 @@ pub struct Receipt {
     /// How long the run took, on which host, under which limits.
     #[serde(flatten)]
     pub applied: Applied,
-    /// Backends without the process-tree capability (macos): which
-    /// processes terra could end, and which it could not. Absent elsewhere.
+    /// The macos backend: how the sweep for the run's processes ended (how
+    /// many it found, or why none ran). Absent elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process_tree: Option<String>,
 }

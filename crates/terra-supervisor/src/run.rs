@@ -110,7 +110,6 @@ pub struct RunBuilder {
     /// Relax the default policy's `process.treeConfinement` to `disabled`
     /// (`--no-process-tree`): an explicit choice, recorded in the overlay and
     /// so in the decision digest; like the grants, not with a policy file.
-    /// The macos backend cannot contain a process tree.
     pub no_process_tree: bool,
     /// Where a mediated workload finds the proxy: None for the box's own
     /// 127.0.0.1:3128 (the linux backend's box service); on macOS the
@@ -272,21 +271,6 @@ impl RunBuilder {
         // built in, and when this host cannot start it (nor the box: both need
         // user namespaces), the supervisor refuses the run.
         let declared = choice.backend.declared(BROKER_BUILT_IN);
-        if choice.backend == Backend::Macos
-            && mir.process_tree() == terra_policy::ProcessTree::Required
-        {
-            let how = if origin.source == "default" {
-                "pass --no-process-tree to run without it (recorded in the receipt and the decision digest)"
-            } else {
-                "set \"process\": {\"treeConfinement\": \"disabled\"} in the policy to run without it"
-            };
-            return Err(Error::Unsupported(format!(
-                "the policy requires process-tree (process.treeConfinement \"required\"), which the macos backend \
-                 ({}) does not declare: a descendant that calls setsid and forks again outlives the run, since \
-                 macOS has no PID namespace, cgroup or parent-death signal; {how}",
-                choice.reason
-            )));
-        }
         let mediated = mir.network() == NetworkMode::Mediated;
         if mediated && !declared.contains(Capability::NetworkMediated) {
             let why = match choice.backend {

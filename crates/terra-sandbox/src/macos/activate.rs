@@ -1,7 +1,8 @@
 //! The activation check: after the profile is applied, every probe of
 //! `terra_seatbelt::probes` must fail with a permission error (EPERM or
-//! EACCES). Any other outcome, success or a different error, refuses the
-//! launch: the role does not run under a profile that was not seen to hold.
+//! EACCES), except the one that must succeed (a mediated workload reaching
+//! the broker's port). Any other outcome refuses the launch: the role does
+//! not run under a profile that was not seen to hold.
 
 use std::fs::File;
 use std::io;
@@ -10,38 +11,38 @@ use std::time::Duration;
 
 use terra_seatbelt::Probe;
 
+use super::error::LaunchError;
+
 /// The canary must open before confinement (it exists and is readable).
-pub fn canary_opens_now(canary: &str) -> Result<(), String> {
-    File::open(canary).map(drop).map_err(|e| {
-        format!("activation check: the canary {canary} must open before confinement: {e}")
-    })
+pub fn canary_opens_now(canary: &str) -> Result<(), LaunchError> {
+    File::open(canary)
+        .map(drop)
+        .map_err(|error| LaunchError::CanaryClosed {
+            canary: canary.to_string(),
+            error,
+        })
 }
 
 fn denied(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
 }
 
-pub fn check(probes: &[Probe]) -> Result<(), String> {
+pub fn check(probes: &[Probe]) -> Result<(), LaunchError> {
     for p in probes {
         let outcome = match p {
             Probe::OpenCanary(path) => File::open(path).map(drop),
-            Probe::Connect(addr) => {
+            Probe::Connect(addr) | Probe::ReachBroker(addr) => {
                 TcpStream::connect_timeout(addr, Duration::from_secs(2)).map(drop)
             }
             Probe::Listen(addr) => TcpListener::bind(addr).map(drop),
         };
-        match outcome {
-            Err(e) if denied(&e) => {}
-            Ok(()) => {
-                return Err(format!(
-                    "activation check: {p:?} succeeded under the profile"
-                ))
-            }
-            Err(e) => {
-                return Err(format!(
-                    "activation check: {p:?} failed with {e}, not with a permission error"
-                ))
-            }
+        let probe = format!("{p:?}");
+        match (p.must_succeed(), outcome) {
+            (true, Ok(())) => {}
+            (true, Err(error)) => return Err(LaunchError::Unreachable { probe, error }),
+            (false, Err(e)) if denied(&e) => {}
+            (false, Ok(())) => return Err(LaunchError::Allowed { probe }),
+            (false, Err(error)) => return Err(LaunchError::NotDenied { probe, error }),
         }
     }
     Ok(())

@@ -7,6 +7,8 @@ use std::ffi::{c_char, c_int, CStr, CString};
 
 use terra_seatbelt::Profile;
 
+use super::error::LaunchError;
+
 extern "C" {
     fn sandbox_init_with_parameters(
         profile: *const c_char,
@@ -17,15 +19,16 @@ extern "C" {
     fn sandbox_free_error(errorbuf: *mut c_char);
 }
 
-pub fn apply(profile: &Profile) -> Result<(), String> {
+pub fn apply(profile: &Profile) -> Result<(), LaunchError> {
     let text = CString::new(profile.text.as_str())
-        .map_err(|_| "the profile holds a NUL byte".to_string())?;
+        .map_err(|_| LaunchError::Apply("the profile holds a NUL byte".into()))?;
     let mut owned = Vec::with_capacity(profile.parameters.len() * 2);
     for (name, value) in &profile.parameters {
         for s in [name, value] {
             owned.push(
-                CString::new(s.as_str())
-                    .map_err(|_| format!("parameter {name}: holds a NUL byte"))?,
+                CString::new(s.as_str()).map_err(|_| {
+                    LaunchError::Apply(format!("parameter {name} holds a NUL byte"))
+                })?,
             );
         }
     }
@@ -51,7 +54,5 @@ pub fn apply(profile: &Profile) -> Result<(), String> {
             s
         }
     };
-    Err(format!(
-        "sandbox_init_with_parameters refused the profile: {why}"
-    ))
+    Err(LaunchError::Apply(why))
 }

@@ -22,8 +22,10 @@
 
 mod activate;
 mod apply;
+mod error;
 mod spec_fd;
 mod status;
+pub mod tree;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -32,6 +34,7 @@ use std::process::{Command, ExitCode};
 use terra_seatbelt::{LauncherArgs, Status};
 
 use crate::EXIT_REFUSED;
+use error::LaunchError;
 
 /// Entry point of `terra __sandbox_launcher` on macOS.
 pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
@@ -59,13 +62,15 @@ pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
     };
     let (status, code) = match launch(&args, report.as_mut()) {
         Ok(never) => match never {},
-        Err(Failed::Refused(why)) => (Status::Refused(why), EXIT_REFUSED),
+        Err(Failed::Refused(why)) => (Status::Refused(why.to_string()), EXIT_REFUSED),
         Err(Failed::Exec { code, reason }) => (Status::ExecFailed { code, reason }, code),
     };
     // terra run reads the status pipe and says it; started without one (by
     // hand), the launcher says it itself.
     match report.as_mut() {
-        Some(p) => p.say(&status),
+        Some(p) => {
+            p.say(&status);
+        }
         None => {
             if let Status::Refused(why) | Status::ExecFailed { reason: why, .. } = &status {
                 eprintln!("terra __sandbox_launcher: {why}");
@@ -77,19 +82,13 @@ pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
 
 /// Why the launch did not end in the role's exec.
 enum Failed {
-    Refused(String),
+    Refused(LaunchError),
     Exec { code: u8, reason: String },
 }
 
-impl From<String> for Failed {
-    fn from(why: String) -> Failed {
-        Failed::Refused(why)
-    }
-}
-
-impl From<&str> for Failed {
-    fn from(why: &str) -> Failed {
-        Failed::Refused(why.to_string())
+impl<E: Into<LaunchError>> From<E> for Failed {
+    fn from(why: E) -> Failed {
+        Failed::Refused(why.into())
     }
 }
 
@@ -99,8 +98,7 @@ fn launch(
     report: Option<&mut status::Pipe>,
 ) -> Result<std::convert::Infallible, Failed> {
     let spec = spec_fd::read(args.spec_fd)?;
-    let probes = terra_seatbelt::probes(&spec, &args.canary)
-        .map_err(|e| format!("activation check: {e}"))?;
+    let probes = terra_seatbelt::probes(&spec, &args.canary)?;
     // Before confinement the canary must open: otherwise its failure later
     // would prove nothing about the profile.
     activate::canary_opens_now(&args.canary)?;
@@ -108,13 +106,18 @@ fn launch(
         // Before the profile: the terminal is not the role's to change.
         status::take_terminal()?;
     }
-    let profile = terra_seatbelt::render(&spec).map_err(|e| e.to_string())?;
+    let profile = terra_seatbelt::render(&spec)?;
     apply::apply(&profile)?;
     activate::check(&probes)?;
     if let Some(p) = report {
-        p.say(&Status::ActivationPassed);
+        // terra run gone before the role runs: its reaper may have swept
+        // already (before this process carried the profile), so the role
+        // must not start unwatched.
+        if !p.say(&Status::ActivationPassed) {
+            return Err(LaunchError::SupervisorGone.into());
+        }
     }
-    let (arg0, rest) = args.command.split_first().ok_or("no command after --")?;
+    let (arg0, rest) = args.command.split_first().ok_or(LaunchError::NoCommand)?;
     let err = Command::new(&spec.executable).arg0(arg0).args(rest).exec();
     // 127: the program is not there; 126: it is, but cannot be executed
     // (the profile refused it, or it is not an executable).

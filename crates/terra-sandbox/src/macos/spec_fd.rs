@@ -10,43 +10,39 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use terra_seatbelt::spec::MAX_SPEC_LEN;
 use terra_seatbelt::LaunchSpec;
 
-pub fn read(fd: i32) -> Result<LaunchSpec, String> {
+use super::error::LaunchError;
+
+pub fn read(fd: i32) -> Result<LaunchSpec, LaunchError> {
+    let bad = |what: String| LaunchError::SpecFd { fd, what };
     // The descriptor must be open and not yet owned by anything in this
     // process: F_GETFD tells a closed number apart before it is adopted.
     // SAFETY: F_GETFD only reads the descriptor's flags.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(format!(
-            "launch spec descriptor {fd}: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(bad(std::io::Error::last_os_error().to_string()));
     }
     // SAFETY: the descriptor is open (checked above), was handed to this
     // process for the spec, and nothing else in it owns or closes it.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("launch spec descriptor {fd}: fstat: {e}"))?;
+    let meta = file.metadata().map_err(|e| bad(format!("fstat: {e}")))?;
     let kind = meta.file_type();
     if kind.is_file() {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         if meta.uid() != euid || meta.mode() & 0o077 != 0 {
-            return Err(format!(
-                "launch spec descriptor {fd}: a file of uid {} mode {:o}, not owner-only for uid {euid}",
+            return Err(bad(format!(
+                "a file of uid {} mode {:o}, not owner-only for uid {euid}",
                 meta.uid(),
                 meta.mode() & 0o7777
-            ));
+            )));
         }
     } else if !kind.is_fifo() {
-        return Err(format!(
-            "launch spec descriptor {fd}: neither a pipe nor a regular file"
-        ));
+        return Err(bad("neither a pipe nor a regular file".into()));
     }
     let mut bytes = Vec::new();
     file.take(MAX_SPEC_LEN as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("launch spec descriptor {fd}: read: {e}"))?;
-    LaunchSpec::decode(&bytes).map_err(|e| e.to_string())
+        .map_err(|e| bad(format!("read: {e}")))?;
+    Ok(LaunchSpec::decode(&bytes)?)
 }
 
 #[cfg(test)]
@@ -63,6 +59,8 @@ mod tests {
             role: terra_seatbelt::Role::Workload,
             network: terra_seatbelt::Network::None,
             executable: "/usr/bin/true".into(),
+            mark: None,
+            terminals: Vec::new(),
             grants: Vec::new(),
         };
         let mut f = std::fs::OpenOptions::new()
@@ -87,7 +85,7 @@ mod tests {
     fn refuses_a_file_others_may_read() {
         let (_d, fd) = spec_file(0o644);
         let e = read(fd).unwrap_err();
-        assert!(e.contains("not owner-only"), "{e}");
+        assert!(e.to_string().contains("not owner-only"), "{e}");
     }
 
     #[test]

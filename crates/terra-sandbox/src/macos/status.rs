@@ -9,14 +9,17 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use terra_seatbelt::Status;
 
+use super::error::LaunchError;
+
 /// The write end of terra run's status pipe, close-on-exec (so the exec of
 /// the role closes it: end of file tells terra run the role runs).
 pub struct Pipe(File);
 
 impl Pipe {
     /// Adopts descriptor `fd`: it must be open and a pipe.
-    pub fn adopt(fd: i32) -> Result<Pipe, String> {
-        fcntl(fd, FcntlArg::F_GETFD).map_err(|e| format!("status descriptor {fd}: {e}"))?;
+    pub fn adopt(fd: i32) -> Result<Pipe, LaunchError> {
+        let bad = |what: String| LaunchError::StatusFd { fd, what };
+        fcntl(fd, FcntlArg::F_GETFD).map_err(|e| bad(e.to_string()))?;
         // SAFETY: the descriptor is open (checked above), terra run handed
         // it to this process for the status, and nothing else here owns or
         // closes it; it is adopted once, at the start.
@@ -26,32 +29,34 @@ impl Pipe {
             .map(|m| m.file_type().is_fifo())
             .unwrap_or(false);
         if !is_pipe {
-            return Err(format!("status descriptor {fd}: not a pipe"));
+            return Err(bad("not a pipe".into()));
         }
         fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
-            .map_err(|e| format!("status descriptor {fd}: close-on-exec: {e}"))?;
+            .map_err(|e| bad(format!("close-on-exec: {e}")))?;
         Ok(Pipe(file))
     }
 
-    /// Writes one status line; terra run may be gone (then it is lost).
-    pub fn say(&mut self, status: &Status) {
-        let _ = self.0.write_all(status.line().as_bytes());
+    /// Writes one status line; false when terra run is gone (its end of
+    /// the pipe is closed: EPIPE).
+    pub fn say(&mut self, status: &Status) -> bool {
+        self.0.write_all(status.line().as_bytes()).is_ok()
     }
 }
 
 /// Makes this process's group the foreground group of the terminal on
 /// standard input. SIGTTOU is blocked meanwhile (a background group may
 /// change the foreground group only then) and unblocked before the exec.
-pub fn take_terminal() -> Result<(), String> {
+pub fn take_terminal() -> Result<(), LaunchError> {
+    let err = |what| move |error| LaunchError::Terminal { what, error };
     let mut ttou = SigSet::empty();
     ttou.add(Signal::SIGTTOU);
     let mut old = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old))
-        .map_err(|e| format!("cannot block SIGTTOU: {e}"))?;
+        .map_err(err("cannot block SIGTTOU"))?;
     let stdin = std::io::stdin();
     let r = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp())
-        .map_err(|e| format!("cannot take the terminal's foreground: {e}"));
+        .map_err(err("cannot take the terminal's foreground"));
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None)
-        .map_err(|e| format!("cannot restore the signal mask: {e}"))?;
+        .map_err(err("cannot restore the signal mask"))?;
     r
 }
