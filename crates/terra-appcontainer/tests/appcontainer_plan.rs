@@ -10,9 +10,7 @@ use terra_appcontainer::launch::{declared_capabilities, role_capabilities, Launc
 use terra_appcontainer::objects::{explicit_entries, scan, Kind, Tree};
 use terra_appcontainer::rights::*;
 use terra_appcontainer::sockets::{Ledger, LIFETIME_MS, MAX_OPEN};
-use terra_appcontainer::{
-    render, Error, Grant, GrantKind, Host, PathStyle, Peer, Proto, Role, Scope,
-};
+use terra_appcontainer::{render, Error, Grant, GrantKind, PathStyle, Peer, Proto, Role, Scope};
 use terra_policy::Capability;
 
 const W: PathStyle = PathStyle::Windows;
@@ -467,7 +465,7 @@ fn appcontainer_lowers_a_resolved_plan_with_foreign_paths_as_given() {
     let p = terra_appcontainer::lower_plan(
         &sp,
         PathStyle::Foreign,
-        &Host {
+        &terra_appcontainer::Host {
             executable: &format!("{ws}/tool"),
             cwd: ws,
             launcher: "/usr/local/bin/terra",
@@ -701,7 +699,7 @@ fn appcontainer_minimal_runtime_is_listed_not_granted_and_never_written() {
     };
     let sys_s = std::fs::canonicalize(&sys).unwrap();
     let sys_s = sys_s.to_str().unwrap().to_string();
-    let host = Host {
+    let host = terra_appcontainer::Host {
         executable: &format!("{sys_s}/sh"),
         cwd: &sys_s,
         launcher: "/t/terra",

@@ -5,16 +5,18 @@
 //! worker** first, made exactly like the real one (same package SID, same
 //! attributes, its own worker job): terra itself, as `terra
 //! __sandbox_launcher --self-check ROLE CANARY`, which checks from inside
-//! ([`inside`]) that its token is a less-privileged AppContainer token with
-//! exactly the role's capabilities, that it is in a job of the worker's
-//! limits, that no console is attached or attachable and standard input is
-//! not a console, and that the canary (a private file outside every grant)
-//! does not open. Then the real worker is created suspended and checked from
+//! ([`inside`]) that its token is an AppContainer token (less privileged
+//! exactly when the role's is) with exactly the role's capabilities, that
+//! it is in a job of exactly the role's limits, its console (a role: none,
+//! none attachable; the workload: its own, holding no other process),
+//! standard input not a console, that the canary (a private file outside
+//! every grant) does not open, and that the program's image does. Then the real worker is created suspended and checked from
 //! outside ([`outside`]) to have the same package SID, capabilities and its
 //! own job before it is resumed.
 
 use std::os::windows::io::AsRawHandle;
 
+use terra_appcontainer::Console;
 use terra_appcontainer::{role_capabilities, Role, WorkerSettings};
 use windows_sys::Win32::Foundation::{ERROR_ACCESS_DENIED, HANDLE};
 use windows_sys::Win32::Security::{
@@ -23,8 +25,8 @@ use windows_sys::Win32::Security::{
     TOKEN_INFORMATION_CLASS, TOKEN_QUERY,
 };
 use windows_sys::Win32::System::Console::{
-    AttachConsole, FreeConsole, GetConsoleMode, GetConsoleWindow, GetStdHandle,
-    ATTACH_PARENT_PROCESS, STD_INPUT_HANDLE,
+    AttachConsole, FreeConsole, GetConsoleMode, GetConsoleProcessList, GetConsoleWindow,
+    GetStdHandle, ATTACH_PARENT_PROCESS, STD_INPUT_HANDLE,
 };
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
@@ -94,8 +96,14 @@ fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
     if !f.app_container {
         return Err("the token is not an AppContainer token".into());
     }
-    if !f.less_privileged {
-        return Err("the token is not a less-privileged AppContainer token".into());
+    let want_lpac = WorkerSettings::of(role).less_privileged();
+    if f.less_privileged != want_lpac {
+        return Err(format!(
+            "the token is {}a less-privileged AppContainer token; the {} role's is {}",
+            if f.less_privileged { "" } else { "not " },
+            role.name(),
+            if want_lpac { "" } else { "not" }
+        ));
     }
     let want = role_capabilities(role).len() as u32;
     if f.capabilities != want {
@@ -108,21 +116,8 @@ fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
     Ok(())
 }
 
-/// The self-check, run inside the AppContainer by `--self-check`.
-pub fn inside(role: Role, canary: &str) -> Result<(), String> {
-    // SAFETY: the pseudo handle of this process is always valid.
-    let t = token(unsafe { GetCurrentProcess() })?;
-    check_facts(&facts(t.as_raw_handle())?, role)?;
-    if !job::current_in_job()? {
-        return Err("this process is in no job".into());
-    }
-    let want = WorkerSettings::of(role).job;
-    let have = job::current_limits()?;
-    if have != want {
-        return Err(format!(
-            "this process's job has limits {have:?}, not the worker job's {want:?}"
-        ));
-    }
+/// A role: no console, and the launcher's cannot be attached.
+fn no_console() -> Result<(), String> {
     // SAFETY: GetConsoleWindow takes no argument and only reads.
     if !unsafe { GetConsoleWindow() }.is_null() {
         return Err("a console window is attached".into());
@@ -132,6 +127,58 @@ pub fn inside(role: Role, canary: &str) -> Result<(), String> {
         // SAFETY: detaches the console just attached.
         unsafe { FreeConsole() };
         return Err("the launcher's console could be attached: keystrokes could be queued for the user's shell".into());
+    }
+    Ok(())
+}
+
+/// The workload: a console of its own (CREATE_NO_WINDOW), which no other
+/// process shares: not the user's, so nothing typed there reaches it and
+/// nothing it writes to the console reaches the user's shell.
+fn own_console() -> Result<(), String> {
+    let mut pids = [0u32; 4];
+    // SAFETY: `pids` is writable for its length.
+    let n = unsafe { GetConsoleProcessList(pids.as_mut_ptr(), pids.len() as u32) };
+    if n == 0 {
+        return Err(last_error(
+            "GetConsoleProcessList (the workload has a console of its own)",
+        ));
+    }
+    if n != 1 || pids[0] != std::process::id() {
+        return Err(format!(
+            "the console is shared with {} other processes: it is not the worker's own",
+            n - 1
+        ));
+    }
+    Ok(())
+}
+
+/// The self-check, run inside the AppContainer by `--self-check`.
+pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), String> {
+    // SAFETY: the pseudo handle of this process is always valid.
+    let t = token(unsafe { GetCurrentProcess() })?;
+    check_facts(&facts(t.as_raw_handle())?, role)?;
+    if !job::current_in_any()? {
+        return Err("this process is in no job".into());
+    }
+    let settings = WorkerSettings::of(role);
+    let have = job::current_limits()?;
+    if have != settings.job {
+        return Err(format!(
+            "this process's job has limits {have:?}, not the {} job's {:?}",
+            role.name(),
+            settings.job
+        ));
+    }
+    match settings.console {
+        Console::None => no_console()?,
+        Console::OwnHidden => own_console()?,
+    }
+    // The program's image: readable here, so the worker can start (a
+    // per-user install outside every grant would fail here, not later).
+    if let Err(e) = std::fs::File::open(program) {
+        return Err(format!(
+            "the program {program} does not open in the AppContainer: {e}"
+        ));
     }
     let mut mode = 0;
     // SAFETY: GetStdHandle returns this process's handle (or null);

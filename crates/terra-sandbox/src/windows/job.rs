@@ -1,15 +1,18 @@
-//! Job objects: the worker's (one process, no UI, killed with the
-//! launcher's handle) and the launcher's (killed with `terra run`).
+//! Job objects: the workload's (its tree, killed with the launcher's
+//! handle), a role's (one process), and the launcher's (killed with
+//! `terra run`; the launcher proves it is in this very job through a
+//! query-only handle `terra run` lets it inherit).
 
 use std::os::windows::io::{AsHandle, AsRawHandle, OwnedHandle};
 
 use terra_appcontainer::job::JobLimits;
-use windows_sys::Win32::Foundation::HANDLE;
+use windows_sys::Win32::Foundation::{DuplicateHandle, HANDLE};
 use windows_sys::Win32::System::JobObjects::{
     AssignProcessToJobObject, CreateJobObjectW, IsProcessInJob, JobObjectBasicUIRestrictions,
     JobObjectExtendedLimitInformation, QueryInformationJobObject, SetInformationJobObject,
-    JOBOBJECT_BASIC_UI_RESTRICTIONS, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    TerminateJobObject, JOBOBJECT_BASIC_UI_RESTRICTIONS, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
 };
+use windows_sys::Win32::System::SystemServices::JOB_OBJECT_QUERY;
 use windows_sys::Win32::System::Threading::GetCurrentProcess;
 
 use super::util::{last_error, owned};
@@ -62,8 +65,40 @@ impl Job {
         Ok(job)
     }
 
-    fn raw(&self) -> HANDLE {
+    /// The raw handle (for the console control handler, which may only
+    /// terminate the job).
+    pub fn raw(&self) -> HANDLE {
         self.0.as_raw_handle()
+    }
+
+    /// A second handle to this job with JOB_OBJECT_QUERY access only,
+    /// inheritable: `terra run` hands it to the launcher, which can ask
+    /// IsProcessInJob with it and do nothing else.
+    pub fn inheritable_query_handle(&self) -> Result<OwnedHandle, String> {
+        let mut h: HANDLE = std::ptr::null_mut();
+        // SAFETY: both process handles are this process's pseudo handle; the
+        // job handle is valid; `h` receives the new handle.
+        let ok = unsafe {
+            DuplicateHandle(
+                GetCurrentProcess(),
+                self.raw(),
+                GetCurrentProcess(),
+                &mut h,
+                JOB_OBJECT_QUERY,
+                1,
+                0,
+            )
+        };
+        if ok == 0 {
+            return Err(last_error("DuplicateHandle (the launcher job, query only)"));
+        }
+        owned(h, "DuplicateHandle")
+    }
+
+    /// Ends every process of the job with `code`.
+    pub fn terminate(&self, code: u32) -> Result<(), String> {
+        // SAFETY: this job's handle is open while `self` lives.
+        unsafe { terminate_raw(self.raw(), code) }
     }
 
     /// Puts `process` (a handle with PROCESS_SET_QUOTA | PROCESS_TERMINATE)
@@ -90,8 +125,39 @@ impl Job {
     }
 }
 
-/// True when this process is in some job.
-pub fn current_in_job() -> Result<bool, String> {
+/// Ends every process of the job `job` with `code`.
+///
+/// # Safety
+/// `job` must be a job handle this process holds open for the call.
+pub unsafe fn terminate_raw(job: HANDLE, code: u32) -> Result<(), String> {
+    // SAFETY: the caller guarantees `job` is an open job handle.
+    if unsafe { TerminateJobObject(job, code) } == 0 {
+        return Err(last_error("TerminateJobObject"));
+    }
+    Ok(())
+}
+
+/// True when this process is in the job `job` names: a handle value the
+/// launcher inherited from `terra run` (`--job`). A value that names no job
+/// handle of this process fails (never "any job").
+pub fn current_in(job: usize) -> Result<bool, String> {
+    let job = job as HANDLE;
+    if job.is_null() {
+        return Err("no job handle was handed to the launcher".into());
+    }
+    let mut inside = 0;
+    // SAFETY: the pseudo handle of this process and a handle value, which
+    // the kernel checks (ERROR_INVALID_HANDLE, or a handle that is not a
+    // job, fail); `inside` receives the answer.
+    if unsafe { IsProcessInJob(GetCurrentProcess(), job, &mut inside) } == 0 {
+        return Err(last_error("IsProcessInJob (terra run's job)"));
+    }
+    Ok(inside != 0)
+}
+
+/// True when this process is in some job (the self-check worker's own
+/// check; it then compares the limits of that job).
+pub fn current_in_any() -> Result<bool, String> {
     let mut inside = 0;
     // SAFETY: the pseudo handle of this process and no job handle (any
     // job) are valid arguments; `inside` receives the answer.
@@ -149,7 +215,7 @@ mod tests {
 
     #[test]
     fn appcontainer_a_worker_job_holds_nothing_until_assigned() {
-        let job = Job::new(&terra_appcontainer::job::WORKER_JOB).unwrap();
+        let job = Job::new(&terra_appcontainer::job::ROLE_JOB).unwrap();
         let me = std::process::Command::new("cmd.exe")
             .args(["/c", "exit", "0"])
             .spawn()

@@ -1,8 +1,9 @@
-//! Creating a worker: suspended, in the launch's AppContainer (less
-//! privileged, no capability), with the mitigation policy and the child
-//! process restriction, inheriting exactly its three standard handles (NUL
-//! and two pipes), never attached to a console, then put into its own job
-//! before it runs a single instruction.
+//! Creating a worker: suspended, in the launch's AppContainer (no
+//! capability), with its role's settings (`terra_appcontainer::WorkerSettings`:
+//! a role is less privileged, has no children and no Win32k; the workload
+//! has neither restriction), inheriting exactly its three standard handles
+//! (NUL and two pipes), in its plain working directory, then put into its
+//! own job before it runs a single instruction.
 
 use std::fs::File;
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
@@ -172,11 +173,14 @@ pub fn environment_block() -> Vec<u16> {
 }
 
 /// Creates `program` with `command_line` as a suspended worker of `role`
-/// in the AppContainer of `package`, and puts it into a new worker job.
+/// in the AppContainer of `package`, in the working directory `cwd` (a
+/// plain `X:\...` path; none: the launcher's), and puts it into a new job
+/// of the role's limits.
 pub fn create_suspended(
     program: &str,
     command_line: &str,
     environment: &[u16],
+    cwd: Option<&str>,
     package: &OwnedSid,
     role: Role,
 ) -> Result<Worker, String> {
@@ -202,10 +206,11 @@ pub fn create_suspended(
         CapabilityCount: 0,
         Reserved: 0,
     };
-    let lpac: u32 = settings.all_application_packages_policy;
+    let lpac: Option<u32> = settings.all_application_packages_policy;
     let mitigation: [u64; 2] = settings.mitigation;
-    let child_policy: u32 = settings.child_process_policy;
-    let mut attributes = Attributes::new(5)?;
+    let child_policy: Option<u32> = settings.child_process_policy;
+    let count = 3 + u32::from(lpac.is_some()) + u32::from(child_policy.is_some());
+    let mut attributes = Attributes::new(count)?;
     // SAFETY: every value lives on this stack frame until after
     // CreateProcessW, and `attributes` is dropped before them (declared
     // after them); sizes are the values' own.
@@ -216,24 +221,28 @@ pub fn create_suspended(
             std::mem::size_of::<SECURITY_CAPABILITIES>(),
             "security capabilities",
         )?;
-        attributes.set(
-            PROC_THREAD_ATTRIBUTE_ALL_APPLICATION_PACKAGES_POLICY,
-            (&lpac as *const u32).cast(),
-            std::mem::size_of::<u32>(),
-            "less-privileged AppContainer",
-        )?;
+        if let Some(lpac) = &lpac {
+            attributes.set(
+                PROC_THREAD_ATTRIBUTE_ALL_APPLICATION_PACKAGES_POLICY,
+                (lpac as *const u32).cast(),
+                std::mem::size_of::<u32>(),
+                "less-privileged AppContainer",
+            )?;
+        }
         attributes.set(
             PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY,
             mitigation.as_ptr().cast(),
             std::mem::size_of::<[u64; 2]>(),
             "mitigation policy",
         )?;
-        attributes.set(
-            PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
-            (&child_policy as *const u32).cast(),
-            std::mem::size_of::<u32>(),
-            "child process policy",
-        )?;
+        if let Some(child_policy) = &child_policy {
+            attributes.set(
+                PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
+                (child_policy as *const u32).cast(),
+                std::mem::size_of::<u32>(),
+                "child process policy",
+            )?;
+        }
         attributes.set(
             PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
             inherit.as_ptr().cast(),
@@ -251,10 +260,11 @@ pub fn create_suspended(
     si.lpAttributeList = attributes.ptr();
     let app = wide(program);
     let mut line = wide(command_line);
+    let dir = cwd.map(wide);
     // SAFETY: all-zero is a valid PROCESS_INFORMATION for the call to fill.
     let mut pi: PROCESS_INFORMATION = unsafe { std::mem::zeroed() };
-    // SAFETY: `app` and `environment` are NUL-terminated (the block ends
-    // with two NULs) and outlive the call; `line` is a writable
+    // SAFETY: `app`, `dir` and `environment` are NUL-terminated (the block
+    // ends with two NULs) and outlive the call; `line` is a writable
     // NUL-terminated buffer as CreateProcessW requires; `si` and its
     // attribute list are valid; handles are inherited only from the list.
     let ok = unsafe {
@@ -266,7 +276,7 @@ pub fn create_suspended(
             1,
             settings.creation_flags,
             environment.as_ptr().cast(),
-            std::ptr::null(),
+            dir.as_ref().map_or(std::ptr::null(), |d| d.as_ptr()),
             &si.StartupInfo,
             &mut pi,
         )

@@ -20,10 +20,18 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Creates the profile of a fresh name (`terra.` and 32 random hex
-    /// digits), with no capability.
-    pub fn create() -> Result<Profile, String> {
-        let name = terra_appcontainer::spec::profile_name(&random16()?);
+    /// A fresh profile name (`terra.` and 32 random hex digits): recorded
+    /// in the ledger before the profile is made.
+    pub fn fresh_name() -> Result<String, String> {
+        Ok(terra_appcontainer::spec::profile_name(&random16()?))
+    }
+
+    /// Creates the profile `name` (from [`Profile::fresh_name`]), with no
+    /// capability; a name whose profile exists is refused.
+    pub fn create(name: String) -> Result<Profile, String> {
+        if !terra_appcontainer::spec::is_profile_name(&name) {
+            return Err(format!("{name:?} is not a profile name terra makes"));
+        }
         let wname = wide(&name);
         let description = wide("terra: one launch of terra __sandbox_launcher");
         let mut created: PSID = std::ptr::null_mut();
@@ -107,16 +115,28 @@ impl Profile {
     }
 }
 
+/// Deletes the profile `name` (one terra made); a profile that is gone
+/// already is not an error.
+pub fn delete(name: &str) -> Result<(), String> {
+    if !terra_appcontainer::spec::is_profile_name(name) {
+        return Err(format!("{name:?} is not a profile name terra makes"));
+    }
+    let wname = wide(name);
+    // SAFETY: `wname` is NUL-terminated and outlives the call.
+    let hr = unsafe { DeleteAppContainerProfile(wname.as_ptr()) };
+    // HRESULT_FROM_WIN32(ERROR_NOT_FOUND) or (ERROR_FILE_NOT_FOUND): gone.
+    if hr < 0 && hr != 0x8007_0490u32 as i32 && hr != 0x8007_0002u32 as i32 {
+        return Err(format!(
+            "DeleteAppContainerProfile {name}: HRESULT 0x{hr:08x}"
+        ));
+    }
+    Ok(())
+}
+
 impl Drop for Profile {
     fn drop(&mut self) {
-        let wname = wide(&self.name);
-        // SAFETY: `wname` is NUL-terminated and outlives the call.
-        let hr = unsafe { DeleteAppContainerProfile(wname.as_ptr()) };
-        if hr < 0 {
-            tracing::warn!(
-                "DeleteAppContainerProfile {}: HRESULT 0x{hr:08x}",
-                self.name
-            );
+        if let Err(e) = delete(&self.name) {
+            tracing::warn!("{e}");
         }
     }
 }
@@ -128,8 +148,8 @@ mod tests {
 
     #[test]
     fn appcontainer_profiles_are_fresh_and_their_sid_is_a_package_sid() {
-        let a = Profile::create().unwrap();
-        let b = Profile::create().unwrap();
+        let a = Profile::create(Profile::fresh_name().unwrap()).unwrap();
+        let b = Profile::create(Profile::fresh_name().unwrap()).unwrap();
         assert_ne!(a.name(), b.name());
         assert!(terra_appcontainer::spec::is_profile_name(a.name()));
         let sid = a.sid_string().unwrap();
