@@ -39,7 +39,7 @@ pub mod walk;
 use std::ffi::OsString;
 use std::io::Read;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use terra_appcontainer::ledger::Record;
 use terra_appcontainer::spec::MAX_SPEC_LEN;
@@ -107,13 +107,19 @@ fn read_spec() -> Result<LaunchSpec, String> {
 /// The workload's job while it runs, for the console control handler.
 static WORKLOAD_JOB: AtomicPtr<core::ffi::c_void> = AtomicPtr::new(std::ptr::null_mut());
 
+/// Set once the launcher has undone what it added (or tried to).
+static CLEANED: AtomicBool = AtomicBool::new(false);
+
 /// STATUS_CONTROL_C_EXIT: how a console program ends on Ctrl-C.
 const CONTROL_C_EXIT: u32 = 0xC000_013A;
 
 /// Ctrl-C, Ctrl-Break and a closed console end the workload's job (its
-/// whole tree); the launcher is not ended by them, so it goes on to remove
-/// the ACEs, the profile and its ledger. The workload has a console of its
-/// own and sees none of these events itself.
+/// whole tree); the launcher is not ended by Ctrl-C or Ctrl-Break, so it
+/// goes on to remove the ACEs, the profile and its ledger. A closed console
+/// ends the launcher when this handler returns, so for that one the handler
+/// waits (at most console::CLOSE_GRACE_MS) for the main thread's cleanup;
+/// whatever is left then, the ledger holds for the next sweep. The workload
+/// has a console of its own and sees none of these events itself.
 unsafe extern "system" fn on_console_event(event: u32) -> windows_sys::core::BOOL {
     match event {
         CTRL_C_EVENT | CTRL_BREAK_EVENT | CTRL_CLOSE_EVENT => {
@@ -123,6 +129,14 @@ unsafe extern "system" fn on_console_event(event: u32) -> windows_sys::core::BOO
                 // while the worker (which owns it) lives, and clears it before
                 // the worker is dropped.
                 let _ = unsafe { job::terminate_raw(job, CONTROL_C_EXIT) };
+            }
+            if event == CTRL_CLOSE_EVENT {
+                let step = std::time::Duration::from_millis(50);
+                let mut waited = 0;
+                while !CLEANED.load(Ordering::SeqCst) && waited < console::CLOSE_GRACE_MS - 500 {
+                    std::thread::sleep(step);
+                    waited += 50;
+                }
             }
             1
         }
@@ -220,15 +234,18 @@ fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, St
     }
     WORKLOAD_JOB.store(std::ptr::null_mut(), Ordering::SeqCst);
     drop(worker);
-    let problems = applied.remove();
-    for p in &problems {
-        eprintln!("terra __sandbox_launcher: cleaning the launch's ACEs: {p}");
+    let mut problems = applied.remove();
+    if let Err(e) = profile.delete() {
+        problems.push(e);
     }
-    drop(profile);
+    for p in &problems {
+        eprintln!("terra __sandbox_launcher: cleaning up: {p}");
+    }
     if problems.is_empty() {
-        // What is left of the ledger is undone by the next sweep.
+        // Otherwise the ledger stays, and the next sweep undoes the rest.
         book.remove()?;
     }
+    CLEANED.store(true, Ordering::SeqCst);
     code
 }
 

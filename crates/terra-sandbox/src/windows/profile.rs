@@ -17,6 +17,8 @@ const HRESULT_ALREADY_EXISTS: i32 = (0x8007_0000u32 | ERROR_ALREADY_EXISTS) as i
 pub struct Profile {
     name: String,
     sid: OwnedSid,
+    /// Deleted already ([`Profile::delete`]): nothing left for Drop.
+    deleted: bool,
 }
 
 impl Profile {
@@ -64,7 +66,11 @@ impl Profile {
         // is freed exactly once, here.
         unsafe { FreeSid(created) };
         // From here on Drop deletes the profile.
-        let profile = Profile { name, sid: copied? };
+        let profile = Profile {
+            name,
+            sid: copied?,
+            deleted: false,
+        };
         let mut derived: PSID = std::ptr::null_mut();
         // SAFETY: `wname` is NUL-terminated; `derived` receives a SID the
         // call allocates, freed below.
@@ -86,6 +92,12 @@ impl Profile {
             ));
         }
         Ok(profile)
+    }
+
+    /// Deletes the profile now, saying whether that worked.
+    pub fn delete(mut self) -> Result<(), String> {
+        self.deleted = true;
+        delete(&self.name)
     }
 
     pub fn name(&self) -> &str {
@@ -135,6 +147,9 @@ pub fn delete(name: &str) -> Result<(), String> {
 
 impl Drop for Profile {
     fn drop(&mut self) {
+        if self.deleted {
+            return;
+        }
         if let Err(e) = delete(&self.name) {
             tracing::warn!("{e}");
         }
