@@ -246,7 +246,7 @@ if ($gitExe -and $gitExe.Source -like "$env:ProgramFiles*") {
     Result 'git status (default policy, git under Program Files)' ($r.Code -eq 0 -and [Text.Encoding]::UTF8.GetString($r.Out).Contains('a.txt')) $r.Err
 } elseif ($gitExe) {
     $r = Invoke-Terra @('run', '--', 'git', '--version')
-    Result "git installed per user ($($gitExe.Source)) is refused naming its directory" ($r.Code -eq 125 -and $r.Err -match 'add a read rule') $r.Err
+    Result "git installed per user ($($gitExe.Source)) is refused naming its directory" ($r.Code -eq 125 -and $r.Err -match 'Program Files') $r.Err
 } else { Write-Host 'SKIP git: not installed' }
 
 $py = Get-Command python.exe -ErrorAction SilentlyContinue
@@ -257,7 +257,7 @@ if __name__ == "__main__":
     Result 'python multiprocessing (a pool of two workers)' ($r.Code -eq 0 -and [Text.Encoding]::UTF8.GetString($r.Out).Trim() -eq '6') $r.Err
 } elseif ($py) {
     $r = Invoke-Terra @('run', '--policy', $deny, '--', $py.Source, '--version')
-    Result "python installed per user ($($py.Source)) is refused naming its directory" ($r.Code -eq 125 -and $r.Err -match 'add a read rule') $r.Err
+    Result "python installed per user ($($py.Source)) is refused naming its directory" ($r.Code -eq 125 -and $r.Err -match 'Program Files') $r.Err
 } else { Write-Host 'SKIP python: not installed' }
 
 $make = @(Get-Command make.exe, mingw32-make.exe -ErrorAction SilentlyContinue) | Select-Object -First 1

@@ -244,12 +244,12 @@ impl LaunchPlan {
     }
 
     /// Checks that the workload can read its program: a grant covers it,
-    /// or it lies in one of `system_dirs` (the minimal runtime and the
-    /// Program Files directories, readable through Windows' own ACEs for
-    /// ALL APPLICATION PACKAGES). Anything else (a per-user install under
-    /// %LOCALAPPDATA% or %USERPROFILE%: rustup's, scoop's, python.org's
-    /// per-user Python) is refused before anything changes, naming the
-    /// directory to grant: terra never widens a policy by itself.
+    /// or it lies in one of `system_dirs` (the minimal runtime, the Windows
+    /// directory and the Program Files directories, readable through
+    /// Windows' own ACEs for ALL APPLICATION PACKAGES). Anything else (a
+    /// per-user install under %LOCALAPPDATA% or %USERPROFILE%: rustup's,
+    /// scoop's, python.org's per-user Python) is refused before anything
+    /// changes, naming the directory: terra never widens a policy by itself.
     fn check_program(&mut self, system_dirs: &[String]) -> Result<()> {
         if self.program_access == ProgramAccess::Granted {
             return Ok(());
@@ -271,8 +271,9 @@ impl LaunchPlan {
                     .unwrap_or_default();
                 Err(Error::Unsupported(format!(
                     "the program {} is outside every grant and outside the system's install directories \
-                     (readable to AppContainers through ALL APPLICATION PACKAGES): add a read rule for {dir} \
-                     to the policy, or install the program under Program Files",
+                     (Program Files and the Windows directory, readable to AppContainers through ALL APPLICATION \
+                     PACKAGES): install it machine-wide under Program Files, or put it in the workspace \
+                     ({dir} cannot be granted by a Windows policy yet: policy host paths are Unix paths)",
                     self.executable
                 )))
             }

@@ -191,3 +191,78 @@ fn appcontainer_ledger_owner_is_pid_and_start_time() {
     ));
     assert!(is_stale(Owner { pid: 7, ..o }, running));
 }
+
+#[cfg(unix)]
+fn default_plan(ws: &std::path::Path, other: &std::path::Path) -> terra_policy::SandboxPlan {
+    let mir = terra_policy::compile_source(terra_policy::DEFAULT_POLICY_SOURCE.as_bytes()).unwrap();
+    for d in ["sys", "tmp"] {
+        std::fs::create_dir_all(other.join(d)).unwrap();
+    }
+    let bindings = terra_policy::HostBindings {
+        workspace: Some(ws.to_path_buf()),
+        temp: Some(std::fs::canonicalize(other.join("tmp")).unwrap()),
+        minimal_roots: vec![std::fs::canonicalize(other.join("sys")).unwrap()],
+        mediator: None,
+    };
+    terra_policy::compile_plan(&mir, &bindings, terra_appcontainer::declared_capabilities())
+        .unwrap()
+}
+
+#[cfg(unix)]
+#[test]
+fn appcontainer_programs_run_from_system_installs_and_per_user_installs_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(d.path()).unwrap();
+    let ws = ws.to_str().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let plan = default_plan(std::path::Path::new(ws), other.path());
+    let system_dirs = ["/opt/Program Files".to_string()];
+    let lower = |exe: &str| {
+        terra_appcontainer::lower_plan(
+            &plan,
+            PathStyle::Foreign,
+            &terra_appcontainer::Host {
+                executable: exe,
+                cwd: ws,
+                launcher: "/opt/Program Files/terra/terra",
+                system_dirs: &system_dirs,
+            },
+        )
+    };
+    // Under Program Files: read through ALL APPLICATION PACKAGES, no ACE.
+    let p = lower("/opt/Program Files/Git/cmd/git").unwrap();
+    assert_eq!(
+        p.program_access,
+        terra_appcontainer::ProgramAccess::SystemInstall {
+            dir: "/opt/Program Files".into()
+        }
+    );
+    assert!(
+        p.entries.iter().all(|e| !e.path.contains("Git")),
+        "{:?}",
+        p.entries
+    );
+    // Inside the workspace: granted.
+    let inside = format!("{ws}/tools/x");
+    assert_eq!(
+        lower(&inside).unwrap().program_access,
+        terra_appcontainer::ProgramAccess::Granted
+    );
+    // A per-user install: refused before anything changes, naming its directory.
+    let e = lower("/home/ann/.cargo/bin/rustc").unwrap_err().to_string();
+    assert!(e.contains("/home/ann/.cargo/bin"), "{e}");
+    assert!(e.contains("Program Files"), "{e}");
+    // A working directory outside every grant is refused too.
+    let e = terra_appcontainer::lower_plan(
+        &plan,
+        PathStyle::Foreign,
+        &terra_appcontainer::Host {
+            executable: &inside,
+            cwd: "/home/ann",
+            launcher: "/opt/Program Files/terra/terra",
+            system_dirs: &system_dirs,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("working directory"), "{e}");
+}
