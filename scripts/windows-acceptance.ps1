@@ -175,6 +175,11 @@ $r = Inside $deny @('rename', (Join-Path $ws 'locked'), (Join-Path $ws 'moved'))
 Result 'moving a deny-write directory away is refused' ($r.Code -eq 3) "exit $($r.Code) $($r.Err)"
 $r = Inside $deny @('rename', (Join-Path $ws 'deep'), (Join-Path $ws 'deep2'))
 Result 'renaming a plain directory (twin)' ($r.Code -eq 0) $r.Err
+$junction = Join-Path $ws 'junction'
+New-Item -ItemType Junction -Path $junction -Target $outside | Out-Null
+$r = Inside $deny @('read', (Join-Path $junction 'private.txt'))
+Result 'a junction in the workspace pointing outside carries no grant' ($r.Code -eq 3 -and (Acl-Count (Join-Path $outside 'private.txt')) -eq 0) "exit $($r.Code) $($r.Err)"
+Remove-Item $junction
 $r = Inside $deny @('write', (Join-Path $outside 'written.txt'))
 Result 'write outside every grant is refused' ($r.Code -eq 3 -and -not (Test-Path (Join-Path $outside 'written.txt'))) "exit $($r.Code) $($r.Err)"
 
