@@ -270,14 +270,18 @@ impl Prepared {
             .encode();
         let exe = std::env::current_exe()
             .map_err(|e| Error::op("cannot find terra's own executable", e))?;
-        let job = Job::new(&terra_appcontainer::job::LAUNCHER_JOB).map_err(Error::Host)?;
+        let job = Job::new(&terra_appcontainer::job::LAUNCHER_JOB)
+            .map_err(|e| Error::Host(e.to_string()))?;
         // The launcher inherits this handle (std passes inheritable handles
         // on): query access only, for IsProcessInJob.
-        let query = job.inheritable_query_handle().map_err(Error::Host)?;
+        let query = job
+            .inheritable_query_handle()
+            .map_err(|e| Error::Host(e.to_string()))?;
         // Ctrl-C and Ctrl-Break reach every process of the console: the
         // launcher ends the workload's job and cleans up; terra run waits
         // for it instead of dying first (which would kill it mid-cleanup).
-        terra_sandbox::windows::console::leave_interrupts_to_launcher().map_err(Error::Host)?;
+        terra_sandbox::windows::console::leave_interrupts_to_launcher()
+            .map_err(|e| Error::Host(e.to_string()))?;
         let mut child = Command::new(&exe)
             .arg("__sandbox_launcher")
             .arg("--canary")
@@ -299,7 +303,7 @@ impl Prepared {
         if let Err(e) = job.assign(&child) {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(Error::Host(e));
+            return Err(Error::Host(e.to_string()));
         }
         let written = child
             .stdin

@@ -15,6 +15,7 @@
 //! deletes every ACE naming the package SID from the path and writes the
 //! DACL back the same way, so Windows removes the copies it propagated.
 
+use super::error::Error;
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 
 use terra_appcontainer::ledger::Record;
@@ -59,12 +60,12 @@ impl Drop for LocalBox {
     }
 }
 
-/// Why an open failed: the message, and whether it was ERROR_ACCESS_DENIED.
-struct OpenError(String, bool);
+/// Why an open failed, and whether it was ERROR_ACCESS_DENIED.
+struct OpenError(Error, bool);
 
 /// Opens `path` for reading and writing its DACL, never through a reparse
 /// point; returns the handle, whether it is a directory and its identity.
-fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), String> {
+fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), Error> {
     open_or_denied(path).map_err(|e| e.0)
 }
 
@@ -97,7 +98,9 @@ fn open_or_denied(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), OpenErr
     }
     if info.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
         return Err(OpenError(
-            format!("{path} is a reparse point now (it was not when walked): refusing to grant through it"),
+            Error::Refused(format!(
+                "{path} is a reparse point now (it was not when resolved): refusing to grant through it"
+            )),
             false,
         ));
     }
@@ -108,7 +111,7 @@ fn open_or_denied(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), OpenErr
 
 /// The DACL of an open object and its control bits; the ACL pointer lives
 /// inside the returned LocalBox.
-fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String> {
+fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), Error> {
     let mut dacl: *mut ACL = std::ptr::null_mut();
     let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
     // SAFETY: the handle is valid; only the DACL is asked; `dacl` and `sd`
@@ -132,7 +135,8 @@ fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String>
     if dacl.is_null() {
         return Err(format!(
             "{path} has no DACL (everyone has full access): refusing to give it one"
-        ));
+        )
+        .into());
     }
     let mut control = 0u16;
     let mut revision = 0u32;
@@ -145,7 +149,7 @@ fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String>
 
 /// Writes `acl` as the DACL of `h`, keeping whether it is protected;
 /// Windows propagates its inheritable ACEs to the children that inherit.
-fn write_dacl(h: HANDLE, acl: *const ACL, control: u16, path: &str) -> Result<(), String> {
+fn write_dacl(h: HANDLE, acl: *const ACL, control: u16, path: &str) -> Result<(), Error> {
     let protection = if control & SE_DACL_PROTECTED != 0 {
         PROTECTED_DACL_SECURITY_INFORMATION
     } else {
@@ -189,7 +193,7 @@ pub fn apply(
     sid: &OwnedSid,
     sid_text: &str,
     ledger: &mut ledger::File,
-) -> Result<Applied, String> {
+) -> Result<Applied, Error> {
     // SAFETY: `sid` is a valid SID by construction.
     let copy = unsafe { OwnedSid::copy_from(sid.as_psid())? };
     let mut applied = Applied {
@@ -256,7 +260,7 @@ pub fn apply(
 
 /// Removes every ACE naming the SID written `sid_text` (`S-1-15-2-...`)
 /// from `path`: the ledger sweep's undo.
-pub fn remove_sid_string(path: &str, sid_text: &str) -> Result<(), String> {
+pub fn remove_sid_string(path: &str, sid_text: &str) -> Result<(), Error> {
     let w = super::util::wide(sid_text);
     let mut sid: windows_sys::Win32::Security::PSID = std::ptr::null_mut();
     // SAFETY: `w` is NUL-terminated; `sid` receives a LocalAlloc'd SID,
@@ -281,7 +285,7 @@ impl Applied {
         let mut problems = Vec::new();
         while let Some(path) = self.changed.pop() {
             if let Err(e) = remove_one(&path, &self.sid) {
-                problems.push(e);
+                problems.push(e.to_string());
             }
         }
         problems
@@ -296,7 +300,7 @@ impl Drop for Applied {
     }
 }
 
-fn remove_one(path: &str, sid: &OwnedSid) -> Result<(), String> {
+fn remove_one(path: &str, sid: &OwnedSid) -> Result<(), Error> {
     let (h, _, _) = match open(path) {
         Ok(x) => x,
         // Removed by the workload: nothing of ours is left there.

@@ -1,5 +1,6 @@
 //! The launcher's command line, parsed strictly.
 
+use super::error::Error;
 use std::ffi::OsString;
 
 use terra_appcontainer::Role;
@@ -36,12 +37,12 @@ pub fn parse_handle(text: &str) -> Option<usize> {
     usize::from_str_radix(hex, 16).ok().filter(|&h| h != 0)
 }
 
-fn utf8(a: OsString) -> Result<String, String> {
+fn utf8(a: OsString) -> Result<String, Error> {
     a.into_string()
-        .map_err(|a| format!("argument {a:?} is not valid Unicode; {USAGE}"))
+        .map_err(|a| Error::Refused(format!("argument {a:?} is not valid Unicode; {USAGE}")))
 }
 
-pub fn parse(argv: Vec<OsString>) -> Result<Args, String> {
+pub fn parse(argv: Vec<OsString>) -> Result<Args, Error> {
     let mut it = argv.into_iter().map(utf8);
     match it.next().transpose()?.as_deref() {
         Some("--self-check") => {
@@ -73,7 +74,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 .transpose()?
                 .ok_or(format!("--canary needs a path; {USAGE}"))?;
             if it.next().transpose()?.as_deref() != Some("--job") {
-                return Err(format!("no --job after the canary; {USAGE}"));
+                return Err(format!("no --job after the canary; {USAGE}").into());
             }
             let job = it
                 .next()
@@ -82,11 +83,11 @@ pub fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 .and_then(parse_handle)
                 .ok_or(format!("--job needs a handle value (0x and hex); {USAGE}"))?;
             if it.next().transpose()?.as_deref() != Some("--") {
-                return Err(format!("no -- before the command; {USAGE}"));
+                return Err(format!("no -- before the command; {USAGE}").into());
             }
-            let command = it.collect::<Result<Vec<String>, String>>()?;
+            let command = it.collect::<Result<Vec<String>, Error>>()?;
             if command.is_empty() {
-                return Err(format!("no command after --; {USAGE}"));
+                return Err(format!("no command after --; {USAGE}").into());
             }
             Ok(Args::Launch {
                 canary,
@@ -94,7 +95,7 @@ pub fn parse(argv: Vec<OsString>) -> Result<Args, String> {
                 command,
             })
         }
-        _ => Err(USAGE.to_string()),
+        _ => Err(USAGE.into()),
     }
 }
 

@@ -14,6 +14,7 @@
 //! outside ([`outside`]) to have the same package SID, capabilities and its
 //! own job before it is resumed.
 
+use super::error::Error;
 use std::os::windows::io::AsRawHandle;
 
 use terra_appcontainer::Console;
@@ -38,7 +39,7 @@ use super::util::{last_error, owned, OwnedSid};
 pub const OK_LINE: &str = "terra-appcontainer-self-check ok";
 
 /// The token of `process`, for queries.
-fn token(process: HANDLE) -> Result<std::os::windows::io::OwnedHandle, String> {
+fn token(process: HANDLE) -> Result<std::os::windows::io::OwnedHandle, Error> {
     let mut t: HANDLE = std::ptr::null_mut();
     // SAFETY: `process` is a valid process handle; `t` receives a new handle.
     if unsafe { OpenProcessToken(process, TOKEN_QUERY, &mut t) } == 0 {
@@ -48,7 +49,7 @@ fn token(process: HANDLE) -> Result<std::os::windows::io::OwnedHandle, String> {
 }
 
 /// One token information class, in a u64-aligned buffer.
-fn info(token: HANDLE, class: TOKEN_INFORMATION_CLASS, what: &str) -> Result<Vec<u64>, String> {
+fn info(token: HANDLE, class: TOKEN_INFORMATION_CLASS, what: &str) -> Result<Vec<u64>, Error> {
     let mut len = 0u32;
     // SAFETY: a null buffer of length 0 asks for the length needed.
     unsafe { GetTokenInformation(token, class, std::ptr::null_mut(), 0, &mut len) };
@@ -76,9 +77,9 @@ struct TokenFacts {
     capabilities: u32,
 }
 
-fn facts(token: HANDLE) -> Result<TokenFacts, String> {
+fn facts(token: HANDLE) -> Result<TokenFacts, Error> {
     let flag =
-        |class, what| -> Result<bool, String> { Ok(info(token, class, what)?[0] as u32 != 0) };
+        |class, what| -> Result<bool, Error> { Ok(info(token, class, what)?[0] as u32 != 0) };
     let caps = info(token, TokenCapabilities, "capabilities")?;
     // SAFETY: the call filled `caps` with a TOKEN_GROUPS (u64-aligned).
     let count = unsafe { (*caps.as_ptr().cast::<TOKEN_GROUPS>()).GroupCount };
@@ -92,7 +93,7 @@ fn facts(token: HANDLE) -> Result<TokenFacts, String> {
     })
 }
 
-fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
+fn check_facts(f: &TokenFacts, role: Role) -> Result<(), Error> {
     if !f.app_container {
         return Err("the token is not an AppContainer token".into());
     }
@@ -103,7 +104,8 @@ fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
             if f.less_privileged { "" } else { "not " },
             role.name(),
             if want_lpac { "" } else { "not" }
-        ));
+        )
+        .into());
     }
     let want = role_capabilities(role).len() as u32;
     if f.capabilities != want {
@@ -111,13 +113,14 @@ fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
             "the token carries {} capability SIDs; the {} role has exactly {want}",
             f.capabilities,
             role.name()
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
 /// A role: no console, and the launcher's cannot be attached.
-fn no_console() -> Result<(), String> {
+fn no_console() -> Result<(), Error> {
     // SAFETY: GetConsoleWindow takes no argument and only reads.
     if !unsafe { GetConsoleWindow() }.is_null() {
         return Err("a console window is attached".into());
@@ -134,7 +137,7 @@ fn no_console() -> Result<(), String> {
 /// The workload: a console of its own (CREATE_NO_WINDOW), which no other
 /// process shares: not the user's, so nothing typed there reaches it and
 /// nothing it writes to the console reaches the user's shell.
-fn own_console() -> Result<(), String> {
+fn own_console() -> Result<(), Error> {
     let mut pids = [0u32; 4];
     // SAFETY: `pids` is writable for its length.
     let n = unsafe { GetConsoleProcessList(pids.as_mut_ptr(), pids.len() as u32) };
@@ -147,13 +150,14 @@ fn own_console() -> Result<(), String> {
         return Err(format!(
             "the console is shared with {} other processes: it is not the worker's own",
             n - 1
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
 /// The self-check, run inside the AppContainer by `--self-check`.
-pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), String> {
+pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), Error> {
     // SAFETY: the pseudo handle of this process is always valid.
     let t = token(unsafe { GetCurrentProcess() })?;
     check_facts(&facts(t.as_raw_handle())?, role)?;
@@ -167,7 +171,8 @@ pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), String> {
             "this process's job has limits {have:?}, not the {} job's {:?}",
             role.name(),
             settings.job
-        ));
+        )
+        .into());
     }
     match settings.console {
         Console::None => no_console()?,
@@ -176,9 +181,7 @@ pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), String> {
     // The program's image: readable here, so the worker can start (a
     // per-user install outside every grant would fail here, not later).
     if let Err(e) = std::fs::File::open(program) {
-        return Err(format!(
-            "the program {program} does not open in the AppContainer: {e}"
-        ));
+        return Err(format!("the program {program} does not open in the AppContainer: {e}").into());
     }
     let mut mode = 0;
     // SAFETY: GetStdHandle returns this process's handle (or null);
@@ -188,16 +191,17 @@ pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), String> {
     }
     match std::fs::File::open(canary) {
         Err(e) if e.raw_os_error() == Some(ERROR_ACCESS_DENIED as i32) => Ok(()),
-        Ok(_) => Err(format!("the canary {canary}, outside every grant, opened")),
+        Ok(_) => Err(format!("the canary {canary}, outside every grant, opened").into()),
         Err(e) => Err(format!(
             "opening the canary {canary} failed with {e}, not with access denied"
-        )),
+        )
+        .into()),
     }
 }
 
 /// The real worker, still suspended: same package SID, the role's
 /// capabilities, less privileged, in its own job.
-pub fn outside(worker: &Worker, package: &OwnedSid, role: Role) -> Result<(), String> {
+pub fn outside(worker: &Worker, package: &OwnedSid, role: Role) -> Result<(), Error> {
     let t = token(worker.process.as_raw_handle())?;
     check_facts(&facts(t.as_raw_handle())?, role)?;
     let sid = info(t.as_raw_handle(), TokenAppContainerSid, "AppContainer SID")?;

@@ -1,5 +1,6 @@
 //! `terra run`'s side of Ctrl-C: it leaves the interrupt to the launcher.
 
+use super::error::Error;
 use windows_sys::Win32::System::Console::{
     SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_CLOSE_EVENT, CTRL_C_EVENT,
 };
@@ -29,7 +30,7 @@ unsafe extern "system" fn leave_to_launcher(event: u32) -> windows_sys::core::BO
 pub const CLOSE_GRACE_MS: u64 = 4_500;
 
 /// Installs the handler for the rest of the process.
-pub fn leave_interrupts_to_launcher() -> Result<(), String> {
+pub fn leave_interrupts_to_launcher() -> Result<(), Error> {
     // SAFETY: a handler of the right signature, valid for the whole process.
     if unsafe { SetConsoleCtrlHandler(Some(leave_to_launcher), 1) } == 0 {
         return Err(last_error("SetConsoleCtrlHandler"));

@@ -2,6 +2,7 @@
 //! it lives, its atomic rewrite, who owns it, and the sweep that undoes
 //! what a launcher that is gone left behind.
 
+use super::error::Error;
 use std::os::windows::io::AsRawHandle;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +15,7 @@ use windows_sys::Win32::System::Threading::{
 use super::util::{last_error, owned};
 
 /// terra's state directory for ledgers: `%LOCALAPPDATA%\terra\state\ledger`.
-pub fn dir() -> Result<PathBuf, String> {
+pub fn dir() -> Result<PathBuf, Error> {
     let base = std::env::var_os("LOCALAPPDATA")
         .filter(|b| !b.is_empty())
         .ok_or("LOCALAPPDATA is not set: terra has no state directory for its ledger")?;
@@ -29,7 +30,7 @@ fn filetime(t: FILETIME) -> u64 {
 }
 
 /// The creation time of the process behind `h`.
-fn start_of(h: windows_sys::Win32::Foundation::HANDLE) -> Result<u64, String> {
+fn start_of(h: windows_sys::Win32::Foundation::HANDLE) -> Result<u64, Error> {
     let zero = FILETIME {
         dwLowDateTime: 0,
         dwHighDateTime: 0,
@@ -43,7 +44,7 @@ fn start_of(h: windows_sys::Win32::Foundation::HANDLE) -> Result<u64, String> {
 }
 
 /// This process as a ledger owner.
-pub fn me() -> Result<Owner, String> {
+pub fn me() -> Result<Owner, Error> {
     // SAFETY: the pseudo handle of this process is always valid.
     let start = start_of(unsafe { GetCurrentProcess() })?;
     Ok(Owner {
@@ -72,7 +73,7 @@ pub struct File {
 }
 
 impl File {
-    pub fn create() -> Result<File, String> {
+    pub fn create() -> Result<File, Error> {
         let dir = dir()?;
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create the ledger directory {}: {e}", dir.display()))?;
@@ -86,26 +87,28 @@ impl File {
     }
 
     /// Records `r` on disk; only then may the caller make the change.
-    pub fn record(&mut self, r: Record) -> Result<(), String> {
+    pub fn record(&mut self, r: Record) -> Result<(), Error> {
         self.ledger.push(r).map_err(|e| e.to_string())?;
         self.write()
     }
 
-    fn write(&self) -> Result<(), String> {
+    fn write(&self) -> Result<(), Error> {
         write_atomic(&self.path, &self.ledger.encode())
     }
 
     /// Everything recorded was undone: the ledger goes.
-    pub fn remove(self) -> Result<(), String> {
-        std::fs::remove_file(&self.path)
-            .map_err(|e| format!("cannot remove the ledger {}: {e}", self.path.display()))
+    pub fn remove(self) -> Result<(), Error> {
+        std::fs::remove_file(&self.path).map_err(|e| Error::Os {
+            call: format!("remove the ledger {}", self.path.display()),
+            source: e,
+        })
     }
 }
 
 /// Writes `bytes` to `path` through a temporary file, flushed to disk and
 /// renamed over it (MoveFileExW with MOVEFILE_REPLACE_EXISTING), so a
 /// reader sees the old ledger or the new one, never half of one.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     use std::io::Write;
     let tmp = path.with_extension("ledger.tmp");
     let mut f = std::fs::File::create(&tmp)
@@ -114,13 +117,15 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .and_then(|()| f.sync_all())
         .map_err(|e| format!("cannot write the ledger {}: {e}", tmp.display()))?;
     drop(f);
-    std::fs::rename(&tmp, path)
-        .map_err(|e| format!("cannot replace the ledger {}: {e}", path.display()))
+    std::fs::rename(&tmp, path).map_err(|e| Error::Os {
+        call: format!("replace the ledger {}", path.display()),
+        source: e,
+    })
 }
 
 /// Undoes one record: every ACE naming the SID on the path (Windows
 /// removes the copies it propagated), or the profile.
-fn undo(r: &Record) -> Result<(), String> {
+fn undo(r: &Record) -> Result<(), Error> {
     match r {
         Record::Ace { sid, path } => super::acl::remove_sid_string(path, sid),
         Record::Profile { name } => super::profile::delete(name),
@@ -134,7 +139,7 @@ pub fn sweep() -> Vec<String> {
     let mut problems = Vec::new();
     let dir = match dir() {
         Ok(d) => d,
-        Err(e) => return vec![e],
+        Err(e) => return vec![e.to_string()],
     };
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return problems; // no ledger was ever written here
@@ -173,7 +178,7 @@ pub fn sweep() -> Vec<String> {
         let mut left = Vec::new();
         for r in ledger.undo_order() {
             if let Err(e) = undo(r) {
-                problems.push(e);
+                problems.push(e.to_string());
                 left.push(r.clone());
             }
         }
@@ -188,7 +193,7 @@ pub fn sweep() -> Vec<String> {
                 records: left,
             };
             if let Err(e) = write_atomic(&path, &rest.encode()) {
-                problems.push(e);
+                problems.push(e.to_string());
             }
         }
     }

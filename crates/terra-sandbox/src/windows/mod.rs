@@ -27,6 +27,7 @@ mod args;
 mod check;
 pub mod console;
 mod consts;
+pub mod error;
 pub mod job;
 pub mod ledger;
 mod process;
@@ -49,6 +50,7 @@ use windows_sys::Win32::System::Console::{
 };
 
 use crate::EXIT_REFUSED;
+use error::Error;
 
 /// Entry point of `terra __sandbox_launcher` on Windows.
 pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
@@ -64,7 +66,7 @@ pub fn launcher_main(argv: Vec<OsString>) -> ExitCode {
     }
 }
 
-fn run(argv: Vec<OsString>) -> Result<u32, String> {
+fn run(argv: Vec<OsString>) -> Result<u32, Error> {
     match args::parse(argv)? {
         args::Args::SelfCheck {
             role,
@@ -84,24 +86,24 @@ fn run(argv: Vec<OsString>) -> Result<u32, String> {
 }
 
 /// Terra's own executable, as a canonical Windows path.
-fn own_executable() -> Result<String, String> {
+fn own_executable() -> Result<String, Error> {
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
         .map_err(|e| format!("cannot find terra's own executable: {e}"))?;
     let exe = exe
         .to_str()
         .ok_or("terra's executable path is not valid Unicode")?;
-    path::windows_path(exe).map_err(|e| e.to_string())
+    Ok(path::windows_path(exe)?)
 }
 
-fn read_spec() -> Result<LaunchSpec, String> {
+fn read_spec() -> Result<LaunchSpec, Error> {
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
         .take(MAX_SPEC_LEN as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("reading the launch spec from standard input: {e}"))?;
-    LaunchSpec::decode(&bytes).map_err(|e| e.to_string())
+    Ok(LaunchSpec::decode(&bytes)?)
 }
 
 /// The workload's job while it runs, for the console control handler.
@@ -144,7 +146,7 @@ unsafe extern "system" fn on_console_event(event: u32) -> windows_sys::core::BOO
     }
 }
 
-fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, String> {
+fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, Error> {
     // The spec first: terra run writes it only after AssignProcessToJobObject
     // put this process into its job, so once it is read the check below
     // cannot race the assignment.
@@ -163,17 +165,17 @@ fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, St
         );
     }
     let launcher = own_executable()?;
-    let mut plan = LaunchPlan::from_spec(&spec, &launcher).map_err(|e| e.to_string())?;
-    let canary = path::windows_path(canary).map_err(|e| e.to_string())?;
+    let mut plan = LaunchPlan::from_spec(&spec, &launcher)?;
+    let canary = path::windows_path(canary)?;
     if dacl::readable(&plan.grants, PathStyle::Windows, &canary) {
         return Err(format!(
             "the canary {canary} is inside a grant: the self-check would prove nothing"
-        ));
+        )
+        .into());
     }
     std::fs::File::open(&canary)
         .map_err(|e| format!("the canary {canary} must open before confinement: {e}"))?;
-    let scan = objects::scan(&plan.entries, PathStyle::Windows, &walk::HostTree)
-        .map_err(|e| e.to_string())?;
+    let scan = objects::scan(&plan.entries, PathStyle::Windows, &walk::HostTree)?;
     let explicit = objects::explicit_entries(&plan.entries, &scan);
     plan.entries.extend(explicit);
     // SAFETY: a handler of the right signature, valid for the whole process.
@@ -197,7 +199,7 @@ fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, St
         &profile,
         spec.role,
     )?;
-    let line = cmdline::command_line(&spec.executable, command).map_err(|e| e.to_string())?;
+    let line = cmdline::command_line(&spec.executable, command)?;
     let mut worker = process::create_suspended(
         &spec.executable,
         &line,
@@ -208,7 +210,7 @@ fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, St
     )?;
     if let Err(e) = check::outside(&worker, profile.sid(), spec.role) {
         worker.kill();
-        return Err(format!("the worker failed its check before it ran: {e}"));
+        return Err(format!("the worker failed its check before it ran: {e}").into());
     }
     WORKLOAD_JOB.store(worker.job.raw(), Ordering::SeqCst);
     let relays = [
@@ -236,7 +238,7 @@ fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, St
     drop(worker);
     let mut problems = applied.remove();
     if let Err(e) = profile.delete() {
-        problems.push(e);
+        problems.push(e.to_string());
     }
     for p in &problems {
         eprintln!("terra __sandbox_launcher: cleaning up: {p}");
@@ -259,7 +261,7 @@ fn self_check(
     environment: &[u16],
     profile: &profile::Profile,
     role: Role,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let argv: Vec<String> = [
         "terra",
         "__sandbox_launcher",
@@ -271,14 +273,12 @@ fn self_check(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let line = cmdline::command_line(launcher, &argv).map_err(|e| e.to_string())?;
+    let line = cmdline::command_line(launcher, &argv)?;
     let mut checker =
         process::create_suspended(launcher, &line, environment, Some(cwd), profile.sid(), role)?;
     if let Err(e) = check::outside(&checker, profile.sid(), role) {
         checker.kill();
-        return Err(format!(
-            "the self-check worker failed its outside check: {e}"
-        ));
+        return Err(format!("the self-check worker failed its outside check: {e}").into());
     }
     let stderr = checker.stderr.take();
     let err_thread = std::thread::spawn(move || {
@@ -302,7 +302,8 @@ fn self_check(
         return Err(format!(
             "the self-check worker refused (exit {code}): {}",
             terra_appcontainer::relay::filter(err.trim_end().as_bytes()).escape_ascii()
-        ));
+        )
+        .into());
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! (NUL and two pipes), in its plain working directory, then put into its
 //! own job before it runs a single instruction.
 
+use super::error::Error;
 use std::fs::File;
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 
@@ -43,7 +44,7 @@ pub struct Worker {
 struct Attributes(Vec<u64>);
 
 impl Attributes {
-    fn new(count: u32) -> Result<Attributes, String> {
+    fn new(count: u32) -> Result<Attributes, Error> {
         let mut size = 0usize;
         // SAFETY: a null list asks for the size needed (the call fails with
         // ERROR_INSUFFICIENT_BUFFER and sets `size`).
@@ -76,7 +77,7 @@ impl Attributes {
         value: *const core::ffi::c_void,
         size: usize,
         what: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         // SAFETY: the list is initialized; the caller keeps `value` alive
         // and unchanged for the list's lifetime.
         let ok = unsafe {
@@ -116,7 +117,7 @@ fn inheritable() -> SECURITY_ATTRIBUTES {
 
 /// A pipe whose write end the worker inherits; the read end stays here,
 /// not inheritable.
-fn pipe(what: &str) -> Result<(File, OwnedHandle), String> {
+fn pipe(what: &str) -> Result<(File, OwnedHandle), Error> {
     let sa = inheritable();
     let mut read: HANDLE = std::ptr::null_mut();
     let mut write: HANDLE = std::ptr::null_mut();
@@ -134,7 +135,7 @@ fn pipe(what: &str) -> Result<(File, OwnedHandle), String> {
 }
 
 /// An inheritable handle to the NUL device, read-only.
-fn nul() -> Result<OwnedHandle, String> {
+fn nul() -> Result<OwnedHandle, Error> {
     let sa = inheritable();
     let name = wide("NUL");
     // SAFETY: `name` is NUL-terminated; `sa` outlives the call.
@@ -183,13 +184,14 @@ pub fn create_suspended(
     cwd: Option<&str>,
     package: &OwnedSid,
     role: Role,
-) -> Result<Worker, String> {
+) -> Result<Worker, Error> {
     let settings = WorkerSettings::of(role);
     if !settings.capabilities.is_empty() {
         return Err(format!(
             "the {} role names capability SIDs, which this launcher does not grant",
             role.name()
-        ));
+        )
+        .into());
     }
     let job = Job::new(&settings.job)?;
     let stdin = nul()?;
@@ -300,14 +302,14 @@ pub fn create_suspended(
         return Err(format!(
             "{e}: the worker could not be put into its own job (is terra run inside a job that does not allow \
              breakaway? Windows refuses UI restrictions on a nested job)"
-        ));
+        ).into());
     }
     Ok(worker)
 }
 
 impl Worker {
     /// Lets the worker run.
-    pub fn resume(&self) -> Result<(), String> {
+    pub fn resume(&self) -> Result<(), Error> {
         // SAFETY: the thread handle is valid and was created suspended.
         if unsafe { ResumeThread(self.thread.as_raw_handle()) } == u32::MAX {
             return Err(last_error("ResumeThread"));
@@ -322,7 +324,7 @@ impl Worker {
     }
 
     /// Waits for the worker to end; its exit code.
-    pub fn wait(&self) -> Result<u32, String> {
+    pub fn wait(&self) -> Result<u32, Error> {
         // SAFETY: the process handle is valid.
         if unsafe { WaitForSingleObject(self.process.as_raw_handle(), INFINITE) } != WAIT_OBJECT_0 {
             return Err(last_error("WaitForSingleObject"));

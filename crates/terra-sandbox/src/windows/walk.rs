@@ -18,6 +18,7 @@ use windows_sys::Win32::Storage::FileSystem::{
     OPEN_EXISTING, READ_CONTROL,
 };
 
+use super::error::Error;
 use super::util::{owned, verbatim};
 
 pub struct HostTree;
@@ -32,8 +33,11 @@ fn kind_of(md: &std::fs::Metadata) -> Kind {
     }
 }
 
-fn io_err(e: String) -> std::io::Error {
-    std::io::Error::other(e)
+fn io_err(e: Error) -> std::io::Error {
+    match e {
+        Error::Os { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    }
 }
 
 impl Tree for HostTree {
@@ -45,10 +49,9 @@ impl Tree for HostTree {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
-            let name = entry
-                .file_name()
-                .into_string()
-                .map_err(|n| io_err(format!("the entry {n:?} is not valid Unicode")))?;
+            let name = entry.file_name().into_string().map_err(|n| {
+                std::io::Error::other(format!("the entry {n:?} is not valid Unicode"))
+            })?;
             let md = std::fs::symlink_metadata(entry.path())?;
             out.push((name, kind_of(&md)));
         }
