@@ -234,7 +234,11 @@ Result 'cmd.exe starts in the plain workspace path (no UNC refusal)' ($r.Code -e
 $r = Invoke-Terra @('run', '--policy', $deny, '--', $cmd, '/d', '/c', 'cmd /d /c cmd /d /c echo nested')
 Result 'a process tree: cmd starts cmd starts cmd' ($r.Code -eq 0 -and [Text.Encoding]::UTF8.GetString($r.Out).Contains('nested')) $r.Err
 $bgPid = Join-Path $ws 'bg.txt'
-$r = Invoke-Terra @('run', '--policy', $deny, '--', $cmd, '/d', '/c', "start /b $probe sleep 120 $bgPid")
+# The foreground probe sleeps two seconds, so the background one has
+# written its pid before the workload (cmd) exits. (Paths with spaces would
+# need quoting that cmd's start takes for a window title.)
+$fgPid = Join-Path $ws 'fg.txt'
+$r = Invoke-Terra @('run', '--policy', $deny, '--', $cmd, '/d', '/c', "start /b $probe sleep 120 $bgPid & $probe sleep 2 $fgPid")
 for ($i = 0; $i -lt 50 -and -not (Test-Path $bgPid); $i++) { Start-Sleep -Milliseconds 100 }
 $bg = if (Test-Path $bgPid) { [int](Get-Content $bgPid) } else { 0 }
 Result 'a background process does not outlive the run' ($bg -ne 0 -and (Gone $bg)) "pid $bg"
