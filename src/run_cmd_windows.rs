@@ -70,7 +70,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "auto", value_name = "NAME")]
     backend: String,
     /// Print the launch plan (capabilities, job limits, mitigation flags,
-    /// every DACL entry, the objects counted); run nothing.
+    /// every DACL entry, the protected objects found); run nothing.
     #[arg(long)]
     dry_run: bool,
     /// With --dry-run: one JSON object instead of text.
@@ -145,10 +145,18 @@ pub fn run(args: RunArgs, _log_level: Option<&str>) -> ExitCode {
         Err(e) => return refuse(e),
     };
     if args.dry_run {
+        let objects = match prepared.scan() {
+            Ok(o) => o,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&prepared.temp);
+                return refuse(e);
+            }
+        };
         let code = crate::windows_dry_run::print_windows(
             &prepared.launch,
             prepared.plan.decision_digest(),
-            &prepared.objects,
+            &objects,
+            &prepared.env,
             args.json,
         );
         let _ = std::fs::remove_dir(&prepared.temp);
@@ -165,8 +173,8 @@ fn declared() -> Vec<&'static str> {
     terra_appcontainer::declared_capabilities().names()
 }
 
-const DETAIL: &str = "the windows backend: the workload in a per-launch less-privileged AppContainer and a \
-                      one-process job, started by terra __sandbox_launcher after its self-check worker passed";
+const DETAIL: &str = "the windows backend: the workload in a per-launch AppContainer and a kill-on-close job \
+                      holding its process tree, started by terra __sandbox_launcher after its self-check worker passed";
 
 pub fn doctor(args: DoctorArgs) -> ExitCode {
     if args.json {

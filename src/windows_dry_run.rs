@@ -3,10 +3,10 @@
 //! limits, mitigation flags, creation flags and every DACL entry.
 //!
 //! On Windows the plan's paths are canonical Windows paths and the granted
-//! trees are walked and counted against the object cap, as the launcher
+//! trees are scanned (read only) for protected DACLs, as the launcher
 //! would. Elsewhere (Linux) the plan was resolved on this host: its paths
 //! are shown as given and marked as not Windows-canonical, the program is
-//! the one this host's PATH finds, and nothing is walked.
+//! the one this host's PATH finds, and nothing is scanned.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -14,12 +14,18 @@ use std::process::ExitCode;
 use terra_appcontainer::{render, LaunchPlan, Objects};
 
 /// Prints the plan as text or as one JSON object.
-fn emit(plan: &LaunchPlan, digest: &str, objects: Option<&Objects>, json: bool) -> ExitCode {
+fn emit(
+    plan: &LaunchPlan,
+    digest: &str,
+    objects: Option<&Objects>,
+    env: &[(String, String)],
+    json: bool,
+) -> ExitCode {
     let os = std::env::consts::OS;
     let out = if json {
-        format!("{}\n", render::json(plan, digest, os, objects))
+        format!("{}\n", render::json(plan, digest, os, objects, env))
     } else {
-        render::text(plan, digest, os, objects)
+        render::text(plan, digest, os, objects, env)
     };
     // One write; a closed pipe (`| head`) is not an error of terra's.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
@@ -55,16 +61,30 @@ pub fn print_foreign(prepared: &terra_supervisor::run::PreparedRun, json: bool) 
         Ok(p) => p,
         Err(e) => return refuse(&format!("cannot find terra's own executable: {e}")),
     };
-    let (Some(program), Some(launcher)) = (program.to_str(), launcher.to_str()) else {
-        return refuse("the program's or terra's path is not UTF-8");
+    let cwd = &prepared.request.cwd;
+    let temp = &prepared.request.bindings.temp;
+    let (Some(program), Some(launcher), Some(cwd), Some(temp)) = (
+        program.to_str(),
+        launcher.to_str(),
+        cwd.to_str(),
+        temp.to_str(),
+    ) else {
+        return refuse("the program's, terra's, the working directory's or the temp directory's path is not UTF-8");
     };
-    match terra_appcontainer::lower_plan(
-        &prepared.plan,
-        terra_appcontainer::PathStyle::Foreign,
-        program,
+    let style = terra_appcontainer::PathStyle::Foreign;
+    let host = terra_appcontainer::Host {
+        executable: program,
+        cwd,
         launcher,
-    ) {
-        Ok(plan) => emit(&plan, prepared.plan.decision_digest(), None, json),
+        system_dirs: &[],
+    };
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    let env = match terra_appcontainer::env::workload_env(style, &vars, temp, &[]) {
+        Ok(e) => e,
+        Err(e) => return refuse(&e.to_string()),
+    };
+    match terra_appcontainer::lower_plan(&prepared.plan, style, &host) {
+        Ok(plan) => emit(&plan, prepared.plan.decision_digest(), None, &env, json),
         Err(e) => refuse(&e.to_string()),
     }
 }
@@ -72,6 +92,12 @@ pub fn print_foreign(prepared: &terra_supervisor::run::PreparedRun, json: bool) 
 /// On Windows: the plan the run would hand the launcher, with the objects
 /// the launcher would change.
 #[cfg(windows)]
-pub fn print_windows(plan: &LaunchPlan, digest: &str, objects: &Objects, json: bool) -> ExitCode {
-    emit(plan, digest, Some(objects), json)
+pub fn print_windows(
+    plan: &LaunchPlan,
+    digest: &str,
+    objects: &Objects,
+    env: &[(String, String)],
+    json: bool,
+) -> ExitCode {
+    emit(plan, digest, Some(objects), env, json)
 }

@@ -63,10 +63,10 @@ fn appcontainer_dry_run_json_on_linux_lists_the_launch_plan() {
     assert_eq!(v["resolvedOn"], "linux");
     assert_eq!(v["pathsWindowsCanonical"], false);
     assert_eq!(v["capabilities"], serde_json::json!([]));
-    assert_eq!(v["workerJob"]["activeProcessLimit"], 1);
+    assert_eq!(v["workerJob"]["activeProcessLimit"], 0);
     assert_eq!(
         v["mitigationPolicy"]["policy1"]["value"],
-        "0x1110010111111100"
+        "0x1110010101111100"
     );
     assert_eq!(v["objects"]["counted"], false);
     assert_eq!(
@@ -141,9 +141,9 @@ fn appcontainer_dry_run_text_on_linux_marks_paths_not_windows_canonical() {
         "backend: windows (AppContainer)\n",
         "paths: as resolved on linux, NOT Windows-canonical",
         "capabilities: none",
-        "worker job: limit flags 0x00002408 ",
-        "creation flags: 0x0108040c CREATE_SUSPENDED DETACHED_PROCESS",
-        "  PROCESS_CREATION_MITIGATION_POLICY_WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON\n",
+        "workload job: limit flags 0x00002400 ",
+        "workload creation flags: 0x09080404 CREATE_SUSPENDED CREATE_NO_WINDOW",
+        "  broker job: limit flags 0x00002408 ",
         &format!("  write tree {ws}\n    allow 0x001301bf "),
         &format!("  deny tree {ws}/secret\n    deny  0x001f01ff "),
         &format!("  keep-in-place exact {ws} (keeps {ws}/"),
@@ -269,4 +269,106 @@ fn appcontainer_backends_lists_windows_with_its_capabilities() {
         ])
     );
     assert_ne!(w["auto"], true, "auto never picks windows off Windows");
+}
+
+/// `terra run --backend windows --dry-run -- git status` with the default
+/// policy, from a directory of its own.
+fn default_git_status(json: bool) -> (tempfile::TempDir, String, std::process::Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path())
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut args = vec!["run", "--backend", "windows", "--dry-run"];
+    if json {
+        args.push("--json");
+    }
+    args.extend(["--", "git", "status"]);
+    let out = terra(dir.path(), &args);
+    (dir, ws, out)
+}
+
+fn has_git() -> bool {
+    Command::new("git").arg("--version").output().is_ok()
+}
+
+#[test]
+fn appcontainer_dry_run_default_policy_git_status_is_a_plan_not_a_refusal() {
+    assert!(has_git(), "this test needs git on PATH");
+    let (_d, ws, out) = default_git_status(false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        // The workload: a process tree, killed with the job, user32 allowed.
+        "workload job: limit flags 0x00002400 JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE; no active process limit;",
+        "workload child process policy: not set",
+        "workload win32k: allowed",
+        // The role keeps every restriction.
+        "  broker job: limit flags 0x00002408 JOB_OBJECT_LIMIT_ACTIVE_PROCESS",
+        "  broker child process policy: 0x00000001 PROCESS_CREATION_CHILD_PROCESS_RESTRICTED",
+        "  broker win32k: locked down",
+        // Paths, grants, the ledger and the job check.
+        &format!("working directory: {ws}\n"),
+        "no per-file walk, no object cap",
+        "protected DACL",
+        r"%LOCALAPPDATA%\terra\state\ledger\PID-START.ledger",
+        "the launch spec to its standard input",
+        "IsProcessInJob(the launcher itself, the launcher job's own handle",
+        "not in any job",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    // The workload's own restrictions never include the roles'.
+    assert!(
+        !text.contains("workload job: limit flags 0x00002408"),
+        "{text}"
+    );
+}
+
+#[test]
+fn appcontainer_dry_run_default_policy_json_pins_each_point() {
+    assert!(has_git(), "this test needs git on PATH");
+    let (_d, ws, out) = default_git_status(true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = &v["processes"]["workload"];
+    assert_eq!(w["job"]["activeProcessLimit"], 0);
+    assert_eq!(w["job"]["limitFlags"]["value"], "0x00002400");
+    assert_eq!(w["childProcessPolicy"], serde_json::Value::Null);
+    assert_eq!(w["win32k"], "allowed");
+    let b = &v["processes"]["broker"];
+    assert_eq!(b["job"]["activeProcessLimit"], 1);
+    assert_eq!(b["childProcessPolicy"]["value"], "0x00000001");
+    assert_eq!(b["win32k"], "locked down");
+    assert_eq!(b["lessPrivileged"], true);
+    assert_eq!(v["workingDirectory"], ws.as_str());
+    // Every path terra hands the workload is plain.
+    let env = v["environment"].as_object().unwrap();
+    for k in ["TEMP", "TMP", "HOME", "USERPROFILE"] {
+        let p = env[k].as_str().unwrap();
+        assert!(!p.starts_with(r"\\?\") && p.starts_with('/'), "{k}={p}");
+    }
+    // Trees: one inheritable ACE on each root, no cap.
+    assert_eq!(v["objects"]["cap"], serde_json::Value::Null);
+    let dacl = v["dacl"].as_array().unwrap();
+    let root = dacl
+        .iter()
+        .find(|e| e["path"] == ws.as_str() && e["origin"] == "write")
+        .unwrap_or_else(|| panic!("{dacl:#?}"));
+    assert_eq!(
+        root["inheritance"],
+        serde_json::json!(["OBJECT_INHERIT_ACE", "CONTAINER_INHERIT_ACE"])
+    );
+    assert!(v["ledger"].as_array().unwrap().len() >= 3);
+    assert_eq!(v["jobCheck"].as_array().unwrap().len(), 3);
+    assert_eq!(v["program"]["access"], "system install");
 }

@@ -1,8 +1,8 @@
 //! The windows backend through the built binary, on Windows: the workload
-//! is a copy of terra in the workspace (it loads no Win32k library, so it
-//! starts under the worker's Win32k lockdown), reading files with `terra
-//! policy artifact-hash` and printing control characters in an error
-//! message.
+//! is a copy of terra in the workspace, reading files with `terra policy
+//! artifact-hash` and printing control characters in an error message; and
+//! cmd.exe, whoami.exe (which imports user32.dll) and a process tree, in a
+//! plain working directory.
 //!
 //! Windows only. Not run where this was written (a Linux host): these are
 //! what a Windows CI runs, and scripts/windows-acceptance.ps1 runs the
@@ -108,7 +108,7 @@ fn appcontainer_windows_output_passes_the_relay_filter() {
 }
 
 #[test]
-fn appcontainer_windows_dry_run_counts_objects_with_windows_paths() {
+fn appcontainer_windows_dry_run_scans_objects_with_windows_paths() {
     let d = workspace();
     let p = policy(d.path());
     let probe = d.path().join("probe.exe");
@@ -134,5 +134,70 @@ fn appcontainer_windows_dry_run_counts_objects_with_windows_paths() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["pathsWindowsCanonical"], true);
     assert_eq!(v["objects"]["counted"], true);
-    assert!(v["objects"]["total"].as_u64().unwrap() >= 4);
+    assert!(v["objects"]["scanned"].as_u64().unwrap() >= 4);
+    let cwd = v["workingDirectory"].as_str().unwrap();
+    assert!(!cwd.starts_with(r"\\"), "{cwd}");
+}
+
+fn run_system(dir: &Path, program: &str, args: &[&str]) -> Output {
+    let p = policy(dir);
+    let system = std::env::var("SystemRoot").unwrap();
+    let program = format!(r"{system}\System32\{program}");
+    let mut a = vec!["run", "--policy", p.to_str().unwrap(), "--", &program];
+    a.extend_from_slice(args);
+    Command::new(TERRA)
+        .current_dir(dir)
+        .args(&a)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn appcontainer_windows_cmd_starts_in_a_plain_working_directory() {
+    let d = workspace();
+    let out = run_system(d.path(), "cmd.exe", &["/d", "/c", "cd"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("UNC"), "{text}");
+    assert!(!text.starts_with(r"\\"), "{text}");
+    assert!(
+        text.trim_end()
+            .ends_with(&*d.path().file_name().unwrap().to_string_lossy()),
+        "{text}"
+    );
+}
+
+#[test]
+fn appcontainer_windows_workload_starts_children() {
+    let d = workspace();
+    // cmd starts cmd, which starts cmd: three processes in the workload's job.
+    let out = run_system(
+        d.path(),
+        "cmd.exe",
+        &["/d", "/c", "cmd /d /c cmd /d /c echo nested"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nested"));
+}
+
+#[test]
+fn appcontainer_windows_user32_programs_start() {
+    let d = workspace();
+    // whoami.exe imports user32.dll: under a Win32k lockdown it would die
+    // with 0xC0000142 before main.
+    let out = run_system(d.path(), "whoami.exe", &[]);
+    assert_ne!(out.status.code(), Some(0xC000_0142_u32 as i32));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -48,6 +48,10 @@ pub enum Origin {
     /// terra's own executable, so the self-check worker can start in the
     /// launch's AppContainer (added only when no grant covers it).
     Launcher,
+    /// An object below the tree `root` whose DACL is protected (inherits
+    /// nothing), given the `kind` rule's ACEs explicitly
+    /// (`crate::objects::explicit_entries`).
+    Protected { root: String, kind: GrantKind },
 }
 
 impl Origin {
@@ -56,12 +60,14 @@ impl Origin {
             Origin::Rule(k) => k.name(),
             Origin::KeepsInPlace { .. } => "keep-in-place",
             Origin::Launcher => "launcher",
+            Origin::Protected { .. } => "protected",
         }
     }
 }
 
-/// One DACL change: ACEs for the package SID on `path` (and, for a tree,
-/// on every object below it, skipping reparse points).
+/// One DACL change: ACEs for the package SID on `path`. A tree's ACEs are
+/// inheritable and written to the root alone; Windows propagates them to
+/// the children that inherit (`crate::objects`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DaclEntry {
     pub path: String,

@@ -13,16 +13,9 @@ pub enum Error {
     /// The plan needs something the windows backend does not enforce.
     #[error("the windows backend cannot run this plan: {0}")]
     Unsupported(String),
-    /// The grants would touch more objects than one launch may.
-    #[error(
-        "the {kind} grant on {path} would take the launch past {cap} objects (files and directories whose ACL \
-         terra changes); grant a smaller tree"
-    )]
-    ObjectCap {
-        kind: &'static str,
-        path: String,
-        cap: usize,
-    },
+    /// A ledger file that is not one terra wrote.
+    #[error("ledger: {0}")]
+    Ledger(String),
     /// Walking a granted tree failed.
     #[error("cannot walk {path}: {reason}")]
     Walk { path: String, reason: String },

@@ -2,12 +2,23 @@
 //! values winnt.h, jobapi2.h and winbase.h document (the native launcher
 //! checks them against windows-sys at compile time).
 //!
-//! Two jobs: the **launcher job**, made by `terra run` for
+//! Three jobs: the **launcher job**, made by `terra run` for
 //! `terra __sandbox_launcher`, kills the launcher when `terra run` ends
-//! however it ends; each **worker job**, made by the launcher for one
-//! worker, holds exactly one process, kills it when the launcher's handle
-//! closes (so when the launcher ends, however it ends), and blocks the
-//! desktop, the clipboard, global atoms and USER handles.
+//! however it ends. The **workload job**, made by the launcher for the
+//! user's command, admits its whole process tree (a build starts compilers,
+//! `git` starts `sh`, Python's multiprocessing starts workers), lets none of
+//! it break away, and kills all of it when the launcher's handle closes.
+//! A **role job** (the broker's, and the self-check worker of a role) holds
+//! exactly one process. Every worker job blocks the desktop, the clipboard,
+//! global atoms and USER handles of other processes.
+//!
+//! The split follows Chromium's job levels (sandbox/win/src/job.cc,
+//! `JobLevel`): only its two strictest levels (kLockdown, kLimitedUser) set
+//! an active-process limit of one; kInteractive and kUnprotected keep
+//! KILL_ON_JOB_CLOSE and no process limit, which is what a workload that
+//! runs a toolchain needs. OpenAI Codex's Windows sandbox likewise puts the
+//! command in one kill-on-close job with no process limit
+//! (codex-rs/windows-sandbox README, "Restricted token sandbox").
 //!
 //! Windows refuses UI restrictions on a job nested in another, so a worker
 //! is created with CREATE_BREAKAWAY_FROM_JOB out of the launcher job (which
@@ -41,15 +52,19 @@ pub const JOB_OBJECT_UILIMIT_IME: u32 = 0x0100;
 
 /// `CreateProcessW` flags.
 pub const CREATE_SUSPENDED: u32 = 0x0000_0004;
+/// A console of the worker's own, without a window: the workload's console
+/// children attach to it instead of each opening a new console window, and
+/// it is never the user's console.
+pub const CREATE_NO_WINDOW: u32 = 0x0800_0000;
 /// Out of the launcher job, into the worker's own (see the module's text).
 pub const CREATE_BREAKAWAY_FROM_JOB: u32 = 0x0100_0000;
-/// No console at all: the worker is never attached to the user's.
+/// No console at all (the roles): never attached to the user's.
 pub const DETACHED_PROCESS: u32 = 0x0000_0008;
 pub const CREATE_UNICODE_ENVIRONMENT: u32 = 0x0000_0400;
 pub const EXTENDED_STARTUPINFO_PRESENT: u32 = 0x0008_0000;
 
 /// `PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY`: no child processes, a
-/// property of the worker's token.
+/// property of a role's token (never set for the workload).
 pub const PROCESS_CREATION_CHILD_PROCESS_RESTRICTED: u32 = 0x01;
 /// `PROC_THREAD_ATTRIBUTE_ALL_APPLICATION_PACKAGES_POLICY`: the worker is
 /// a less-privileged AppContainer (LPAC): ACEs for ALL APPLICATION PACKAGES
@@ -67,21 +82,34 @@ pub struct JobLimits {
     pub ui_restrictions: u32,
 }
 
-/// Each worker's job: one process, killed when the launcher's handle closes.
-pub const WORKER_JOB: JobLimits = JobLimits {
+/// Every job UI restriction there is (JOB_OBJECT_UILIMIT_ALL).
+pub const UI_ALL: u32 = JOB_OBJECT_UILIMIT_HANDLES
+    | JOB_OBJECT_UILIMIT_READCLIPBOARD
+    | JOB_OBJECT_UILIMIT_WRITECLIPBOARD
+    | JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS
+    | JOB_OBJECT_UILIMIT_DISPLAYSETTINGS
+    | JOB_OBJECT_UILIMIT_GLOBALATOMS
+    | JOB_OBJECT_UILIMIT_DESKTOP
+    | JOB_OBJECT_UILIMIT_EXITWINDOWS
+    | JOB_OBJECT_UILIMIT_IME;
+
+/// The workload's job: its whole tree, no process limit, no breakaway,
+/// killed when the launcher's handle closes. A job nested inside it (cargo
+/// and MSBuild make their own) is allowed: Windows refuses UI limits only
+/// on the inner job (AssignProcessToJobObject), not on this outer one.
+pub const WORKLOAD_JOB: JobLimits = JobLimits {
+    limit_flags: JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    active_processes: 0,
+    ui_restrictions: UI_ALL,
+};
+
+/// A role's job: one process, killed when the launcher's handle closes.
+pub const ROLE_JOB: JobLimits = JobLimits {
     limit_flags: JOB_OBJECT_LIMIT_ACTIVE_PROCESS
         | JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
         | JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
     active_processes: 1,
-    ui_restrictions: JOB_OBJECT_UILIMIT_HANDLES
-        | JOB_OBJECT_UILIMIT_READCLIPBOARD
-        | JOB_OBJECT_UILIMIT_WRITECLIPBOARD
-        | JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS
-        | JOB_OBJECT_UILIMIT_DISPLAYSETTINGS
-        | JOB_OBJECT_UILIMIT_GLOBALATOMS
-        | JOB_OBJECT_UILIMIT_DESKTOP
-        | JOB_OBJECT_UILIMIT_EXITWINDOWS
-        | JOB_OBJECT_UILIMIT_IME,
+    ui_restrictions: UI_ALL,
 };
 
 /// The launcher's job, made by `terra run`: killed with `terra run`; the
@@ -95,9 +123,18 @@ pub const LAUNCHER_JOB: JobLimits = JobLimits {
     ui_restrictions: 0,
 };
 
-/// How every worker is created.
-pub const WORKER_CREATION_FLAGS: u32 = CREATE_SUSPENDED
+/// How a role's worker is created: no console at all.
+pub const ROLE_CREATION_FLAGS: u32 = CREATE_SUSPENDED
     | DETACHED_PROCESS
+    | CREATE_UNICODE_ENVIRONMENT
+    | EXTENDED_STARTUPINFO_PRESENT
+    | CREATE_BREAKAWAY_FROM_JOB;
+
+/// How the workload is created: a windowless console of its own that its
+/// console children share (a console-less parent would make Windows open a
+/// new console window for each console child).
+pub const WORKLOAD_CREATION_FLAGS: u32 = CREATE_SUSPENDED
+    | CREATE_NO_WINDOW
     | CREATE_UNICODE_ENVIRONMENT
     | EXTENDED_STARTUPINFO_PRESENT
     | CREATE_BREAKAWAY_FROM_JOB;
@@ -155,9 +192,10 @@ const UI_NAMES: [(u32, &str); 9] = [
     (JOB_OBJECT_UILIMIT_IME, "JOB_OBJECT_UILIMIT_IME"),
 ];
 
-const CREATION_NAMES: [(u32, &str); 5] = [
+const CREATION_NAMES: [(u32, &str); 6] = [
     (CREATE_SUSPENDED, "CREATE_SUSPENDED"),
     (DETACHED_PROCESS, "DETACHED_PROCESS"),
+    (CREATE_NO_WINDOW, "CREATE_NO_WINDOW"),
     (CREATE_UNICODE_ENVIRONMENT, "CREATE_UNICODE_ENVIRONMENT"),
     (EXTENDED_STARTUPINFO_PRESENT, "EXTENDED_STARTUPINFO_PRESENT"),
     (CREATE_BREAKAWAY_FROM_JOB, "CREATE_BREAKAWAY_FROM_JOB"),
@@ -180,15 +218,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn appcontainer_worker_job_holds_one_process_and_no_ui() {
-        assert_eq!(WORKER_JOB.limit_flags, 0x2408);
-        assert_eq!(WORKER_JOB.active_processes, 1);
-        assert_eq!(WORKER_JOB.ui_restrictions, 0x1ff);
-        for never in [
-            JOB_OBJECT_LIMIT_BREAKAWAY_OK,
-            JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK,
-        ] {
-            assert_eq!(WORKER_JOB.limit_flags & never, 0);
+    fn appcontainer_role_job_holds_one_process_and_no_ui() {
+        assert_eq!(ROLE_JOB.limit_flags, 0x2408);
+        assert_eq!(ROLE_JOB.active_processes, 1);
+        assert_eq!(ROLE_JOB.ui_restrictions, 0x1ff);
+        for job in [ROLE_JOB, WORKLOAD_JOB] {
+            for never in [
+                JOB_OBJECT_LIMIT_BREAKAWAY_OK,
+                JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK,
+            ] {
+                assert_eq!(job.limit_flags & never, 0);
+            }
+            assert_ne!(job.limit_flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE, 0);
         }
         // The launcher's workers leave its job only when asked, never silently.
         assert_eq!(LAUNCHER_JOB.limit_flags, 0x2c00);
@@ -196,22 +237,35 @@ mod tests {
             LAUNCHER_JOB.limit_flags & JOB_OBJECT_LIMIT_SILENT_BREAKAWAY_OK,
             0
         );
-        assert_ne!(
-            LAUNCHER_JOB.limit_flags & JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
-            0
-        );
         assert_eq!(
-            ui_names(WORKER_JOB.ui_restrictions).len(),
+            ui_names(ROLE_JOB.ui_restrictions).len(),
             9,
             "desktop, clipboard, atoms, USER handles and the rest"
         );
     }
 
     #[test]
-    fn appcontainer_workers_are_created_suspended_without_a_console() {
-        assert_eq!(WORKER_CREATION_FLAGS, 0x0108_040c);
+    fn appcontainer_workload_job_admits_a_process_tree() {
+        assert_eq!(WORKLOAD_JOB.limit_flags, 0x2400);
         assert_eq!(
-            creation_names(WORKER_CREATION_FLAGS),
+            WORKLOAD_JOB.limit_flags & JOB_OBJECT_LIMIT_ACTIVE_PROCESS,
+            0
+        );
+        assert_eq!(WORKLOAD_JOB.active_processes, 0);
+        assert_eq!(
+            limit_names(WORKLOAD_JOB.limit_flags),
+            [
+                "JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION",
+                "JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE"
+            ]
+        );
+    }
+
+    #[test]
+    fn appcontainer_workers_are_created_suspended() {
+        assert_eq!(ROLE_CREATION_FLAGS, 0x0108_040c);
+        assert_eq!(
+            creation_names(ROLE_CREATION_FLAGS),
             [
                 "CREATE_SUSPENDED",
                 "DETACHED_PROCESS",
@@ -220,7 +274,10 @@ mod tests {
                 "CREATE_BREAKAWAY_FROM_JOB"
             ]
         );
-        // CREATE_NO_WINDOW (0x08000000) would give the worker a hidden console.
-        assert_eq!(WORKER_CREATION_FLAGS & 0x0800_0000, 0);
+        // A role has no console; the workload a windowless one of its own.
+        assert_eq!(ROLE_CREATION_FLAGS & CREATE_NO_WINDOW, 0);
+        assert_eq!(WORKLOAD_CREATION_FLAGS, 0x0908_0404);
+        assert_eq!(WORKLOAD_CREATION_FLAGS & DETACHED_PROCESS, 0);
+        assert_ne!(WORKLOAD_CREATION_FLAGS & CREATE_SUSPENDED, 0);
     }
 }

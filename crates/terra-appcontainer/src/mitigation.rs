@@ -47,8 +47,9 @@ pub const POLICY2_RESTRICT_INDIRECT_BRANCH_PREDICTION_ALWAYS_ON: u64 = 0x1 << 16
 /// Speculative Store Bypass disabled (no effect on CPUs without the control).
 pub const POLICY2_SPECULATIVE_STORE_BYPASS_DISABLE_ALWAYS_ON: u64 = 0x1 << 24;
 
-/// The first DWORD64 of every worker's mitigation policy.
-pub const WORKER_POLICY1: u64 = FORCE_RELOCATE_IMAGES_ALWAYS_ON
+/// The first DWORD64 of a role's mitigation policy (Win32k locked down:
+/// the broker imports no user32).
+pub const ROLE_POLICY1: u64 = FORCE_RELOCATE_IMAGES_ALWAYS_ON
     | HEAP_TERMINATE_ALWAYS_ON
     | BOTTOM_UP_ASLR_ALWAYS_ON
     | HIGH_ENTROPY_ASLR_ALWAYS_ON
@@ -60,12 +61,21 @@ pub const WORKER_POLICY1: u64 = FORCE_RELOCATE_IMAGES_ALWAYS_ON
     | IMAGE_LOAD_NO_LOW_LABEL_ALWAYS_ON
     | IMAGE_LOAD_PREFER_SYSTEM32_ALWAYS_ON;
 
+/// The first DWORD64 of the workload's: the role's without the Win32k
+/// lockdown. Console programs import user32.dll (where.exe, whoami.exe,
+/// PowerShell, git's tools) and die in their loader with 0xC0000142
+/// (STATUS_DLL_INIT_FAILED) when Win32k system calls are disabled; see
+/// openai/codex issue 46412 and ziglang/zig pull request 18509.
+pub const WORKLOAD_POLICY1: u64 = ROLE_POLICY1 & !WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON;
+
 /// The second DWORD64 of every worker's mitigation policy.
 pub const WORKER_POLICY2: u64 = POLICY2_RESTRICT_INDIRECT_BRANCH_PREDICTION_ALWAYS_ON
     | POLICY2_SPECULATIVE_STORE_BYPASS_DISABLE_ALWAYS_ON;
 
-/// The worker's policy as UpdateProcThreadAttribute takes it.
-pub const WORKER_POLICY: [u64; 2] = [WORKER_POLICY1, WORKER_POLICY2];
+/// A role's policy as UpdateProcThreadAttribute takes it.
+pub const ROLE_POLICY: [u64; 2] = [ROLE_POLICY1, WORKER_POLICY2];
+/// The workload's.
+pub const WORKLOAD_POLICY: [u64; 2] = [WORKLOAD_POLICY1, WORKER_POLICY2];
 
 const POLICY1_NAMES: [(u64, &str); 13] = [
     (
@@ -147,7 +157,13 @@ pub fn policy2_names(bits: u64) -> Vec<String> {
     crate::bits::names(&POLICY2_NAMES, bits)
 }
 
-/// The policies terra leaves off, with why (the rendering lists them).
+/// Left off for the workload only.
+pub const WORKLOAD_LEFT_OFF: (&str, &str) = (
+    "PROCESS_CREATION_MITIGATION_POLICY_WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON",
+    "the workload only: console programs that import user32.dll die at load with 0xC0000142; the roles keep it",
+);
+
+/// The policies terra leaves off for every worker, with why (the rendering lists them).
 pub const LEFT_OFF: [(&str, &str); 5] = [
     (
         "PROCESS_CREATION_MITIGATION_POLICY_PROHIBIT_DYNAMIC_CODE_ALWAYS_ON",
@@ -177,18 +193,24 @@ mod tests {
 
     #[test]
     fn appcontainer_mitigation_bits_are_exact() {
-        assert_eq!(WORKER_POLICY1, 0x1110_0101_1111_1100);
+        assert_eq!(ROLE_POLICY1, 0x1110_0101_1111_1100);
         assert_eq!(WORKER_POLICY2, 0x0000_0000_0101_0000);
-        assert_eq!(WORKER_POLICY, [WORKER_POLICY1, WORKER_POLICY2]);
+        assert_eq!(ROLE_POLICY, [ROLE_POLICY1, WORKER_POLICY2]);
+        // The workload's differs by the Win32k lockdown alone.
+        assert_eq!(WORKLOAD_POLICY1, 0x1110_0101_0111_1100);
+        assert_eq!(
+            ROLE_POLICY1 ^ WORKLOAD_POLICY1,
+            WIN32K_SYSTEM_CALL_DISABLE_ALWAYS_ON
+        );
         // The ones left off are really off.
         for off in [
             PROHIBIT_DYNAMIC_CODE_ALWAYS_ON,
             BLOCK_NON_MICROSOFT_BINARIES_ALWAYS_ON,
         ] {
-            assert_eq!(WORKER_POLICY1 & off, 0);
+            assert_eq!(ROLE_POLICY1 & off, 0);
         }
         // ALWAYS_ON_REQ_RELOCS is 3 << 8: only the ALWAYS_ON bit of it is set.
-        assert_eq!(WORKER_POLICY1 & (0x3 << 8), 0x1 << 8);
+        assert_eq!(ROLE_POLICY1 & (0x3 << 8), 0x1 << 8);
         assert_eq!(
             WORKER_POLICY2 & POLICY2_STRICT_CONTROL_FLOW_GUARD_ALWAYS_ON,
             0
@@ -197,7 +219,7 @@ mod tests {
 
     #[test]
     fn appcontainer_mitigation_names_cover_the_worker_policy() {
-        let n1 = policy1_names(WORKER_POLICY1);
+        let n1 = policy1_names(ROLE_POLICY1);
         assert_eq!(n1.len(), 11);
         assert!(n1
             .iter()

@@ -1,28 +1,38 @@
-//! Which objects a launch changes, counted before any is changed.
+//! Which objects below a granted tree need an ACE of their own.
 //!
-//! The launcher sets the ACEs itself, object by object, instead of letting
-//! Windows propagate an inheritable ACE down a tree: so it decides what is
-//! walked. A reparse point (junction, symbolic link, mount point) below a
-//! tree grant gets no ACE and is not entered: what it points to keeps its
-//! own DACL, which names no package SID, so a link inside the workspace
-//! cannot carry a grant to somewhere else. The root of an entry must not be
-//! a reparse point either (plan paths are resolved, so one that is now was
-//! swapped in after resolution: refused).
+//! A tree grant is **one** inheritable ACE (OBJECT_INHERIT_ACE |
+//! CONTAINER_INHERIT_ACE) on the tree's root, written with SetSecurityInfo,
+//! which applies it to every existing child that inherits (Windows'
+//! automatic propagation, "Automatic Propagation of Inheritable ACEs" in
+//! the Win32 security documentation) and removes those copies again when
+//! the root's ACE is removed. This is how OpenAI Codex's Windows sandbox
+//! grants a writable root (codex-rs/windows-sandbox-rs/src/acl.rs: one
+//! SetNamedSecurityInfoW on the root with CONTAINER_INHERIT_ACE |
+//! OBJECT_INHERIT_ACE). terra no longer opens, counts or rewrites objects
+//! one by one, and there is no object cap: a repository with node_modules,
+//! target/ and .venv is granted by one call per rule.
 //!
-//! At most [`MAX_OBJECTS`] distinct objects per launch; the walk stops at
-//! the first object past the cap and the refusal names the grant that
-//! overflowed it. Directories are read in name order, so the walk and the
-//! refusal do not depend on the order the filesystem lists entries in.
+//! Propagation stops at an object whose DACL is **protected**
+//! (SE_DACL_PROTECTED: it inherits nothing). Such an object would keep no
+//! ACE for the package, so the workload could not open it although the
+//! policy grants its tree. [`scan`] finds them (reading, never writing),
+//! and [`explicit_entries`] gives each one the covering rules' ACEs
+//! directly, recorded in the ledger and removed like the others. A
+//! protected directory's own children inherit from it again.
+//!
+//! Reparse points (junctions, symbolic links, mount points) below a tree
+//! are not entered and get no explicit ACE; the root of an entry must not
+//! be one (plan paths are resolved, so one that is now was swapped in after
+//! resolution: refused). Directories are read in name order, so the result
+//! does not depend on the order the filesystem lists entries in.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
-use crate::dacl::DaclEntry;
+use crate::dacl::{DaclEntry, Origin};
 use crate::error::{Error, Result};
 use crate::path::PathStyle;
-use crate::spec::Scope;
-
-/// The most distinct files and directories one launch changes the DACL of.
-pub const MAX_OBJECTS: usize = 16_384;
+use crate::rights::NO_INHERITANCE;
+use crate::spec::{GrantKind, Scope};
 
 /// What a directory entry is, as its own attributes say (never following it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,62 +43,51 @@ pub enum Kind {
     ReparsePoint,
 }
 
-/// The filesystem as the walk sees it: the launcher implements it on
+/// The filesystem as the scan sees it: the launcher implements it on
 /// Windows (`terra-sandbox/src/windows/walk.rs`), the tests with a table.
 pub trait Tree {
     /// What `path` is, without following it.
-    fn kind(&self, path: &str) -> std::result::Result<Kind, String>;
-    /// The entries of directory `dir` (names, not paths), at most `max + 1`
-    /// of them (more proves the cap is passed).
-    fn children(&self, dir: &str, max: usize) -> std::result::Result<Vec<(String, Kind)>, String>;
+    fn kind(&self, path: &str) -> std::io::Result<Kind>;
+    /// The entries of directory `dir` (names, not paths).
+    fn children(&self, dir: &str) -> std::io::Result<Vec<(String, Kind)>>;
+    /// True when `path`'s DACL is protected (inherits nothing from its parent).
+    fn protected(&self, path: &str) -> std::io::Result<bool>;
 }
 
-/// One object and the entries whose ACEs it receives.
+/// One object with a protected DACL and the entries covering it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Object {
+pub struct Protected {
     pub path: String,
     pub kind: Kind,
-    /// Indexes into the entries the walk was given, in entry order.
+    /// Indexes into the entries the scan was given, in entry order.
     pub entries: Vec<usize>,
 }
 
-/// The result of a walk.
+/// The result of a scan.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Objects {
-    /// Every object changed, in walk order.
-    pub objects: Vec<Object>,
-    /// Objects reached by each entry (an object reached by two entries
-    /// counts for each).
-    pub per_entry: Vec<usize>,
+    /// Objects below tree roots looked at (read only).
+    pub scanned: usize,
+    /// Objects whose DACL is protected, in scan order.
+    pub protected: Vec<Protected>,
     /// Reparse points met below tree entries and left alone.
     pub skipped: Vec<String>,
 }
 
-/// Walks `entries` on `tree`, in entry order, counting distinct objects
-/// against `cap` ([`MAX_OBJECTS`] for a launch).
-pub fn walk(
-    entries: &[DaclEntry],
-    style: PathStyle,
-    tree: &dyn Tree,
-    cap: usize,
-) -> Result<Objects> {
-    let mut out = Objects {
-        per_entry: vec![0; entries.len()],
-        ..Objects::default()
+/// Scans the trees of `entries` on `tree`, in entry order. No cap: it only
+/// reads.
+pub fn scan(entries: &[DaclEntry], style: PathStyle, tree: &dyn Tree) -> Result<Objects> {
+    let mut out = Objects::default();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut skipped: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let walk_err = |path: &str, reason: String| Error::Walk {
+        path: path.to_string(),
+        reason,
     };
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    let mut skipped: HashSet<String> = HashSet::new();
     for (i, e) in entries.iter().enumerate() {
-        let overflow = || Error::ObjectCap {
-            kind: e.origin.name(),
-            path: e.path.clone(),
-            cap,
-        };
-        let walk_err = |path: &str, reason: String| Error::Walk {
-            path: path.to_string(),
-            reason,
-        };
-        let root_kind = tree.kind(&e.path).map_err(|r| walk_err(&e.path, r))?;
+        let root_kind = tree
+            .kind(&e.path)
+            .map_err(|r| walk_err(&e.path, r.to_string()))?;
         if root_kind == Kind::ReparsePoint {
             return Err(walk_err(
                 &e.path,
@@ -96,55 +95,84 @@ pub fn walk(
                     .into(),
             ));
         }
-        let mut stack = vec![(e.path.clone(), root_kind)];
-        while let Some((path, kind)) = stack.pop() {
-            let key = style.key(&path);
-            let slot = match index.get(&key) {
-                Some(&k) => k,
-                None => {
-                    if out.objects.len() == cap {
-                        return Err(overflow());
-                    }
-                    out.objects.push(Object {
-                        path: path.clone(),
-                        kind,
-                        entries: Vec::new(),
-                    });
-                    index.insert(key, out.objects.len() - 1);
-                    out.objects.len() - 1
-                }
-            };
-            if !out.objects[slot].entries.contains(&i) {
-                out.objects[slot].entries.push(i);
-                out.per_entry[i] += 1;
-            }
-            if kind != Kind::Directory || e.scope == Scope::Exact {
-                continue;
-            }
-            let mut children = tree.children(&path, cap).map_err(|r| walk_err(&path, r))?;
-            if children.len() > cap {
-                return Err(overflow());
-            }
+        if root_kind != Kind::Directory || e.scope == Scope::Exact {
+            continue;
+        }
+        let mut stack = vec![e.path.clone()];
+        while let Some(dir) = stack.pop() {
+            let mut children = tree
+                .children(&dir)
+                .map_err(|r| walk_err(&dir, r.to_string()))?;
             // Popped from the end: push in reverse name order to visit in name order.
             children.sort_by(|a, b| b.0.cmp(&a.0));
-            for (name, child_kind) in children {
+            let mut dirs = Vec::new();
+            for (name, kind) in children.into_iter().rev() {
                 if name.is_empty()
                     || name == "."
                     || name == ".."
                     || name.contains(style.separator())
                 {
-                    return Err(walk_err(&path, format!("a directory entry named {name:?}")));
+                    return Err(walk_err(&dir, format!("a directory entry named {name:?}")));
                 }
-                let child = style.join(&path, &name);
-                if child_kind == Kind::ReparsePoint {
+                let child = style.join(&dir, &name);
+                if kind == Kind::ReparsePoint {
                     if skipped.insert(style.key(&child)) {
                         out.skipped.push(child);
                     }
                     continue;
                 }
-                stack.push((child, child_kind));
+                out.scanned += 1;
+                if tree
+                    .protected(&child)
+                    .map_err(|r| walk_err(&child, r.to_string()))?
+                {
+                    let slot = *index.entry(style.key(&child)).or_insert_with(|| {
+                        out.protected.push(Protected {
+                            path: child.clone(),
+                            kind,
+                            entries: Vec::new(),
+                        });
+                        out.protected.len() - 1
+                    });
+                    if !out.protected[slot].entries.contains(&i) {
+                        out.protected[slot].entries.push(i);
+                    }
+                }
+                if kind == Kind::Directory {
+                    dirs.push(child);
+                }
             }
+            stack.extend(dirs.into_iter().rev());
         }
     }
     Ok(out)
+}
+
+/// The explicit entries the protected objects of `objects` get: each
+/// covering entry's rights, inheritable on a directory (its children
+/// inherit from it again), on the object alone for a file.
+pub fn explicit_entries(entries: &[DaclEntry], objects: &Objects) -> Vec<DaclEntry> {
+    let mut out = Vec::new();
+    for p in &objects.protected {
+        for &i in &p.entries {
+            let e = &entries[i];
+            let kind = match e.origin {
+                Origin::Rule(k) => k,
+                _ => GrantKind::Read,
+            };
+            let dir = p.kind == Kind::Directory;
+            out.push(DaclEntry {
+                path: p.path.clone(),
+                scope: if dir { Scope::Tree } else { Scope::Exact },
+                origin: Origin::Protected {
+                    root: e.path.clone(),
+                    kind,
+                },
+                allow: e.allow,
+                deny: e.deny,
+                inheritance: if dir { e.inheritance } else { NO_INHERITANCE },
+            });
+        }
+    }
+    out
 }

@@ -9,6 +9,7 @@
 //! terra-appcontainer-launch 1
 //! role workload|broker
 //! exec HEX
+//! cwd HEX                                               (plain X:\..., never \\?\)
 //! grant read|write|deny|deny-write tree|exact HEX      (zero or more)
 //! peer tcp|udp PORT public|private HEX                  (broker only)
 //! end
@@ -89,6 +90,8 @@ pub struct LaunchSpec {
     pub role: Role,
     /// The program the worker runs (canonical Windows path).
     pub executable: String,
+    /// The worker's working directory (canonical Windows path: plain).
+    pub cwd: String,
     pub grants: Vec<Grant>,
     pub peers: Vec<Peer>,
 }
@@ -136,6 +139,7 @@ impl LaunchSpec {
     /// peers only for the broker, read grants only for the broker.
     pub fn validate(&self) -> Result<()> {
         check_path(&self.executable)?;
+        check_path(&self.cwd)?;
         if self.grants.len() > MAX_GRANTS {
             return Err(Error::Spec(format!(
                 "{} grants, more than the {MAX_GRANTS} allowed",
@@ -184,6 +188,7 @@ impl LaunchSpec {
         s.push('\n');
         s.push_str(&format!("role {}\n", self.role.name()));
         s.push_str(&format!("exec {}\n", hex(&self.executable)));
+        s.push_str(&format!("cwd {}\n", hex(&self.cwd)));
         for g in &self.grants {
             s.push_str(&format!(
                 "grant {} {} {}\n",
@@ -232,6 +237,10 @@ impl LaunchSpec {
             Some(h) => unhex(h)?,
             None => return Err(spec_err("third line is not an exec line")),
         };
+        let cwd = match lines.next().and_then(|l| l.strip_prefix("cwd ")) {
+            Some(h) => unhex(h)?,
+            None => return Err(spec_err("fourth line is not a cwd line")),
+        };
         let mut grants = Vec::new();
         let mut peers = Vec::new();
         for line in lines {
@@ -259,6 +268,7 @@ impl LaunchSpec {
         let spec = LaunchSpec {
             role,
             executable,
+            cwd,
             grants,
             peers,
         };

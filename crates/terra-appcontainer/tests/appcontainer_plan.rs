@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use terra_appcontainer::dacl::{dacl_entries, Origin, PACKAGE_SID_PLACEHOLDER};
 use terra_appcontainer::launch::{declared_capabilities, role_capabilities, LaunchPlan};
-use terra_appcontainer::objects::{walk, Kind, Tree, MAX_OBJECTS};
+use terra_appcontainer::objects::{explicit_entries, scan, Kind, Tree};
 use terra_appcontainer::rights::*;
 use terra_appcontainer::sockets::{Ledger, LIFETIME_MS, MAX_OPEN};
 use terra_appcontainer::{render, Error, Grant, GrantKind, PathStyle, Peer, Proto, Role, Scope};
@@ -28,6 +28,7 @@ fn plan(grants: Vec<Grant>) -> LaunchPlan {
         W,
         Role::Workload,
         r"C:\Windows\System32\whoami.exe",
+        r"C:\",
         r"C:\Program Files\terra\terra.exe",
         grants,
         Vec::new(),
@@ -160,50 +161,54 @@ fn appcontainer_dacl_read_inside_write_is_kept_in_place_but_outside_is_not() {
 }
 
 #[test]
-fn appcontainer_dacl_exact_scope_touches_one_object_tree_scope_the_whole_tree() {
+fn appcontainer_tree_grant_is_one_inheritable_ace_on_its_root() {
     let tree = Fake::new(&[
         (r"C:\w", Kind::Directory),
         (r"C:\w\a.txt", Kind::File),
         (r"C:\w\sub", Kind::Directory),
         (r"C:\w\sub\b.txt", Kind::File),
     ]);
-    let exact = dacl_entries(&[grant(GrantKind::Write, Scope::Exact, r"C:\w")], W);
-    let o = walk(&exact, W, &tree, MAX_OBJECTS).unwrap();
-    assert_eq!(o.objects.len(), 1);
-    assert_eq!(exact[0].inheritance, NO_INHERITANCE);
+    // A tree: one entry, on the root, inheritable by files and directories.
     let t = dacl_entries(&[grant(GrantKind::Write, Scope::Tree, r"C:\w")], W);
-    let o = walk(&t, W, &tree, MAX_OBJECTS).unwrap();
-    let paths: Vec<&str> = o.objects.iter().map(|x| x.path.as_str()).collect();
-    assert_eq!(
-        paths,
-        [r"C:\w", r"C:\w\a.txt", r"C:\w\sub", r"C:\w\sub\b.txt"]
-    );
-    assert_eq!(o.per_entry, [4]);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].path, r"C:\w");
+    assert_eq!(t[0].inheritance, OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE);
+    let o = scan(&t, W, &tree).unwrap();
+    assert_eq!(o.scanned, 3);
+    assert!(o.protected.is_empty());
+    // Nothing inherits: no entry of its own for any child.
+    assert!(explicit_entries(&t, &o).is_empty());
+    // Exact: the object alone, not scanned below.
+    let exact = dacl_entries(&[grant(GrantKind::Write, Scope::Exact, r"C:\w")], W);
+    assert_eq!(exact[0].inheritance, NO_INHERITANCE);
+    assert_eq!(scan(&exact, W, &tree).unwrap().scanned, 0);
 }
 
-// ------------------------------------------------------------ object walk
+// ------------------------------------------------------------ the scan
 
-/// A filesystem as a table of paths and kinds.
+/// A filesystem as a table of paths and kinds, and the protected ones.
 struct Fake {
     kinds: HashMap<String, Kind>,
+    protected: std::collections::HashSet<String>,
 }
 
 impl Fake {
     fn new(entries: &[(&str, Kind)]) -> Fake {
         Fake {
             kinds: entries.iter().map(|(p, k)| (p.to_string(), *k)).collect(),
+            protected: Default::default(),
         }
     }
 }
 
 impl Tree for Fake {
-    fn kind(&self, path: &str) -> Result<Kind, String> {
+    fn kind(&self, path: &str) -> std::io::Result<Kind> {
         self.kinds
             .get(path)
             .copied()
-            .ok_or_else(|| "not found".into())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
     }
-    fn children(&self, dir: &str, max: usize) -> Result<Vec<(String, Kind)>, String> {
+    fn children(&self, dir: &str) -> std::io::Result<Vec<(String, Kind)>> {
         let prefix = format!("{dir}\\");
         let mut out: Vec<(String, Kind)> = self
             .kinds
@@ -215,90 +220,118 @@ impl Tree for Fake {
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        out.truncate(max + 1);
         Ok(out)
     }
-}
-
-fn wide_tree(root: &str, files: usize) -> Fake {
-    let mut v: Vec<(String, Kind)> = vec![(root.to_string(), Kind::Directory)];
-    for i in 0..files {
-        v.push((format!("{root}\\f{i:05}"), Kind::File));
-    }
-    Fake {
-        kinds: v.into_iter().collect(),
+    fn protected(&self, path: &str) -> std::io::Result<bool> {
+        Ok(self.protected.contains(path))
     }
 }
 
 #[test]
-fn appcontainer_object_cap_overflow_is_refused_naming_the_grant() {
-    // 16,383 files + the directory itself: exactly the cap.
-    let mut tree = wide_tree(r"C:\big", MAX_OBJECTS - 1);
-    let e = dacl_entries(&[grant(GrantKind::Read, Scope::Tree, r"C:\big")], W);
-    let o = walk(&e, W, &tree, MAX_OBJECTS).unwrap();
-    assert_eq!(o.objects.len(), MAX_OBJECTS);
-    // One more object, in a second grant: that grant is named.
-    tree.kinds.insert(r"C:\one.txt".into(), Kind::File);
-    let e = dacl_entries(
-        &[
-            grant(GrantKind::Read, Scope::Tree, r"C:\big"),
-            grant(GrantKind::Write, Scope::Exact, r"C:\one.txt"),
-        ],
-        W,
-    );
-    let err = walk(&e, W, &tree, MAX_OBJECTS).unwrap_err();
-    assert_eq!(
-        err,
-        Error::ObjectCap {
-            kind: "write",
-            path: r"C:\one.txt".into(),
-            cap: MAX_OBJECTS
+fn appcontainer_grants_have_no_object_cap_50000_files_are_one_ace() {
+    // A repository of 50,000 files (node_modules, target/, .venv): the old
+    // launcher refused anything past 16,384 objects.
+    let mut v: Vec<(String, Kind)> = vec![(r"C:\repo".to_string(), Kind::Directory)];
+    for d in 0..50 {
+        v.push((format!(r"C:\repo\d{d:02}"), Kind::Directory));
+        for f in 0..1000 {
+            v.push((format!(r"C:\repo\d{d:02}\f{f:04}"), Kind::File));
         }
-    );
-    assert!(err.to_string().contains(r"C:\one.txt"), "{err}");
-    assert!(err.to_string().contains("16384"), "{err}");
+    }
+    let tree = Fake {
+        kinds: v.into_iter().collect(),
+        protected: Default::default(),
+    };
+    let e = dacl_entries(&[grant(GrantKind::Write, Scope::Tree, r"C:\repo")], W);
+    let o = scan(&e, W, &tree).unwrap();
+    assert_eq!(o.scanned, 50 + 50_000);
+    assert!(explicit_entries(&e, &o).is_empty());
+    assert_eq!(e.len(), 1);
 }
 
 #[test]
-fn appcontainer_object_cap_counts_distinct_objects_once() {
-    // A deny inside a grant reaches the same objects again: counted once.
-    let tree = Fake::new(&[
+fn appcontainer_protected_dacls_inside_a_tree_get_explicit_aces_only_there() {
+    let mut tree = Fake::new(&[
         (r"C:\w", Kind::Directory),
-        (r"C:\w\s", Kind::Directory),
-        (r"C:\w\s\k", Kind::File),
+        (r"C:\w\plain.txt", Kind::File),
+        (r"C:\w\keys", Kind::Directory),
+        (r"C:\w\keys\k.pem", Kind::File),
+        (r"C:\w\secret", Kind::Directory),
+        (r"C:\w\secret\s.txt", Kind::File),
     ]);
+    tree.protected.insert(r"C:\w\keys".into());
+    tree.protected.insert(r"C:\w\secret\s.txt".into());
     let e = dacl_entries(
         &[
             grant(GrantKind::Write, Scope::Tree, r"C:\w"),
-            grant(GrantKind::Deny, Scope::Tree, r"C:\w\s"),
+            grant(GrantKind::Deny, Scope::Tree, r"C:\w\secret"),
         ],
         W,
     );
-    // Entries: write, deny, keep-in-place on C:\w.
-    let o = walk(&e, W, &tree, 3).unwrap();
-    assert_eq!(o.objects.len(), 3);
-    assert_eq!(o.per_entry, [3, 2, 1]);
-    let k = o.objects.iter().find(|x| x.path == r"C:\w\s\k").unwrap();
-    assert_eq!(k.entries, [0, 1]);
-    assert!(walk(&e, W, &tree, 2).is_err());
+    let o = scan(&e, W, &tree).unwrap();
+    let paths: Vec<&str> = o.protected.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, [r"C:\w\keys", r"C:\w\secret\s.txt"]);
+    // s.txt lies below both the write tree and the deny tree.
+    assert_eq!(o.protected[1].entries, [0, 1]);
+    let x = explicit_entries(&e, &o);
+    let rows: Vec<(&str, &str, u32, u32, u32)> = x
+        .iter()
+        .map(|d| {
+            (
+                d.path.as_str(),
+                d.scope.name(),
+                d.allow,
+                d.deny,
+                d.inheritance,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            // A protected directory: inheritable again, so its own
+            // children are covered by propagation from it.
+            (
+                r"C:\w\keys",
+                "tree",
+                ALLOW_WRITE,
+                DENY_PERMISSIONS,
+                OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE
+            ),
+            (
+                r"C:\w\secret\s.txt",
+                "exact",
+                ALLOW_WRITE,
+                DENY_PERMISSIONS,
+                0
+            ),
+            (r"C:\w\secret\s.txt", "exact", 0, DENY_ALL, 0),
+        ]
+    );
+    assert!(x.iter().all(|d| matches!(
+        &d.origin,
+        Origin::Protected { root, .. } if root.starts_with(r"C:\w")
+    )));
 }
 
 #[test]
-fn appcontainer_walk_skips_reparse_points_and_refuses_a_reparse_root() {
-    let tree = Fake::new(&[
+fn appcontainer_scan_skips_reparse_points_and_refuses_a_reparse_root() {
+    let mut tree = Fake::new(&[
         (r"C:\w", Kind::Directory),
         (r"C:\w\link", Kind::ReparsePoint),
         (r"C:\w\link\inside", Kind::File),
         (r"C:\w\ok", Kind::File),
         (r"C:\j", Kind::ReparsePoint),
     ]);
+    tree.protected.insert(r"C:\w\link\inside".into());
     let e = dacl_entries(&[grant(GrantKind::Write, Scope::Tree, r"C:\w")], W);
-    let o = walk(&e, W, &tree, MAX_OBJECTS).unwrap();
-    let paths: Vec<&str> = o.objects.iter().map(|x| x.path.as_str()).collect();
-    assert_eq!(paths, [r"C:\w", r"C:\w\ok"]);
+    let o = scan(&e, W, &tree).unwrap();
+    assert_eq!(o.scanned, 1);
     assert_eq!(o.skipped, [r"C:\w\link"]);
+    // Nothing behind the link is touched, protected or not.
+    assert!(o.protected.is_empty());
     let e = dacl_entries(&[grant(GrantKind::Read, Scope::Tree, r"C:\j")], W);
-    let err = walk(&e, W, &tree, MAX_OBJECTS).unwrap_err();
+    let err = scan(&e, W, &tree).unwrap_err();
     assert!(err.to_string().contains("reparse point"), "{err}");
 }
 
@@ -352,6 +385,7 @@ fn appcontainer_self_check_executable_is_granted_only_when_nothing_covers_it() {
         W,
         Role::Workload,
         r"C:\x.exe",
+        r"C:\",
         r"C:\t\terra.exe",
         vec![grant(GrantKind::Deny, Scope::Tree, r"C:\t")],
         Vec::new(),
@@ -370,6 +404,7 @@ fn appcontainer_plan_refuses_non_windows_paths_and_workload_peers() {
         W,
         Role::Workload,
         "/usr/bin/true",
+        r"C:\",
         r"C:\t.exe",
         vec![],
         vec![],
@@ -386,6 +421,7 @@ fn appcontainer_plan_refuses_non_windows_paths_and_workload_peers() {
         W,
         Role::Workload,
         r"C:\x.exe",
+        r"C:\",
         r"C:\t.exe",
         vec![],
         vec![peer]
@@ -429,8 +465,12 @@ fn appcontainer_lowers_a_resolved_plan_with_foreign_paths_as_given() {
     let p = terra_appcontainer::lower_plan(
         &sp,
         PathStyle::Foreign,
-        "/usr/bin/true",
-        "/usr/local/bin/terra",
+        &terra_appcontainer::Host {
+            executable: &format!("{ws}/tool"),
+            cwd: ws,
+            launcher: "/usr/local/bin/terra",
+            system_dirs: &[],
+        },
     )
     .unwrap();
     let rows: Vec<(String, String, u32, u32)> = p
@@ -461,7 +501,7 @@ fn appcontainer_lowers_a_resolved_plan_with_foreign_paths_as_given() {
     // Foreign paths have no launch spec.
     assert!(p.spec().is_err());
     // The text says so.
-    let text = render::text(&p, sp.decision_digest(), "linux", None);
+    let text = render::text(&p, sp.decision_digest(), "linux", None, &[]);
     assert!(text.contains("NOT Windows-canonical"), "{text}");
 }
 
@@ -494,24 +534,33 @@ fn appcontainer_render_json_has_every_part_of_the_launch() {
         grant(GrantKind::Write, Scope::Tree, r"C:\proj"),
         grant(GrantKind::Deny, Scope::Tree, r"C:\proj\secret"),
     ]);
-    let v = render::json(&p, "sha256:00", "windows", None);
+    let v = render::json(&p, "sha256:00", "windows", None, &[]);
     assert_eq!(v["backend"], "windows");
     assert_eq!(v["pathsWindowsCanonical"], true);
     assert_eq!(v["capabilities"], serde_json::json!([]));
-    assert_eq!(v["workerJob"]["activeProcessLimit"], 1);
-    assert_eq!(v["workerJob"]["limitFlags"]["value"], "0x00002408");
+    // The workload's job: its tree, killed on close, no process limit.
+    assert_eq!(v["workerJob"]["activeProcessLimit"], 0);
+    assert_eq!(v["workerJob"]["limitFlags"]["value"], "0x00002400");
     assert_eq!(v["workerJob"]["uiRestrictions"]["value"], "0x000001ff");
-    assert_eq!(v["creationFlags"]["value"], "0x0108040c");
+    assert_eq!(v["creationFlags"]["value"], "0x09080404");
+    assert_eq!(v["childProcessPolicy"], serde_json::Value::Null);
     assert_eq!(
         v["mitigationPolicy"]["policy1"]["value"],
-        "0x1110010111111100"
+        "0x1110010101111100"
     );
+    // The broker role stays locked down.
+    let b = &v["processes"]["broker"];
+    assert_eq!(b["job"]["activeProcessLimit"], 1);
+    assert_eq!(b["childProcessPolicy"]["value"], "0x00000001");
+    assert_eq!(b["win32k"], "locked down");
+    assert_eq!(b["lessPrivileged"], true);
+    assert_eq!(v["processes"]["workload"]["win32k"], "allowed");
     assert_eq!(
         v["mitigationPolicy"]["policy2"]["value"],
         "0x0000000001010000"
     );
     assert_eq!(v["console"]["stdin"], "NUL");
-    assert_eq!(v["objects"]["cap"], 16384);
+    assert_eq!(v["objects"]["cap"], serde_json::Value::Null);
     let dacl = v["dacl"].as_array().unwrap();
     assert_eq!(dacl.len(), 4); // write, deny, keep-in-place, launcher
     assert_eq!(dacl[1]["path"], r"C:\proj\secret");
@@ -648,9 +697,15 @@ fn appcontainer_minimal_runtime_is_listed_not_granted_and_never_written() {
         };
         terra_policy::compile_plan(&mir, &bindings, declared_capabilities()).unwrap()
     };
-    let p =
-        terra_appcontainer::lower_plan(&compile("read"), PathStyle::Foreign, "/bin/sh", "/t/terra")
-            .unwrap();
+    let sys_s = std::fs::canonicalize(&sys).unwrap();
+    let sys_s = sys_s.to_str().unwrap().to_string();
+    let host = terra_appcontainer::Host {
+        executable: &format!("{sys_s}/sh"),
+        cwd: &sys_s,
+        launcher: "/t/terra",
+        system_dirs: &[],
+    };
+    let p = terra_appcontainer::lower_plan(&compile("read"), PathStyle::Foreign, &host).unwrap();
     let sys = std::fs::canonicalize(&sys).unwrap();
     assert_eq!(p.baseline, [sys.to_str().unwrap()]);
     assert!(p.grants.is_empty());
@@ -659,12 +714,7 @@ fn appcontainer_minimal_runtime_is_listed_not_granted_and_never_written() {
         "{:?}",
         p.entries
     );
-    let e = terra_appcontainer::lower_plan(
-        &compile("write"),
-        PathStyle::Foreign,
-        "/bin/sh",
-        "/t/terra",
-    )
-    .unwrap_err();
+    let e =
+        terra_appcontainer::lower_plan(&compile("write"), PathStyle::Foreign, &host).unwrap_err();
     assert!(e.to_string().contains("minimal-runtime"), "{e}");
 }

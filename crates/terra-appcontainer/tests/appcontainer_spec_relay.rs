@@ -10,6 +10,7 @@ fn spec() -> LaunchSpec {
     LaunchSpec {
         role: Role::Workload,
         executable: r"C:\Windows\System32\whoami.exe".into(),
+        cwd: r"C:\Users\ann\proj".into(),
         grants: vec![
             Grant {
                 kind: GrantKind::Write,
@@ -36,6 +37,7 @@ fn appcontainer_spec_round_trips_exactly() {
     let broker = LaunchSpec {
         role: Role::Broker,
         executable: r"C:\Program Files\terra\terra.exe".into(),
+        cwd: r"C:\".into(),
         grants: vec![],
         peers: vec![Peer {
             proto: Proto::Udp,
@@ -45,6 +47,28 @@ fn appcontainer_spec_round_trips_exactly() {
         }],
     };
     assert_eq!(LaunchSpec::decode(&broker.encode()).unwrap(), broker);
+}
+
+#[test]
+fn appcontainer_spec_carries_a_plain_working_directory_never_verbatim() {
+    let s = spec();
+    let text = String::from_utf8(s.encode()).unwrap();
+    let hex = |p: &str| p.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    assert!(
+        text.contains(&format!("\ncwd {}\n", hex(r"C:\Users\ann\proj"))),
+        "{text}"
+    );
+    // A verbatim working directory is not canonical: refused by encode's
+    // check and by the decoder.
+    let mut verbatim = s.clone();
+    verbatim.cwd = r"\\?\C:\Users\ann\proj".into();
+    assert!(verbatim.validate().is_err());
+    let forged = text.replacen(
+        &hex(r"C:\Users\ann\proj"),
+        &hex(r"\\?\C:\Users\ann\proj"),
+        2,
+    );
+    assert!(LaunchSpec::decode(forged.as_bytes()).is_err());
 }
 
 #[test]
@@ -132,7 +156,8 @@ proptest! {
     ) {
         let s = LaunchSpec {
             role: Role::Workload,
-            executable: exe,
+            executable: exe.clone(),
+            cwd: exe,
             grants: grants.into_iter().map(|(k, t, path)| Grant {
                 kind: [GrantKind::Read, GrantKind::Write, GrantKind::Deny, GrantKind::DenyWrite][k as usize],
                 scope: if t { Scope::Tree } else { Scope::Exact },

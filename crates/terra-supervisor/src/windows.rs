@@ -6,11 +6,15 @@
 //! the policy, binds this host's workspace, a fresh temp directory and the
 //! system directory as the minimal runtime, resolves the plan against what
 //! the windows backend enforces (`terra_appcontainer::declared_capabilities`),
-//! finds the program, lowers the plan and walks the granted trees against
-//! the object cap. The run starts the launcher with the launch spec on its
-//! standard input, puts it into a job that kills it (and, through their
-//! nested jobs, its workers) when `terra run` ends however it ends, and
-//! waits. The run's exit status is the workload's.
+//! finds the program and lowers the plan (plain `C:\...` paths for the
+//! working directory and the environment). The run starts the launcher,
+//! puts it into a job that kills it (and, through their jobs, its
+//! workers) when `terra run` ends however it ends, and only then writes
+//! the launch spec to its standard input; the launcher inherits a
+//! query-only handle to that job to prove it is in it. Ctrl-C and
+//! Ctrl-Break are left to the launcher (which ends the workload's job and
+//! cleans up); once the launcher has exited, `terra run` undoes what the
+//! ledger still holds. The run's exit status is the workload's.
 //!
 //! Not here: mediated or direct networking (not declared), `--timeout`,
 //! `--receipt`, CLI rules, resource limits (refused by the command line).
@@ -23,29 +27,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use std::os::windows::io::AsRawHandle;
+
 use terra_appcontainer::{LaunchPlan, Objects, PathStyle};
 use terra_policy::{Mir, NetworkMode, SandboxPlan};
 use terra_sandbox::windows::job::Job;
 
 use crate::error::{Error, Result};
-
-/// Variables copied from terra's environment into the workload's; TEMP,
-/// TMP, HOME and USERPROFILE name the run's temp directory.
-const ENV_ALLOWLIST: &[&str] = &[
-    "PATH",
-    "PATHEXT",
-    "SystemRoot",
-    "SystemDrive",
-    "windir",
-    "ComSpec",
-    "NUMBER_OF_PROCESSORS",
-    "PROCESSOR_ARCHITECTURE",
-    "OS",
-    "TZ",
-    "LANG",
-    "TERM",
-    "NO_COLOR",
-];
 
 /// One windows run as the command line gave it.
 #[derive(Debug, Clone)]
@@ -63,15 +51,16 @@ pub struct WindowsRun {
 pub struct Prepared {
     pub plan: SandboxPlan,
     pub launch: LaunchPlan,
-    /// The objects the launcher would change, counted here first.
-    pub objects: Objects,
+
     /// The run's temp directory (granted by the plan); removed at the end
     /// unless kept.
     pub temp: PathBuf,
     keep_temp: bool,
     argv: Vec<String>,
-    env: Vec<(OsString, OsString)>,
-    cwd: PathBuf,
+    /// The workload's environment (plain paths).
+    pub env: Vec<(String, String)>,
+    /// The working directory, a plain `C:\...` path.
+    cwd: String,
 }
 
 fn utf8(p: &Path, what: &str) -> Result<String> {
@@ -125,11 +114,32 @@ impl WindowsRun {
                 terra_appcontainer::declared_capabilities(),
             )
             .map_err(|e| Error::policy("policy refused by the windows backend", e))?;
-            let env = workload_env(&self.env, temp.as_os_str())?;
-            let path = env
+            let host_vars: Vec<(String, String)> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+            let extra = self
+                .env
+                .iter()
+                .map(|e| {
+                    e.clone().into_string().map_err(|e| {
+                        Error::Argument(format!(
+                            "--env {:?}: not valid Unicode",
+                            e.to_string_lossy()
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<String>>>()?;
+            let env = terra_appcontainer::env::workload_env(
+                PathStyle::Windows,
+                &host_vars,
+                &utf8(&temp, "the temp directory")?,
+                &extra,
+            )
+            .map_err(|e| Error::Argument(e.to_string()))?;
+            let path: OsString = env
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("PATH"))
-                .map(|(_, v)| v.clone())
+                .map(|(_, v)| v.into())
                 .unwrap_or_default();
             let pathext = std::env::var_os("PATHEXT").unwrap_or_else(|| ".COM;.EXE".into());
             let program = find_program(&self.command[0], &cwd, &path, &pathext)?;
@@ -138,14 +148,33 @@ impl WindowsRun {
                 .and_then(fs::canonicalize)
                 .map_err(|e| Error::op("cannot find terra's own executable", e))?;
             let launcher = windows_path(&launcher, "terra's executable")?;
-            let launch =
-                terra_appcontainer::lower_plan(&plan, PathStyle::Windows, &program, &launcher)
-                    .map_err(|e| Error::Unsupported(e.to_string()))?;
-            let objects = terra_appcontainer::walk(
-                &launch.entries,
+            let box_cwd = fs::canonicalize(&cwd)
+                .ok()
+                .filter(|c| c.starts_with(&workspace))
+                .unwrap_or_else(|| workspace.clone());
+            let box_cwd = windows_path(&box_cwd, "the working directory")?;
+            // Program Files and the Windows directory: readable to
+            // AppContainers through the ACEs Windows ships for ALL
+            // APPLICATION PACKAGES, whatever the policy says.
+            let system_dirs: Vec<String> = [
+                "ProgramFiles",
+                "ProgramFiles(x86)",
+                "ProgramW6432",
+                "SystemRoot",
+            ]
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .filter_map(|d| terra_appcontainer::path::windows_path(&d).ok())
+            .collect();
+            let launch = terra_appcontainer::lower_plan(
+                &plan,
                 PathStyle::Windows,
-                &terra_sandbox::windows::walk::HostTree,
-                terra_appcontainer::MAX_OBJECTS,
+                &terra_appcontainer::Host {
+                    executable: &program,
+                    cwd: &box_cwd,
+                    launcher: &launcher,
+                    system_dirs: &system_dirs,
+                },
             )
             .map_err(|e| Error::Unsupported(e.to_string()))?;
             let argv = self
@@ -161,14 +190,9 @@ impl WindowsRun {
             // launcher quotes again.
             terra_appcontainer::cmdline::command_line(&program, &argv)
                 .map_err(|e| Error::Unsupported(e.to_string()))?;
-            let box_cwd = fs::canonicalize(&cwd)
-                .ok()
-                .filter(|c| c.starts_with(&workspace))
-                .unwrap_or_else(|| workspace.clone());
             Ok(Prepared {
                 plan,
                 launch,
-                objects,
                 temp: temp.clone(),
                 keep_temp: self.keep_temp,
                 argv,
@@ -201,12 +225,28 @@ impl WindowsRun {
 }
 
 impl Prepared {
+    /// The objects below the granted trees, scanned (read only) for
+    /// protected DACLs as the launcher will: for the dry run.
+    pub fn scan(&self) -> Result<Objects> {
+        terra_appcontainer::scan(
+            &self.launch.entries,
+            PathStyle::Windows,
+            &terra_sandbox::windows::walk::HostTree,
+        )
+        .map_err(|e| Error::Unsupported(e.to_string()))
+    }
+
     /// Starts the launcher on the spec and waits for the workload; returns
     /// the workload's exit code. The canary's directory and (unless kept)
     /// the temp directory are removed afterwards.
     pub fn run(self) -> Result<i32> {
         let private = private_dir("terra-launch")?;
         let outcome = self.start(&private);
+        // The launcher has exited: what its ledger still holds (it was
+        // killed, or its console closed) is undone now.
+        for p in terra_sandbox::windows::ledger::sweep() {
+            eprintln!("terra: cleaning what the launch left: {p}");
+        }
         let _ = fs::remove_dir_all(&private);
         if !self.keep_temp {
             let _ = fs::remove_dir_all(&self.temp);
@@ -230,11 +270,24 @@ impl Prepared {
             .encode();
         let exe = std::env::current_exe()
             .map_err(|e| Error::op("cannot find terra's own executable", e))?;
-        let job = Job::new(&terra_appcontainer::job::LAUNCHER_JOB).map_err(Error::Host)?;
+        let job = Job::new(&terra_appcontainer::job::LAUNCHER_JOB)
+            .map_err(|e| Error::Host(e.to_string()))?;
+        // The launcher inherits this handle (std passes inheritable handles
+        // on): query access only, for IsProcessInJob.
+        let query = job
+            .inheritable_query_handle()
+            .map_err(|e| Error::Host(e.to_string()))?;
+        // Ctrl-C and Ctrl-Break reach every process of the console: the
+        // launcher ends the workload's job and cleans up; terra run waits
+        // for it instead of dying first (which would kill it mid-cleanup).
+        terra_sandbox::windows::console::leave_interrupts_to_launcher()
+            .map_err(|e| Error::Host(e.to_string()))?;
         let mut child = Command::new(&exe)
             .arg("__sandbox_launcher")
             .arg("--canary")
             .arg(&canary)
+            .arg("--job")
+            .arg(format!("{:#x}", query.as_raw_handle() as usize))
             .arg("--")
             .args(&self.argv)
             .env_clear()
@@ -250,7 +303,7 @@ impl Prepared {
         if let Err(e) = job.assign(&child) {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(Error::Host(e));
+            return Err(Error::Host(e.to_string()));
         }
         let written = child
             .stdin
@@ -262,6 +315,7 @@ impl Prepared {
             let _ = child.wait();
             return Err(Error::op("cannot hand the launch spec to the launcher", e));
         }
+        drop(query);
         let status = child
             .wait()
             .map_err(|e| Error::op("waiting for the launcher", e))?;
@@ -289,52 +343,6 @@ fn private_dir(prefix: &str) -> Result<PathBuf> {
         "no unique private directory could be made in {}",
         base.display()
     )))
-}
-
-/// The workload's environment: the allowlist from terra's (names compared
-/// without case, as Windows does), TEMP, TMP, HOME and USERPROFILE at the
-/// temp directory, then `--env NAME[=VALUE]`.
-fn workload_env(extra: &[OsString], tmp: &std::ffi::OsStr) -> Result<Vec<(OsString, OsString)>> {
-    let mut env: Vec<(OsString, OsString)> = Vec::new();
-    let mut set = |k: OsString, v: OsString| {
-        env.retain(|(n, _)| !n.eq_ignore_ascii_case(&k));
-        env.push((k, v));
-    };
-    for (k, v) in std::env::vars_os() {
-        if ENV_ALLOWLIST.iter().any(|a| k.eq_ignore_ascii_case(a)) {
-            set(k, v);
-        }
-    }
-    for name in ["TEMP", "TMP", "HOME", "USERPROFILE"] {
-        set(name.into(), tmp.to_owned());
-    }
-    for e in extra {
-        let text = e.to_str().ok_or_else(|| {
-            Error::Argument(format!(
-                "--env {:?}: not valid Unicode",
-                e.to_string_lossy()
-            ))
-        })?;
-        let (name, value) = match text.split_once('=') {
-            Some((n, v)) => (OsString::from(n), OsString::from(v)),
-            None => {
-                let v = std::env::var_os(text).ok_or_else(|| {
-                    Error::Argument(format!(
-                        "--env {text}: not set in terra's environment (use NAME=VALUE)"
-                    ))
-                })?;
-                (OsString::from(text), v)
-            }
-        };
-        if name.is_empty() || text.contains('\0') {
-            return Err(Error::Argument(format!(
-                "--env {text:?}: invalid name or value"
-            )));
-        }
-        set(name, value);
-    }
-    env.sort();
-    Ok(env)
 }
 
 /// The canonical path of the program `name` names: a path (with a
@@ -390,20 +398,6 @@ fn find_program(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_environment_points_temp_and_home_at_the_temp_directory() {
-        let env = workload_env(&["A=1".into()], std::ffi::OsStr::new(r"C:\t")).unwrap();
-        for (k, v) in [
-            ("TEMP", r"C:\t"),
-            ("TMP", r"C:\t"),
-            ("USERPROFILE", r"C:\t"),
-            ("A", "1"),
-        ] {
-            assert!(env.iter().any(|(n, x)| n == k && x == v), "{k}: {env:?}");
-        }
-        assert!(workload_env(&["=x".into()], std::ffi::OsStr::new(r"C:\t")).is_err());
-    }
 
     #[test]
     fn a_program_is_found_on_path_with_pathext() {

@@ -1,58 +1,50 @@
-//! Setting and removing the DACL entries of a launch, object by object.
+//! Setting and removing the DACL entries of a launch, one path at a time.
 //!
-//! Each object of the walk (`terra_appcontainer::objects`) is opened
-//! without following reparse points (and refused if it is one now, or is
-//! no longer the kind of object the walk saw), its DACL read, the launch's
-//! ACEs for the package SID merged in with SetEntriesInAclW (deny ACEs
-//! before allow ACEs, explicit before inherited), and written back with
-//! SetKernelObjectSecurity, which, unlike SetSecurityInfo, does not
-//! propagate anything to children on its own: the walk decided which
-//! objects change. Directories get the entry's inheritance flags, so what
-//! the workload creates inside inherits the ACEs; files get none.
+//! Each entry's path is opened without following reparse points (and
+//! refused if it is one now), its DACL read, the launch's ACEs for the
+//! package SID merged in with SetEntriesInAclW (deny ACEs before allow
+//! ACEs, explicit before inherited), and written back with SetSecurityInfo,
+//! which propagates inheritable ACEs to every existing child that inherits
+//! ("Automatic Propagation of Inheritable ACEs"; OpenAI Codex grants its
+//! writable roots the same way, codex-rs/windows-sandbox-rs/src/acl.rs).
+//! So a tree costs one call, whatever its size; what the workload creates
+//! inherits the ACEs too. Objects with protected DACLs are given their
+//! own entries by the plan (`terra_appcontainer::objects`).
 //!
-//! On an orderly end every object changed is opened again, checked to be
-//! the same file (volume serial number and file index), and every ACE
-//! naming the package SID removed. What the workload created keeps the
-//! ACEs it inherited; they name a SID that no token will carry again (the
-//! profile is deleted and its name never reused).
+//! Each path is recorded in the ledger before its DACL changes. Removal
+//! deletes every ACE naming the package SID from the path and writes the
+//! DACL back the same way, so Windows removes the copies it propagated.
 
+use super::error::Error;
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 
-use terra_appcontainer::objects::{Kind, Objects};
-use terra_appcontainer::{DaclEntry, Origin};
+use terra_appcontainer::ledger::Record;
+use terra_appcontainer::{DaclEntry, Origin, PathStyle};
 use windows_sys::Win32::Foundation::{LocalFree, ERROR_ACCESS_DENIED, HANDLE};
 use windows_sys::Win32::Security::Authorization::{
-    GetSecurityInfo, SetEntriesInAclW, DENY_ACCESS, EXPLICIT_ACCESS_W, GRANT_ACCESS,
-    NO_MULTIPLE_TRUSTEE, SE_FILE_OBJECT, TRUSTEE_IS_SID, TRUSTEE_IS_UNKNOWN, TRUSTEE_W,
+    ConvertStringSidToSidW, GetSecurityInfo, SetEntriesInAclW, SetSecurityInfo, DENY_ACCESS,
+    EXPLICIT_ACCESS_W, GRANT_ACCESS, NO_MULTIPLE_TRUSTEE, SE_FILE_OBJECT, TRUSTEE_IS_SID,
+    TRUSTEE_IS_UNKNOWN, TRUSTEE_W,
 };
 use windows_sys::Win32::Security::{
-    DeleteAce, GetAce, GetSecurityDescriptorControl, InitializeSecurityDescriptor,
-    SetKernelObjectSecurity, SetSecurityDescriptorControl, SetSecurityDescriptorDacl, ACE_HEADER,
-    ACL, DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, SECURITY_DESCRIPTOR,
-    SE_DACL_AUTO_INHERITED, SE_DACL_PROTECTED,
+    DeleteAce, GetAce, GetSecurityDescriptorControl, ACE_HEADER, ACL, DACL_SECURITY_INFORMATION,
+    PROTECTED_DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR, SE_DACL_PROTECTED,
+    UNPROTECTED_DACL_SECURITY_INFORMATION,
 };
 use windows_sys::Win32::Storage::FileSystem::{
     CreateFileW, GetFileInformationByHandle, BY_HANDLE_FILE_INFORMATION, FILE_ATTRIBUTE_DIRECTORY,
     FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
     FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, OPEN_EXISTING, READ_CONTROL, WRITE_DAC,
 };
-use windows_sys::Win32::System::SystemServices::{
-    ACCESS_ALLOWED_ACE_TYPE, ACCESS_DENIED_ACE_TYPE, SECURITY_DESCRIPTOR_REVISION,
-};
+use windows_sys::Win32::System::SystemServices::{ACCESS_ALLOWED_ACE_TYPE, ACCESS_DENIED_ACE_TYPE};
 
+use super::ledger;
 use super::util::{last_error, owned, verbatim, win32_error, OwnedSid};
 
-/// One object whose DACL this launch changed.
-struct Changed {
-    path: String,
-    /// Volume serial number and file index when it was changed.
-    id: (u32, u64),
-}
-
-/// The objects changed so far; removes the package SID's ACEs when dropped.
+/// The paths changed so far; removes the package SID's ACEs when dropped.
 pub struct Applied {
     sid: OwnedSid,
-    changed: Vec<Changed>,
+    changed: Vec<String>,
 }
 
 /// A pointer the call allocated with LocalAlloc, freed on drop.
@@ -68,12 +60,12 @@ impl Drop for LocalBox {
     }
 }
 
-/// Why an open failed: the message, and whether it was ERROR_ACCESS_DENIED.
-struct OpenError(String, bool);
+/// Why an open failed, and whether it was ERROR_ACCESS_DENIED.
+struct OpenError(Error, bool);
 
 /// Opens `path` for reading and writing its DACL, never through a reparse
 /// point; returns the handle, whether it is a directory and its identity.
-fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), String> {
+fn open(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), Error> {
     open_or_denied(path).map_err(|e| e.0)
 }
 
@@ -106,7 +98,9 @@ fn open_or_denied(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), OpenErr
     }
     if info.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
         return Err(OpenError(
-            format!("{path} is a reparse point now (it was not when walked): refusing to grant through it"),
+            Error::Refused(format!(
+                "{path} is a reparse point now (it was not when resolved): refusing to grant through it"
+            )),
             false,
         ));
     }
@@ -117,7 +111,7 @@ fn open_or_denied(path: &str) -> Result<(OwnedHandle, bool, (u32, u64)), OpenErr
 
 /// The DACL of an open object and its control bits; the ACL pointer lives
 /// inside the returned LocalBox.
-fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String> {
+fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), Error> {
     let mut dacl: *mut ACL = std::ptr::null_mut();
     let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
     // SAFETY: the handle is valid; only the DACL is asked; `dacl` and `sd`
@@ -141,7 +135,8 @@ fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String>
     if dacl.is_null() {
         return Err(format!(
             "{path} has no DACL (everyone has full access): refusing to give it one"
-        ));
+        )
+        .into());
     }
     let mut control = 0u16;
     let mut revision = 0u32;
@@ -152,23 +147,29 @@ fn read_dacl(h: HANDLE, path: &str) -> Result<(LocalBox, *mut ACL, u16), String>
     Ok((sd, dacl, control))
 }
 
-/// Writes `acl` as the DACL of `h`, keeping the protected and
-/// auto-inherited bits of `control`; nothing is propagated.
-fn write_dacl(h: HANDLE, acl: *const ACL, control: u16, path: &str) -> Result<(), String> {
-    // SAFETY: all-zero is valid storage for InitializeSecurityDescriptor.
-    let mut sd: SECURITY_DESCRIPTOR = unsafe { std::mem::zeroed() };
-    let psd: PSECURITY_DESCRIPTOR = (&mut sd as *mut SECURITY_DESCRIPTOR).cast();
-    let bits = SE_DACL_PROTECTED | SE_DACL_AUTO_INHERITED;
-    // SAFETY: `psd` points at storage of the right size and alignment that
-    // outlives the calls; `acl` is a valid ACL that outlives them too.
-    let ok = unsafe {
-        InitializeSecurityDescriptor(psd, SECURITY_DESCRIPTOR_REVISION) != 0
-            && SetSecurityDescriptorDacl(psd, 1, acl, 0) != 0
-            && SetSecurityDescriptorControl(psd, bits, control & bits) != 0
-            && SetKernelObjectSecurity(h, DACL_SECURITY_INFORMATION, psd) != 0
+/// Writes `acl` as the DACL of `h`, keeping whether it is protected;
+/// Windows propagates its inheritable ACEs to the children that inherit.
+fn write_dacl(h: HANDLE, acl: *const ACL, control: u16, path: &str) -> Result<(), Error> {
+    let protection = if control & SE_DACL_PROTECTED != 0 {
+        PROTECTED_DACL_SECURITY_INFORMATION
+    } else {
+        UNPROTECTED_DACL_SECURITY_INFORMATION
     };
-    if !ok {
-        return Err(last_error(&format!("set the DACL of {path}")));
+    // SAFETY: `h` is valid with READ_CONTROL | WRITE_DAC; `acl` is a valid
+    // ACL that outlives the call; no owner, group or SACL.
+    let rc = unsafe {
+        SetSecurityInfo(
+            h,
+            SE_FILE_OBJECT,
+            DACL_SECURITY_INFORMATION | protection,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            acl,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(win32_error(&format!("SetSecurityInfo {path}"), rc));
     }
     Ok(())
 }
@@ -183,25 +184,40 @@ fn trustee(sid: &OwnedSid) -> TRUSTEE_W {
     }
 }
 
-/// Sets the ACEs of `entries` on every object of `objects`, in walk order.
-/// On failure what was set is removed again and the failure returned.
-pub fn apply(objects: &Objects, entries: &[DaclEntry], sid: &OwnedSid) -> Result<Applied, String> {
+/// Sets the ACEs of `entries`, one path at a time in entry order (a
+/// path named by several entries gets all their ACEs in one write), each
+/// recorded in `ledger` first. On failure what was set is removed again
+/// (by dropping the result) and the failure returned.
+pub fn apply(
+    entries: &[DaclEntry],
+    sid: &OwnedSid,
+    sid_text: &str,
+    ledger: &mut ledger::File,
+) -> Result<Applied, Error> {
     // SAFETY: `sid` is a valid SID by construction.
     let copy = unsafe { OwnedSid::copy_from(sid.as_psid())? };
     let mut applied = Applied {
         sid: copy,
-        changed: Vec::with_capacity(objects.objects.len()),
+        changed: Vec::new(),
     };
-    for object in &objects.objects {
+    let style = PathStyle::Windows;
+    let mut paths: Vec<&str> = Vec::new();
+    for e in entries {
+        if !paths.iter().any(|p| style.key(p) == style.key(&e.path)) {
+            paths.push(&e.path);
+        }
+    }
+    for path in paths {
+        let here: Vec<&DaclEntry> = entries
+            .iter()
+            .filter(|e| style.key(&e.path) == style.key(path))
+            .collect();
         // terra's own executable, granted only so the self-check worker can
         // start: installed where this user may not change its DACL (Program
         // Files), it is left as it is; if the worker then cannot run it, the
         // self-check fails and the launch is refused.
-        let optional = object
-            .entries
-            .iter()
-            .all(|&i| entries[i].origin == Origin::Launcher);
-        let (h, dir, id) = match open_or_denied(&object.path) {
+        let optional = here.iter().all(|e| e.origin == Origin::Launcher);
+        let (h, dir, _) = match open_or_denied(path) {
             Ok(x) => x,
             Err(OpenError(e, true)) if optional => {
                 tracing::debug!("not granting terra's executable: {e}");
@@ -209,16 +225,9 @@ pub fn apply(objects: &Objects, entries: &[DaclEntry], sid: &OwnedSid) -> Result
             }
             Err(OpenError(e, _)) => return Err(e),
         };
-        if dir != (object.kind == Kind::Directory) {
-            return Err(format!(
-                "{} changed between the walk and the grant (file or directory)",
-                object.path
-            ));
-        }
-        let (_sd, old, control) = read_dacl(h.as_raw_handle(), &object.path)?;
+        let (_sd, old, control) = read_dacl(h.as_raw_handle(), path)?;
         let mut list = Vec::new();
-        for &i in &object.entries {
-            let e = &entries[i];
+        for e in &here {
             let inherit = if dir { e.inheritance } else { 0 };
             for (mode, mask) in [(DENY_ACCESS, e.deny), (GRANT_ACCESS, e.allow)] {
                 if mask != 0 {
@@ -236,19 +245,33 @@ pub fn apply(objects: &Objects, entries: &[DaclEntry], sid: &OwnedSid) -> Result
         // LocalAlloc'd ACL, owned by `new_box`.
         let rc = unsafe { SetEntriesInAclW(list.len() as u32, list.as_ptr(), old, &mut new) };
         if rc != 0 {
-            return Err(win32_error(
-                &format!("SetEntriesInAclW {}", object.path),
-                rc,
-            ));
+            return Err(win32_error(&format!("SetEntriesInAclW {path}"), rc));
         }
         let _new_box = LocalBox(new.cast());
-        write_dacl(h.as_raw_handle(), new, control, &object.path)?;
-        applied.changed.push(Changed {
-            path: object.path.clone(),
-            id,
-        });
+        ledger.record(Record::Ace {
+            sid: sid_text.to_string(),
+            path: path.to_string(),
+        })?;
+        applied.changed.push(path.to_string());
+        write_dacl(h.as_raw_handle(), new, control, path)?;
     }
     Ok(applied)
+}
+
+/// Removes every ACE naming the SID written `sid_text` (`S-1-15-2-...`)
+/// from `path`: the ledger sweep's undo.
+pub fn remove_sid_string(path: &str, sid_text: &str) -> Result<(), Error> {
+    let w = super::util::wide(sid_text);
+    let mut sid: windows_sys::Win32::Security::PSID = std::ptr::null_mut();
+    // SAFETY: `w` is NUL-terminated; `sid` receives a LocalAlloc'd SID,
+    // freed by `_owned` below.
+    if unsafe { ConvertStringSidToSidW(w.as_ptr(), &mut sid) } == 0 {
+        return Err(last_error(&format!("ConvertStringSidToSidW {sid_text}")));
+    }
+    let _owned = LocalBox(sid);
+    // SAFETY: `sid` is the valid SID the call returned.
+    let sid = unsafe { OwnedSid::copy_from(sid)? };
+    remove_one(path, &sid)
 }
 
 impl Applied {
@@ -260,9 +283,9 @@ impl Applied {
 
     fn clean(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
-        while let Some(c) = self.changed.pop() {
-            if let Err(e) = remove_one(&c, &self.sid) {
-                problems.push(e);
+        while let Some(path) = self.changed.pop() {
+            if let Err(e) = remove_one(&path, &self.sid) {
+                problems.push(e.to_string());
             }
         }
         problems
@@ -277,17 +300,14 @@ impl Drop for Applied {
     }
 }
 
-fn remove_one(c: &Changed, sid: &OwnedSid) -> Result<(), String> {
-    let (h, _, id) = match open(&c.path) {
+fn remove_one(path: &str, sid: &OwnedSid) -> Result<(), Error> {
+    let (h, _, _) = match open(path) {
         Ok(x) => x,
-        // Removed or replaced by the workload: nothing of ours is left there.
-        Err(_) if std::fs::symlink_metadata(&c.path).is_err() => return Ok(()),
+        // Removed by the workload: nothing of ours is left there.
+        Err(_) if std::fs::symlink_metadata(path).is_err() => return Ok(()),
         Err(e) => return Err(e),
     };
-    if id != c.id {
-        return Ok(()); // another file now; the one we changed is gone
-    }
-    let (_sd, old, control) = read_dacl(h.as_raw_handle(), &c.path)?;
+    let (_sd, old, control) = read_dacl(h.as_raw_handle(), path)?;
     // SAFETY: `old` is a valid ACL; its header says how many bytes it has.
     let size = usize::from(unsafe { (*old).AclSize });
     let mut copy = vec![0u32; size.div_ceil(4)];
@@ -303,7 +323,7 @@ fn remove_one(c: &Changed, sid: &OwnedSid) -> Result<(), String> {
         let mut ace: *mut core::ffi::c_void = std::ptr::null_mut();
         // SAFETY: `i` is below the ACE count of the valid ACL `acl`.
         if unsafe { GetAce(acl, i, &mut ace) } == 0 {
-            return Err(last_error(&format!("GetAce {}", c.path)));
+            return Err(last_error(&format!("GetAce {path}")));
         }
         // SAFETY: GetAce returned a pointer to an ACE inside `copy`, which
         // starts with an ACE_HEADER.
@@ -320,11 +340,11 @@ fn remove_one(c: &Changed, sid: &OwnedSid) -> Result<(), String> {
         if unsafe { sid.equals(ace_sid.cast()) } {
             // SAFETY: `i` is a valid index of the ACL we own.
             if unsafe { DeleteAce(acl, i) } == 0 {
-                return Err(last_error(&format!("DeleteAce {}", c.path)));
+                return Err(last_error(&format!("DeleteAce {path}")));
             }
         }
     }
-    write_dacl(h.as_raw_handle(), acl, control, &c.path)
+    write_dacl(h.as_raw_handle(), acl, control, path)
 }
 
 // Windows only, and not run where this is written (Linux); they need a
@@ -332,7 +352,7 @@ fn remove_one(c: &Changed, sid: &OwnedSid) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use terra_appcontainer::{objects, Grant, GrantKind, PathStyle, Scope};
+    use terra_appcontainer::{Grant, GrantKind, Scope};
 
     /// ACEs of `path`'s DACL that name `sid`.
     fn aces_naming(path: &str, sid: &OwnedSid) -> usize {
@@ -375,20 +395,21 @@ mod tests {
             },
         ];
         let entries = terra_appcontainer::dacl::dacl_entries(&grants, PathStyle::Windows);
-        let objects = objects::walk(
-            &entries,
-            PathStyle::Windows,
-            &super::super::walk::HostTree,
-            100,
+        let profile = super::super::profile::Profile::create(
+            super::super::profile::Profile::fresh_name().unwrap(),
         )
         .unwrap();
-        let profile = super::super::profile::Profile::create().unwrap();
-        let applied = apply(&objects, &entries, profile.sid()).unwrap();
+        let mut book = ledger::File::create().unwrap();
+        let sid_text = profile.sid_string().unwrap();
+        let applied = apply(&entries, profile.sid(), &sid_text, &mut book).unwrap();
         // The root: allow (write) and deny (permissions) and the deny of
-        // DELETE that keeps it in place; the file: write's two and deny's one.
+        // DELETE that keeps it in place; the file, by propagation: write's
+        // two and deny's one, inherited.
         assert!(aces_naming(&root, profile.sid()) >= 2);
         assert!(aces_naming(&format!(r"{root}\sub\f.txt"), profile.sid()) >= 2);
+        assert_eq!(book.ledger.records.len(), 2, "one record per path");
         assert!(applied.remove().is_empty());
+        book.remove().unwrap();
         for p in [
             root.clone(),
             format!(r"{root}\sub"),

@@ -5,16 +5,19 @@
 //! worker** first, made exactly like the real one (same package SID, same
 //! attributes, its own worker job): terra itself, as `terra
 //! __sandbox_launcher --self-check ROLE CANARY`, which checks from inside
-//! ([`inside`]) that its token is a less-privileged AppContainer token with
-//! exactly the role's capabilities, that it is in a job of the worker's
-//! limits, that no console is attached or attachable and standard input is
-//! not a console, and that the canary (a private file outside every grant)
-//! does not open. Then the real worker is created suspended and checked from
+//! ([`inside`]) that its token is an AppContainer token (less privileged
+//! exactly when the role's is) with exactly the role's capabilities, that
+//! it is in a job of exactly the role's limits, its console (a role: none,
+//! none attachable; the workload: its own, holding no other process),
+//! standard input not a console, that the canary (a private file outside
+//! every grant) does not open, and that the program's image does. Then the real worker is created suspended and checked from
 //! outside ([`outside`]) to have the same package SID, capabilities and its
 //! own job before it is resumed.
 
+use super::error::Error;
 use std::os::windows::io::AsRawHandle;
 
+use terra_appcontainer::Console;
 use terra_appcontainer::{role_capabilities, Role, WorkerSettings};
 use windows_sys::Win32::Foundation::{ERROR_ACCESS_DENIED, HANDLE};
 use windows_sys::Win32::Security::{
@@ -23,8 +26,8 @@ use windows_sys::Win32::Security::{
     TOKEN_INFORMATION_CLASS, TOKEN_QUERY,
 };
 use windows_sys::Win32::System::Console::{
-    AttachConsole, FreeConsole, GetConsoleMode, GetConsoleWindow, GetStdHandle,
-    ATTACH_PARENT_PROCESS, STD_INPUT_HANDLE,
+    AttachConsole, FreeConsole, GetConsoleMode, GetConsoleProcessList, GetConsoleWindow,
+    GetStdHandle, ATTACH_PARENT_PROCESS, STD_INPUT_HANDLE,
 };
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
@@ -36,7 +39,7 @@ use super::util::{last_error, owned, OwnedSid};
 pub const OK_LINE: &str = "terra-appcontainer-self-check ok";
 
 /// The token of `process`, for queries.
-fn token(process: HANDLE) -> Result<std::os::windows::io::OwnedHandle, String> {
+fn token(process: HANDLE) -> Result<std::os::windows::io::OwnedHandle, Error> {
     let mut t: HANDLE = std::ptr::null_mut();
     // SAFETY: `process` is a valid process handle; `t` receives a new handle.
     if unsafe { OpenProcessToken(process, TOKEN_QUERY, &mut t) } == 0 {
@@ -46,7 +49,7 @@ fn token(process: HANDLE) -> Result<std::os::windows::io::OwnedHandle, String> {
 }
 
 /// One token information class, in a u64-aligned buffer.
-fn info(token: HANDLE, class: TOKEN_INFORMATION_CLASS, what: &str) -> Result<Vec<u64>, String> {
+fn info(token: HANDLE, class: TOKEN_INFORMATION_CLASS, what: &str) -> Result<Vec<u64>, Error> {
     let mut len = 0u32;
     // SAFETY: a null buffer of length 0 asks for the length needed.
     unsafe { GetTokenInformation(token, class, std::ptr::null_mut(), 0, &mut len) };
@@ -74,9 +77,9 @@ struct TokenFacts {
     capabilities: u32,
 }
 
-fn facts(token: HANDLE) -> Result<TokenFacts, String> {
+fn facts(token: HANDLE) -> Result<TokenFacts, Error> {
     let flag =
-        |class, what| -> Result<bool, String> { Ok(info(token, class, what)?[0] as u32 != 0) };
+        |class, what| -> Result<bool, Error> { Ok(info(token, class, what)?[0] as u32 != 0) };
     let caps = info(token, TokenCapabilities, "capabilities")?;
     // SAFETY: the call filled `caps` with a TOKEN_GROUPS (u64-aligned).
     let count = unsafe { (*caps.as_ptr().cast::<TOKEN_GROUPS>()).GroupCount };
@@ -90,12 +93,19 @@ fn facts(token: HANDLE) -> Result<TokenFacts, String> {
     })
 }
 
-fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
+fn check_facts(f: &TokenFacts, role: Role) -> Result<(), Error> {
     if !f.app_container {
         return Err("the token is not an AppContainer token".into());
     }
-    if !f.less_privileged {
-        return Err("the token is not a less-privileged AppContainer token".into());
+    let want_lpac = WorkerSettings::of(role).less_privileged();
+    if f.less_privileged != want_lpac {
+        return Err(format!(
+            "the token is {}a less-privileged AppContainer token; the {} role's is {}",
+            if f.less_privileged { "" } else { "not " },
+            role.name(),
+            if want_lpac { "" } else { "not" }
+        )
+        .into());
     }
     let want = role_capabilities(role).len() as u32;
     if f.capabilities != want {
@@ -103,26 +113,14 @@ fn check_facts(f: &TokenFacts, role: Role) -> Result<(), String> {
             "the token carries {} capability SIDs; the {} role has exactly {want}",
             f.capabilities,
             role.name()
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
-/// The self-check, run inside the AppContainer by `--self-check`.
-pub fn inside(role: Role, canary: &str) -> Result<(), String> {
-    // SAFETY: the pseudo handle of this process is always valid.
-    let t = token(unsafe { GetCurrentProcess() })?;
-    check_facts(&facts(t.as_raw_handle())?, role)?;
-    if !job::current_in_job()? {
-        return Err("this process is in no job".into());
-    }
-    let want = WorkerSettings::of(role).job;
-    let have = job::current_limits()?;
-    if have != want {
-        return Err(format!(
-            "this process's job has limits {have:?}, not the worker job's {want:?}"
-        ));
-    }
+/// A role: no console, and the launcher's cannot be attached.
+fn no_console() -> Result<(), Error> {
     // SAFETY: GetConsoleWindow takes no argument and only reads.
     if !unsafe { GetConsoleWindow() }.is_null() {
         return Err("a console window is attached".into());
@@ -133,6 +131,58 @@ pub fn inside(role: Role, canary: &str) -> Result<(), String> {
         unsafe { FreeConsole() };
         return Err("the launcher's console could be attached: keystrokes could be queued for the user's shell".into());
     }
+    Ok(())
+}
+
+/// The workload: a console of its own (CREATE_NO_WINDOW), which no other
+/// process shares: not the user's, so nothing typed there reaches it and
+/// nothing it writes to the console reaches the user's shell.
+fn own_console() -> Result<(), Error> {
+    let mut pids = [0u32; 4];
+    // SAFETY: `pids` is writable for its length.
+    let n = unsafe { GetConsoleProcessList(pids.as_mut_ptr(), pids.len() as u32) };
+    if n == 0 {
+        return Err(last_error(
+            "GetConsoleProcessList (the workload has a console of its own)",
+        ));
+    }
+    if n != 1 || pids[0] != std::process::id() {
+        return Err(format!(
+            "the console is shared with {} other processes: it is not the worker's own",
+            n - 1
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The self-check, run inside the AppContainer by `--self-check`.
+pub fn inside(role: Role, canary: &str, program: &str) -> Result<(), Error> {
+    // SAFETY: the pseudo handle of this process is always valid.
+    let t = token(unsafe { GetCurrentProcess() })?;
+    check_facts(&facts(t.as_raw_handle())?, role)?;
+    if !job::current_in_any()? {
+        return Err("this process is in no job".into());
+    }
+    let settings = WorkerSettings::of(role);
+    let have = job::current_limits()?;
+    if have != settings.job {
+        return Err(format!(
+            "this process's job has limits {have:?}, not the {} job's {:?}",
+            role.name(),
+            settings.job
+        )
+        .into());
+    }
+    match settings.console {
+        Console::None => no_console()?,
+        Console::OwnHidden => own_console()?,
+    }
+    // The program's image: readable here, so the worker can start (a
+    // per-user install outside every grant would fail here, not later).
+    if let Err(e) = std::fs::File::open(program) {
+        return Err(format!("the program {program} does not open in the AppContainer: {e}").into());
+    }
     let mut mode = 0;
     // SAFETY: GetStdHandle returns this process's handle (or null);
     // GetConsoleMode only reads it and fails for anything but a console.
@@ -141,16 +191,17 @@ pub fn inside(role: Role, canary: &str) -> Result<(), String> {
     }
     match std::fs::File::open(canary) {
         Err(e) if e.raw_os_error() == Some(ERROR_ACCESS_DENIED as i32) => Ok(()),
-        Ok(_) => Err(format!("the canary {canary}, outside every grant, opened")),
+        Ok(_) => Err(format!("the canary {canary}, outside every grant, opened").into()),
         Err(e) => Err(format!(
             "opening the canary {canary} failed with {e}, not with access denied"
-        )),
+        )
+        .into()),
     }
 }
 
 /// The real worker, still suspended: same package SID, the role's
 /// capabilities, less privileged, in its own job.
-pub fn outside(worker: &Worker, package: &OwnedSid, role: Role) -> Result<(), String> {
+pub fn outside(worker: &Worker, package: &OwnedSid, role: Role) -> Result<(), Error> {
     let t = token(worker.process.as_raw_handle())?;
     check_facts(&facts(t.as_raw_handle())?, role)?;
     let sid = info(t.as_raw_handle(), TokenAppContainerSid, "AppContainer SID")?;

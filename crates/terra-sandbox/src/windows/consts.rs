@@ -58,6 +58,7 @@ same! {
     j::JOB_OBJECT_UILIMIT_EXITWINDOWS => jo::JOB_OBJECT_UILIMIT_EXITWINDOWS,
     j::JOB_OBJECT_UILIMIT_IME => ss::JOB_OBJECT_UILIMIT_IME,
     j::CREATE_SUSPENDED => th::CREATE_SUSPENDED,
+    j::CREATE_NO_WINDOW => th::CREATE_NO_WINDOW,
     j::CREATE_BREAKAWAY_FROM_JOB => th::CREATE_BREAKAWAY_FROM_JOB,
     j::DETACHED_PROCESS => th::DETACHED_PROCESS,
     j::CREATE_UNICODE_ENVIRONMENT => th::CREATE_UNICODE_ENVIRONMENT,
@@ -66,5 +67,7 @@ same! {
     j::PROCESS_CREATION_ALL_APPLICATION_PACKAGES_OPT_OUT => wp::PROCESS_CREATION_ALL_APPLICATION_PACKAGES_OPT_OUT,
 }
 
-// The worker job's UI restrictions are every one there is.
-const _: () = assert!(j::WORKER_JOB.ui_restrictions == ss::JOB_OBJECT_UILIMIT_ALL);
+// Every worker job's UI restrictions are every one there is.
+const _: () = assert!(j::UI_ALL == ss::JOB_OBJECT_UILIMIT_ALL);
+const _: () = assert!(j::ROLE_JOB.ui_restrictions == ss::JOB_OBJECT_UILIMIT_ALL);
+const _: () = assert!(j::WORKLOAD_JOB.ui_restrictions == ss::JOB_OBJECT_UILIMIT_ALL);

@@ -1,9 +1,11 @@
-//! Creating a worker: suspended, in the launch's AppContainer (less
-//! privileged, no capability), with the mitigation policy and the child
-//! process restriction, inheriting exactly its three standard handles (NUL
-//! and two pipes), never attached to a console, then put into its own job
-//! before it runs a single instruction.
+//! Creating a worker: suspended, in the launch's AppContainer (no
+//! capability), with its role's settings (`terra_appcontainer::WorkerSettings`:
+//! a role is less privileged, has no children and no Win32k; the workload
+//! has neither restriction), inheriting exactly its three standard handles
+//! (NUL and two pipes), in its plain working directory, then put into its
+//! own job before it runs a single instruction.
 
+use super::error::Error;
 use std::fs::File;
 use std::os::windows::io::{AsRawHandle, OwnedHandle};
 
@@ -42,7 +44,7 @@ pub struct Worker {
 struct Attributes(Vec<u64>);
 
 impl Attributes {
-    fn new(count: u32) -> Result<Attributes, String> {
+    fn new(count: u32) -> Result<Attributes, Error> {
         let mut size = 0usize;
         // SAFETY: a null list asks for the size needed (the call fails with
         // ERROR_INSUFFICIENT_BUFFER and sets `size`).
@@ -75,7 +77,7 @@ impl Attributes {
         value: *const core::ffi::c_void,
         size: usize,
         what: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         // SAFETY: the list is initialized; the caller keeps `value` alive
         // and unchanged for the list's lifetime.
         let ok = unsafe {
@@ -115,7 +117,7 @@ fn inheritable() -> SECURITY_ATTRIBUTES {
 
 /// A pipe whose write end the worker inherits; the read end stays here,
 /// not inheritable.
-fn pipe(what: &str) -> Result<(File, OwnedHandle), String> {
+fn pipe(what: &str) -> Result<(File, OwnedHandle), Error> {
     let sa = inheritable();
     let mut read: HANDLE = std::ptr::null_mut();
     let mut write: HANDLE = std::ptr::null_mut();
@@ -133,7 +135,7 @@ fn pipe(what: &str) -> Result<(File, OwnedHandle), String> {
 }
 
 /// An inheritable handle to the NUL device, read-only.
-fn nul() -> Result<OwnedHandle, String> {
+fn nul() -> Result<OwnedHandle, Error> {
     let sa = inheritable();
     let name = wide("NUL");
     // SAFETY: `name` is NUL-terminated; `sa` outlives the call.
@@ -172,20 +174,24 @@ pub fn environment_block() -> Vec<u16> {
 }
 
 /// Creates `program` with `command_line` as a suspended worker of `role`
-/// in the AppContainer of `package`, and puts it into a new worker job.
+/// in the AppContainer of `package`, in the working directory `cwd` (a
+/// plain `X:\...` path; none: the launcher's), and puts it into a new job
+/// of the role's limits.
 pub fn create_suspended(
     program: &str,
     command_line: &str,
     environment: &[u16],
+    cwd: Option<&str>,
     package: &OwnedSid,
     role: Role,
-) -> Result<Worker, String> {
+) -> Result<Worker, Error> {
     let settings = WorkerSettings::of(role);
     if !settings.capabilities.is_empty() {
         return Err(format!(
             "the {} role names capability SIDs, which this launcher does not grant",
             role.name()
-        ));
+        )
+        .into());
     }
     let job = Job::new(&settings.job)?;
     let stdin = nul()?;
@@ -202,10 +208,11 @@ pub fn create_suspended(
         CapabilityCount: 0,
         Reserved: 0,
     };
-    let lpac: u32 = settings.all_application_packages_policy;
+    let lpac: Option<u32> = settings.all_application_packages_policy;
     let mitigation: [u64; 2] = settings.mitigation;
-    let child_policy: u32 = settings.child_process_policy;
-    let mut attributes = Attributes::new(5)?;
+    let child_policy: Option<u32> = settings.child_process_policy;
+    let count = 3 + u32::from(lpac.is_some()) + u32::from(child_policy.is_some());
+    let mut attributes = Attributes::new(count)?;
     // SAFETY: every value lives on this stack frame until after
     // CreateProcessW, and `attributes` is dropped before them (declared
     // after them); sizes are the values' own.
@@ -216,24 +223,28 @@ pub fn create_suspended(
             std::mem::size_of::<SECURITY_CAPABILITIES>(),
             "security capabilities",
         )?;
-        attributes.set(
-            PROC_THREAD_ATTRIBUTE_ALL_APPLICATION_PACKAGES_POLICY,
-            (&lpac as *const u32).cast(),
-            std::mem::size_of::<u32>(),
-            "less-privileged AppContainer",
-        )?;
+        if let Some(lpac) = &lpac {
+            attributes.set(
+                PROC_THREAD_ATTRIBUTE_ALL_APPLICATION_PACKAGES_POLICY,
+                (lpac as *const u32).cast(),
+                std::mem::size_of::<u32>(),
+                "less-privileged AppContainer",
+            )?;
+        }
         attributes.set(
             PROC_THREAD_ATTRIBUTE_MITIGATION_POLICY,
             mitigation.as_ptr().cast(),
             std::mem::size_of::<[u64; 2]>(),
             "mitigation policy",
         )?;
-        attributes.set(
-            PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
-            (&child_policy as *const u32).cast(),
-            std::mem::size_of::<u32>(),
-            "child process policy",
-        )?;
+        if let Some(child_policy) = &child_policy {
+            attributes.set(
+                PROC_THREAD_ATTRIBUTE_CHILD_PROCESS_POLICY,
+                (child_policy as *const u32).cast(),
+                std::mem::size_of::<u32>(),
+                "child process policy",
+            )?;
+        }
         attributes.set(
             PROC_THREAD_ATTRIBUTE_HANDLE_LIST,
             inherit.as_ptr().cast(),
@@ -251,10 +262,11 @@ pub fn create_suspended(
     si.lpAttributeList = attributes.ptr();
     let app = wide(program);
     let mut line = wide(command_line);
+    let dir = cwd.map(wide);
     // SAFETY: all-zero is a valid PROCESS_INFORMATION for the call to fill.
     let mut pi: PROCESS_INFORMATION = unsafe { std::mem::zeroed() };
-    // SAFETY: `app` and `environment` are NUL-terminated (the block ends
-    // with two NULs) and outlive the call; `line` is a writable
+    // SAFETY: `app`, `dir` and `environment` are NUL-terminated (the block
+    // ends with two NULs) and outlive the call; `line` is a writable
     // NUL-terminated buffer as CreateProcessW requires; `si` and its
     // attribute list are valid; handles are inherited only from the list.
     let ok = unsafe {
@@ -266,7 +278,7 @@ pub fn create_suspended(
             1,
             settings.creation_flags,
             environment.as_ptr().cast(),
-            std::ptr::null(),
+            dir.as_ref().map_or(std::ptr::null(), |d| d.as_ptr()),
             &si.StartupInfo,
             &mut pi,
         )
@@ -290,14 +302,14 @@ pub fn create_suspended(
         return Err(format!(
             "{e}: the worker could not be put into its own job (is terra run inside a job that does not allow \
              breakaway? Windows refuses UI restrictions on a nested job)"
-        ));
+        ).into());
     }
     Ok(worker)
 }
 
 impl Worker {
     /// Lets the worker run.
-    pub fn resume(&self) -> Result<(), String> {
+    pub fn resume(&self) -> Result<(), Error> {
         // SAFETY: the thread handle is valid and was created suspended.
         if unsafe { ResumeThread(self.thread.as_raw_handle()) } == u32::MAX {
             return Err(last_error("ResumeThread"));
@@ -312,7 +324,7 @@ impl Worker {
     }
 
     /// Waits for the worker to end; its exit code.
-    pub fn wait(&self) -> Result<u32, String> {
+    pub fn wait(&self) -> Result<u32, Error> {
         // SAFETY: the process handle is valid.
         if unsafe { WaitForSingleObject(self.process.as_raw_handle(), INFINITE) } != WAIT_OBJECT_0 {
             return Err(last_error("WaitForSingleObject"));

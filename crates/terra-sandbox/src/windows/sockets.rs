@@ -10,6 +10,7 @@
 //! (terra-netd's broker is Linux-only), so the launcher refuses the broker
 //! role. This is the wrapper's half, ready for it.
 
+use super::error::Error;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::windows::io::AsRawSocket;
 use std::time::Duration;
@@ -30,13 +31,14 @@ pub fn open_for_broker(
     addr: SocketAddr,
     broker_pid: u32,
     now_ms: u64,
-) -> Result<Vec<u8>, String> {
-    ledger
-        .open(id, proto, addr, now_ms)
-        .map_err(|e| e.to_string())?;
+) -> Result<Vec<u8>, Error> {
+    ledger.open(id, proto, addr, now_ms)?;
     let result = match proto {
         Proto::Tcp => TcpStream::connect_timeout(&addr, Duration::from_millis(LIFETIME_MS))
-            .map_err(|e| format!("connect {addr}: {e}"))
+            .map_err(|e| Error::Os {
+                call: format!("connect {addr}"),
+                source: e,
+            })
             .and_then(|s| duplicate(s.as_raw_socket(), broker_pid)),
         Proto::Udp => {
             let local: SocketAddr = if addr.is_ipv4() {
@@ -46,7 +48,10 @@ pub fn open_for_broker(
             };
             UdpSocket::bind(local)
                 .and_then(|s| s.connect(addr).map(|()| s))
-                .map_err(|e| format!("udp {addr}: {e}"))
+                .map_err(|e| Error::Os {
+                    call: format!("udp {addr}"),
+                    source: e,
+                })
                 .and_then(|s| duplicate(s.as_raw_socket(), broker_pid))
         }
     };
@@ -54,7 +59,7 @@ pub fn open_for_broker(
     result
 }
 
-fn duplicate(socket: u64, pid: u32) -> Result<Vec<u8>, String> {
+fn duplicate(socket: u64, pid: u32) -> Result<Vec<u8>, Error> {
     // SAFETY: all-zero is a valid WSAPROTOCOL_INFOW for the call to fill.
     let mut info: WSAPROTOCOL_INFOW = unsafe { std::mem::zeroed() };
     // SAFETY: `socket` is a valid socket of this process (its owner is
@@ -62,7 +67,7 @@ fn duplicate(socket: u64, pid: u32) -> Result<Vec<u8>, String> {
     if unsafe { WSADuplicateSocketW(socket as SOCKET, pid, &mut info) } != 0 {
         // SAFETY: plain call reading this thread's last Winsock error.
         let e = unsafe { WSAGetLastError() };
-        return Err(format!("WSADuplicateSocketW into process {pid}: error {e}"));
+        return Err(format!("WSADuplicateSocketW into process {pid}: error {e}").into());
     }
     // SAFETY: `info` is a plain C structure; its bytes are what the broker
     // passes to WSASocketW.

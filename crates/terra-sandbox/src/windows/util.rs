@@ -1,6 +1,7 @@
 //! Small helpers around Win32: UTF-16 strings, owned handles, errors,
 //! randomness, owned SIDs.
 
+use super::error::Error;
 use std::os::windows::io::{FromRawHandle, OwnedHandle};
 
 use windows_sys::Win32::Foundation::{HANDLE, INVALID_HANDLE_VALUE};
@@ -20,19 +21,25 @@ pub fn verbatim(path: &str) -> Vec<u16> {
     wide(&format!(r"\\?\{path}"))
 }
 
-/// `what` failed: the message with the thread's last Win32 error.
-pub fn last_error(what: &str) -> String {
-    format!("{what}: {}", std::io::Error::last_os_error())
+/// `what` failed, with the thread's last Win32 error.
+pub fn last_error(what: &str) -> Error {
+    Error::Os {
+        call: what.to_string(),
+        source: std::io::Error::last_os_error(),
+    }
 }
 
 /// A Win32 error code returned by value (not through GetLastError).
-pub fn win32_error(what: &str, code: u32) -> String {
-    format!("{what}: {}", std::io::Error::from_raw_os_error(code as i32))
+pub fn win32_error(what: &str, code: u32) -> Error {
+    Error::Os {
+        call: what.to_string(),
+        source: std::io::Error::from_raw_os_error(code as i32),
+    }
 }
 
 /// Takes ownership of a handle a call returned; null and
 /// INVALID_HANDLE_VALUE are failures of `what`.
-pub fn owned(handle: HANDLE, what: &str) -> Result<OwnedHandle, String> {
+pub fn owned(handle: HANDLE, what: &str) -> Result<OwnedHandle, Error> {
     if handle.is_null() || handle == INVALID_HANDLE_VALUE {
         return Err(last_error(what));
     }
@@ -42,7 +49,7 @@ pub fn owned(handle: HANDLE, what: &str) -> Result<OwnedHandle, String> {
 }
 
 /// 16 bytes from the system's preferred random number generator.
-pub fn random16() -> Result<[u8; 16], String> {
+pub fn random16() -> Result<[u8; 16], Error> {
     let mut buf = [0u8; 16];
     // SAFETY: `buf` is writable for its 16 bytes; no algorithm handle is
     // needed with BCRYPT_USE_SYSTEM_PREFERRED_RNG.
@@ -55,7 +62,7 @@ pub fn random16() -> Result<[u8; 16], String> {
         )
     };
     if status != 0 {
-        return Err(format!("BCryptGenRandom: NTSTATUS 0x{status:08x}"));
+        return Err(format!("BCryptGenRandom: NTSTATUS 0x{status:08x}").into());
     }
     Ok(buf)
 }
@@ -68,7 +75,7 @@ impl OwnedSid {
     ///
     /// # Safety
     /// `sid` must point at a valid SID for the duration of the call.
-    pub unsafe fn copy_from(sid: PSID) -> Result<OwnedSid, String> {
+    pub unsafe fn copy_from(sid: PSID) -> Result<OwnedSid, Error> {
         // SAFETY: the caller guarantees `sid` points at a SID; IsValidSid
         // only reads it.
         if unsafe { IsValidSid(sid) } == 0 {
