@@ -8,7 +8,10 @@
 # default box must keep running (git, tar/xz/zip, sqlite3, node), and the Rust toolchain with
 # the static musl target and the Apple and Windows targets `make lint-cross` checks; QEMU and
 # Debian's generic kernel (with its modules) for the vm backend's tests (tests/vm_backend.rs,
-# docs/vm.md). Safe to run again.
+# docs/vm.md); for the aarch64 build: the aarch64 musl target, qemu-user (the policy tests
+# under `make test-aarch64-unit`, the man page of an aarch64 binary when packaging it),
+# qemu-system-arm (the aarch64 guest of `make test-aarch64`) and the aarch64 binutils
+# (stripping it). Safe to run again.
 set -euo pipefail
 
 sudo_cmd=()
@@ -17,7 +20,8 @@ if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 packages=(netcat-openbsd build-essential pkg-config curl ca-certificates openssl python3 util-linux iproute2 procps file
   git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server lintian apparmor)
 case "$(dpkg --print-architecture 2>/dev/null || echo amd64)" in
-  amd64) packages+=(qemu-system-x86 linux-image-amd64) ;;
+  amd64) packages+=(qemu-system-x86 linux-image-amd64 qemu-user qemu-user-static qemu-system-arm
+    binutils-aarch64-linux-gnu) ;;
   arm64) packages+=(qemu-system-arm linux-image-arm64) ;;
 esac
 missing=()
@@ -38,9 +42,9 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
-# The static build's target, and the ones `make lint-cross` checks against
+# The static builds' targets, and the ones `make lint-cross` checks against
 # (type-checking only: no SDK or linker for them is needed).
-for t in x86_64-unknown-linux-musl aarch64-apple-darwin x86_64-apple-darwin \
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl aarch64-apple-darwin x86_64-apple-darwin \
   x86_64-pc-windows-gnu x86_64-pc-windows-msvc; do
   rustup target list --installed | grep -qx "$t" || rustup target add "$t"
 done

@@ -61,6 +61,7 @@ fn call_mount() -> i32 {
 }
 
 /// getpid through its x32 number.
+#[cfg(target_arch = "x86_64")]
 fn call_x32_getpid() -> i32 {
     // SAFETY: an x32 number for getpid; without a filter the kernel runs it
     // or answers ENOSYS (x32 disabled).
