@@ -21,7 +21,7 @@ LINUX_CROSS_TARGETS := aarch64-unknown-linux-musl
 AARCH64_TARGET := aarch64-unknown-linux-musl
 AARCH64_RUNNER := $(if $(filter aarch64,$(shell uname -m)),,qemu-aarch64)
 
-.PHONY: all build install deb dist test test-aarch64-unit lint lint-cross bench fuzz demo clean
+.PHONY: all build install deb dist test test-aarch64-unit test-aarch64 lint lint-cross bench fuzz demo clean
 
 all: build
 
@@ -74,6 +74,13 @@ test-aarch64-unit:
 	@rustup target list --installed 2>/dev/null | grep -qx '$(AARCH64_TARGET)' || rustup target add $(AARCH64_TARGET)
 	$(if $(AARCH64_RUNNER),CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=$(AARCH64_RUNNER)) \
 	  $(CARGO) test --locked --target $(AARCH64_TARGET) -p terra-policy
+
+# terra's aarch64 build in an aarch64 guest (QEMU virt, TCG here: about 1.5
+# minutes of guest time, docs/performance.md), pass/fail per check. Not part
+# of `make test`: it downloads Debian's arm64 kernel and busybox once.
+test-aarch64:
+	@rustup target list --installed 2>/dev/null | grep -qx '$(AARCH64_TARGET)' || rustup target add $(AARCH64_TARGET)
+	scripts/test-aarch64.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
