@@ -9,15 +9,20 @@
 # the Debian mirror through a private apt state under the cache directory:
 # the host's dpkg architectures and apt lists stay as they are.
 #
-# What runs in the guest, as root:
+# What runs in the guest:
 #   - terra-seccomp's tests (unit, arches, merge, role_filters,
-#     workload_notify): the role allowlists installed for real on aarch64,
-#     killing a process on a call off their list and on an AArch32 call,
-#     keeping the calls they list;
-#   - terra's own check of the host (terra doctor).
-# Not yet: the linux backend's escape probes (tests/enforcement.rs) need
-# python3, coreutils and iproute2 in the guest, i.e. an arm64 Debian root
-# rather than busybox (docs/performance.md, aarch64).
+#     workload_notify), as root: the role allowlists installed for real on
+#     aarch64 kill a process on a call off their list and keep the calls
+#     they list; the workload's deny lists answer with their errno;
+#   - terra doctor;
+#   - escape probes in terra's default box (linux backend), each with its
+#     twin, as root and as uid 65534, written with busybox: writing outside
+#     the workspace, reading outside the box's roots, a user namespace,
+#     mount, a setuid bit, chroot, signalling a process outside the box.
+#     Each escape is first run as root outside terra, where it must work.
+# Not yet: tests/enforcement.rs itself, whose probes need python3,
+# coreutils and iproute2 in the guest (an arm64 Debian root rather than
+# busybox); see docs/performance.md, aarch64.
 #
 # Environment:
 #   TERRA_AARCH64_CACHE  where the kernel, busybox and apt state are kept
@@ -113,6 +118,37 @@ for t in /tests/*; do
   fi
 done
 if terra doctor >/tmp/out 2>&1; then result pass "terra doctor"; else cat /tmp/out; result fail "terra doctor"; fi
+# The linux backend's escape probes with their twins, in terra's default
+# box: each escape must fail and its twin (the legitimate use) must work,
+# as root and as uid 65534.
+echo secret >/secret && chmod 0644 /secret
+as_user() { if [ "$1" = 0 ]; then sh -c "$2"; else su -s /bin/sh nobody -c "$2"; fi; }
+probe() { # uid name escape twin
+  uid=$1 name=$2 ws=/tmp/ws-$1
+  # The control: as root outside terra the escape works, so the probe can
+  # tell an escape from a command that fails anyway.
+  if [ "$uid" = 0 ] && ! (mkdir -p /tmp/ctl && cd /tmp/ctl && sh -c "$3") >/tmp/out 2>&1; then
+    cat /tmp/out; result fail "probe:$name:control (the escape fails even outside terra)"; return
+  fi
+  if as_user "$uid" "cd $ws && terra run -- sh -c '$3'" >/tmp/out 2>&1; then
+    cat /tmp/out; result fail "probe:$name:uid$uid (the escape worked)"; return
+  fi
+  if as_user "$uid" "cd $ws && terra run -- sh -c '$4'" >/tmp/out 2>&1; then
+    result pass "probe:$name:uid$uid"
+  else
+    cat /tmp/out; result fail "probe:$name:uid$uid (the twin failed)"
+  fi
+}
+for uid in 0 65534; do
+  mkdir -p /tmp/ws-$uid && chown $uid:$uid /tmp/ws-$uid
+  probe $uid write-outside-workspace 'echo x >/etc/escape-$uid' 'echo x >./inside && test -s ./inside'
+  probe $uid read-outside-roots 'cat /secret' 'echo data >./mine && cat ./mine'
+  probe $uid unshare-user-namespace 'unshare -U true' 'true'
+  probe $uid mount 'mkdir -p ./m && mount -t tmpfs none ./m' 'mkdir -p ./n && test -d ./n'
+  probe $uid setuid-bit 'touch ./f && chmod u+s ./f && test -u ./f' 'touch ./g && chmod u+x ./g'
+  probe $uid chroot 'chroot / true' 'cd / && true'
+  probe $uid kill-outside-box 'kill -0 1 && test "$(cat /proc/1/comm)" != terra' 'kill -0 $$'
+done
 echo "GUEST DONE"
 poweroff -f
 INIT
