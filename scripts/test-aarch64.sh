@@ -11,7 +11,8 @@
 #
 # What runs in the guest:
 #   - terra-seccomp's tests (unit, arches, merge, role_filters,
-#     workload_notify), as root: the role allowlists installed for real on
+#     workload_notify) as root, and those that install filters again as
+#     uid 65534: the role allowlists installed for real on
 #     aarch64 kill a process on a call off their list and keep the calls
 #     they list; the workload's deny lists answer with their errno;
 #   - terra doctor;
@@ -115,6 +116,16 @@ for t in /tests/*; do
   else
     cat /tmp/out
     result fail "seccomp:$name"
+  fi
+done
+# The tests that install filters, again as uid 65534 (no_new_privs, no
+# capability).
+for name in role_filters workload_notify; do
+  if su -s /bin/sh nobody -c "/tests/$name --test-threads=1" >/tmp/out 2>&1; then
+    result pass "seccomp:$name:uid65534 $(grep '^test result' /tmp/out | tail -n1)"
+  else
+    cat /tmp/out
+    result fail "seccomp:$name:uid65534"
   fi
 done
 if terra doctor >/tmp/out 2>&1; then result pass "terra doctor"; else cat /tmp/out; result fail "terra doctor"; fi
