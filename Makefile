@@ -1,5 +1,7 @@
 # terra — build, install, test, lint, bench, fuzz.
-# `make build` produces a static x86_64-unknown-linux-musl binary at dist/terra.
+# `make build` produces a static x86_64-unknown-linux-musl binary at dist/terra;
+# `make build TARGET=aarch64-unknown-linux-musl` the aarch64 one (linked by the
+# toolchain's rust-lld, .cargo/config.toml).
 
 PREFIX ?= /usr/local
 TARGET ?= x86_64-unknown-linux-musl
@@ -13,11 +15,18 @@ DIST ?= dist
 BUILD_INPUTS := Cargo.toml Cargo.lock $(shell find src crates -type f ! -path '*/target/*' 2>/dev/null)
 
 # Targets terra must check and lint on, from this Linux machine (no linking:
-# clippy only type-checks). Every target, tests included, for each.
+# clippy only type-checks). Every target, tests included, for each; the
+# aarch64 Linux one too (its seccomp numbers, its cfg(target_arch) code).
 APPLE_TARGETS := aarch64-apple-darwin x86_64-apple-darwin
 WINDOWS_TARGETS := x86_64-pc-windows-gnu x86_64-pc-windows-msvc
+LINUX_CROSS_TARGETS := aarch64-unknown-linux-musl
 
-.PHONY: all build install deb dist test lint lint-cross bench fuzz demo clean
+# The aarch64 Linux target, and what runs its test binaries on another
+# architecture: qemu-user (Debian's qemu-user package).
+AARCH64_TARGET := aarch64-unknown-linux-musl
+AARCH64_RUNNER := $(if $(filter aarch64,$(shell uname -m)),,qemu-aarch64)
+
+.PHONY: all build install deb dist test test-aarch64-unit test-aarch64 lint lint-cross bench fuzz demo clean
 
 all: build
 
@@ -69,6 +78,20 @@ test:
 	echo "$(CARGO) test --workspace --locked -- $$*"; \
 	$(CARGO) test --workspace --locked -- "$$@"
 
+# The policy crate's tests built for aarch64, run under qemu-user on an
+# x86_64 machine (natively on an arm64 one).
+test-aarch64-unit:
+	@rustup target list --installed 2>/dev/null | grep -qx '$(AARCH64_TARGET)' || rustup target add $(AARCH64_TARGET)
+	$(if $(AARCH64_RUNNER),CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=$(AARCH64_RUNNER)) \
+	  $(CARGO) test --locked --target $(AARCH64_TARGET) -p terra-policy
+
+# terra's aarch64 build in an aarch64 guest (QEMU virt, TCG here: about 1.5
+# minutes of guest time, docs/performance.md), pass/fail per check. Not part
+# of `make test`: it downloads Debian's arm64 kernel and busybox once.
+test-aarch64:
+	@rustup target list --installed 2>/dev/null | grep -qx '$(AARCH64_TARGET)' || rustup target add $(AARCH64_TARGET)
+	scripts/test-aarch64.sh
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
@@ -76,10 +99,10 @@ lint:
 
 # Installs a missing rustup target first (as `make build` does).
 lint-cross:
-	@for t in $(APPLE_TARGETS) $(WINDOWS_TARGETS); do \
+	@for t in $(APPLE_TARGETS) $(WINDOWS_TARGETS) $(LINUX_CROSS_TARGETS); do \
 	  rustup target list --installed 2>/dev/null | grep -qx "$$t" || rustup target add "$$t" || exit 1; \
 	done
-	@for t in $(APPLE_TARGETS) $(WINDOWS_TARGETS); do \
+	@for t in $(APPLE_TARGETS) $(WINDOWS_TARGETS) $(LINUX_CROSS_TARGETS); do \
 	  echo "$(CARGO) clippy --workspace --all-targets --locked --target $$t -- -D warnings"; \
 	  $(CARGO) clippy --workspace --all-targets --locked --target $$t -- -D warnings || exit 1; \
 	done

@@ -10,7 +10,10 @@
 # Debian's generic kernel (with its modules) for the vm backend's tests (tests/vm_backend.rs,
 # docs/vm.md); the container runtimes tests/containers.rs runs terra in (Debian's
 # docker.io, podman rootless as the ordinary user terra-podman with subordinate
-# id ranges, bubblewrap). Safe to run again.
+# id ranges, bubblewrap); for the aarch64 build: the aarch64 musl target, qemu-user (the policy
+# tests under `make test-aarch64-unit`, the man page of an aarch64 binary when packaging it),
+# qemu-system-arm (the aarch64 guest of `make test-aarch64`) and the aarch64 binutils
+# (stripping it). Safe to run again.
 set -euo pipefail
 
 sudo_cmd=()
@@ -20,7 +23,8 @@ packages=(netcat-openbsd build-essential pkg-config curl ca-certificates openssl
   git tar xz-utils zip unzip sqlite3 nodejs strace dnsutils redis-server lintian apparmor
   docker.io podman uidmap bubblewrap)
 case "$(dpkg --print-architecture 2>/dev/null || echo amd64)" in
-  amd64) packages+=(qemu-system-x86 linux-image-amd64) ;;
+  amd64) packages+=(qemu-system-x86 linux-image-amd64 qemu-user qemu-user-static qemu-system-arm
+    binutils-aarch64-linux-gnu) ;;
   arm64) packages+=(qemu-system-arm linux-image-arm64) ;;
 esac
 missing=()
@@ -52,9 +56,9 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
-# The static build's target, and the ones `make lint-cross` checks against
+# The static builds' targets, and the ones `make lint-cross` checks against
 # (type-checking only: no SDK or linker for them is needed).
-for t in x86_64-unknown-linux-musl aarch64-apple-darwin x86_64-apple-darwin \
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl aarch64-apple-darwin x86_64-apple-darwin \
   x86_64-pc-windows-gnu x86_64-pc-windows-msvc; do
   rustup target list --installed | grep -qx "$t" || rustup target add "$t"
 done

@@ -61,24 +61,64 @@ trap cleanup EXIT
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 
+# The ELF machine of $1 as `uname -m` names it (x86_64, aarch64), or
+# nothing for a file that is not a little-endian 64-bit ELF (a Mach-O one).
+elf_machine() {
+  local head
+  head=$(head -c20 "$1" | od -An -tx1 | tr -d ' \n')
+  case "$head" in
+    7f454c460201*3e00) echo x86_64 ;;
+    7f454c460201*b700) echo aarch64 ;;
+    7f454c46*) echo other ;;
+  esac
+}
+
+# How to run the binary here: itself on its own architecture; an aarch64
+# one on an x86_64 machine through qemu-user (qemu-aarch64, from Debian's
+# qemu-user package), which the man page and completions need.
+runner=()
+bin_machine=$(elf_machine "$TERRA_BIN")
+# The package is named after TARGET: the binary must be built for it.
+if [ -n "$bin_machine" ] && [ "${TARGET%%-*}" != "$bin_machine" ]; then
+  die "$TERRA_BIN is a $bin_machine binary, but TARGET is $TARGET"
+fi
+if [ -n "$bin_machine" ] && [ "$bin_machine" != "$(uname -m)" ]; then
+  [ "$bin_machine" = aarch64 ] || die "$TERRA_BIN is built for another architecture than $(uname -m), and only an aarch64 one can run here (through qemu-aarch64)"
+  command -v qemu-aarch64 >/dev/null 2>&1 ||
+    die "$TERRA_BIN is an aarch64 binary: running it here (for its man page and completions) needs qemu-aarch64 (apt-get install qemu-user, or scripts/bootstrap.sh)"
+  runner=(qemu-aarch64)
+fi
+
+# The strip that reads the binary's architecture: binutils' own for the
+# host's, the cross binutils or llvm-strip for an aarch64 one on x86_64.
+strip_tool() {
+  if [ "$bin_machine" = "$(uname -m)" ]; then
+    command -v strip || true
+  else
+    command -v aarch64-linux-gnu-strip || command -v llvm-strip || true
+  fi
+}
+
 # Copies the binary (an ELF one stripped: the debug build the tests pass
 # carries hundreds of MB of debug info) and generates the man page and completions
 # from its own command line, as `make install` does.
 # $1: root, $2: zsh completion directory under it.
 stage_common() {
-  local root=$1 zsh_dir=$2
+  local root=$1 zsh_dir=$2 strip
   install -d "$root/bin" "$root/share/man/man1" "$root/share/bash-completion/completions" \
     "$root/$zsh_dir" "$root/share/fish/vendor_completions.d"
   install -m 0755 "$TERRA_BIN" "$root/bin/terra"
   # Only an ELF binary: a signed Mach-O one would lose its signature.
-  if [ "$(head -c4 "$TERRA_BIN" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] &&
-    command -v strip >/dev/null 2>&1; then
-    strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/bin/terra"
+  if [ -n "$bin_machine" ]; then
+    strip=$(strip_tool)
+    if [ -n "$strip" ]; then
+      "$strip" --strip-unneeded --remove-section=.comment --remove-section=.note "$root/bin/terra"
+    fi
   fi
-  "$TERRA_BIN" man >"$root/share/man/man1/terra.1"
-  "$TERRA_BIN" completions bash >"$root/share/bash-completion/completions/terra"
-  "$TERRA_BIN" completions zsh >"$root/$zsh_dir/_terra"
-  "$TERRA_BIN" completions fish >"$root/share/fish/vendor_completions.d/terra.fish"
+  "${runner[@]}" "$TERRA_BIN" man >"$root/share/man/man1/terra.1"
+  "${runner[@]}" "$TERRA_BIN" completions bash >"$root/share/bash-completion/completions/terra"
+  "${runner[@]}" "$TERRA_BIN" completions zsh >"$root/$zsh_dir/_terra"
+  "${runner[@]}" "$TERRA_BIN" completions fish >"$root/share/fish/vendor_completions.d/terra.fish"
   chmod 0644 "$root/share/man/man1/terra.1" "$root/share/bash-completion/completions/terra" \
     "$root/$zsh_dir/_terra" "$root/share/fish/vendor_completions.d/terra.fish"
 }

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 #![cfg(target_os = "linux")]
 
+mod arches;
 mod compile;
 mod describe;
 pub mod eval;
@@ -102,6 +103,19 @@ impl Table {
             table: self.name().into(),
             message,
         })
+    }
+
+    /// The filters, each rule checked against the architectures its call
+    /// exists on (as the build checks them before compiling).
+    fn checked_filters(self) -> Result<Vec<table::Filter>, Error> {
+        let filters = self.filters()?;
+        for f in &filters {
+            arches::check(f).map_err(|message| Error::Table {
+                table: self.name().into(),
+                message: format!("seccomp table {}: {message}", self.name()),
+            })?;
+        }
+        Ok(filters)
     }
 }
 
@@ -206,7 +220,7 @@ pub fn compile_for(
     arch: TargetArch,
     only: Option<&[&str]>,
 ) -> Result<Vec<Program>, Error> {
-    let filters: Vec<table::Filter> = compile::ordered(table.filters()?)
+    let filters: Vec<table::Filter> = compile::ordered(table.checked_filters()?)
         .into_iter()
         .filter(|f| only.is_none_or(|o| o.contains(&f.name.as_str())))
         .collect();
@@ -230,7 +244,7 @@ pub fn reference_for(
     only: Option<&[&str]>,
 ) -> Result<Vec<Program>, Error> {
     let mut out = Vec::new();
-    for f in compile::ordered(table.filters()?) {
+    for f in compile::ordered(table.checked_filters()?) {
         if only.is_some_and(|o| !o.contains(&f.name.as_str())) {
             continue;
         }
