@@ -18,7 +18,9 @@ use terra_policy::Capability;
 use terra_sandbox::linux::nouserns;
 use terra_supervisor::backend::{choose, Choice, HostFacts};
 use terra_supervisor::launch::{Ended, Starting};
-use terra_supervisor::run::{broker_available, PreparedRun, RunBuilder, BROKER_BUILT_IN, MEDIATOR};
+use terra_supervisor::run::{
+    broker_available, PreparedRun, RunBuilder, SaveOutcome, BROKER_BUILT_IN, MEDIATOR,
+};
 use terra_supervisor::temp::{self, TempAfterRun};
 use terra_supervisor::{presets, runs, summary};
 
@@ -425,13 +427,13 @@ pub fn run(args: RunArgs, log_level: Option<&str>, early: Option<Starting>) -> E
 /// `PreparedRun::save_after`): `code` unless the save fails.
 fn save(prepared: &PreparedRun, exit: Option<i32>, code: ExitCode, quiet: bool) -> ExitCode {
     match prepared.save_after(exit) {
-        Ok(Ok(said)) => {
+        Ok(SaveOutcome::Saved(said)) => {
             for s in said.iter().filter(|_| !quiet) {
                 eprintln!("terra: {s}");
             }
             code
         }
-        Ok(Err(not_saved)) => {
+        Ok(SaveOutcome::NotSaved(not_saved)) => {
             eprintln!("terra: {not_saved}");
             code
         }

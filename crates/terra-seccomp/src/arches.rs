@@ -21,8 +21,37 @@ pub fn target(name: &str) -> Option<TargetArch> {
     }
 }
 
+/// Why a table's rule does not match the architectures its call exists on.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchError {
+    #[error("unknown architecture {0}")]
+    UnknownArch(&'static str),
+    #[error("checking whether {syscall} exists: {message}")]
+    Probe { syscall: String, message: String },
+    #[error(
+        "filter {filter}: {syscall} does not exist on {arch}: list the architectures it \
+         exists on in the rule's \"arch\" (and cover what replaces it on {arch})"
+    )]
+    Missing {
+        filter: String,
+        syscall: String,
+        arch: &'static str,
+    },
+    #[error(
+        "filter {filter}: {syscall} exists on {arch} too, but its \"arch\" leaves {arch} out: \
+         the rule would be dropped there"
+    )]
+    LeftOut {
+        filter: String,
+        syscall: String,
+        arch: &'static str,
+    },
+    #[error("filter {filter}: no architecture has a system call {syscall}")]
+    Nowhere { filter: String, syscall: String },
+}
+
 /// Whether `arch` has a system call named `syscall`.
-pub fn exists(syscall: &str, arch: TargetArch) -> Result<bool, String> {
+pub fn exists(syscall: &str, arch: TargetArch) -> Result<bool, ArchError> {
     // A filter of one call without conditions: the only way seccompiler
     // can refuse it is a name it has no number for on `arch` (its frontend
     // error without a cause); any other error is reported, never taken for
@@ -32,7 +61,11 @@ pub fn exists(syscall: &str, arch: TargetArch) -> Result<bool, String> {
         "match_action": { "errno": 1 },
         "filter": [{ "syscall": syscall }],
     }});
-    let text = serde_json::to_vec(&probe).map_err(|e| e.to_string())?;
+    let probe_error = |message: String| ArchError::Probe {
+        syscall: syscall.to_string(),
+        message,
+    };
+    let text = serde_json::to_vec(&probe).map_err(|e| probe_error(e.to_string()))?;
     match seccompiler::compile_from_json(text.as_slice(), arch) {
         Ok(_) => Ok(true),
         Err(e) => {
@@ -41,7 +74,7 @@ pub fn exists(syscall: &str, arch: TargetArch) -> Result<bool, String> {
             if unknown_name {
                 Ok(false)
             } else {
-                Err(format!("checking whether {syscall} exists: {e}"))
+                Err(probe_error(e.to_string()))
             }
         }
     }
@@ -49,36 +82,36 @@ pub fn exists(syscall: &str, arch: TargetArch) -> Result<bool, String> {
 
 /// Refuses a filter whose rules do not say exactly on which architectures
 /// their calls exist (message without the table's name).
-pub fn check(f: &Filter) -> Result<(), String> {
+pub fn check(f: &Filter) -> Result<(), ArchError> {
     for r in &f.rules {
         let mut on_any = false;
         for name in ARCHES {
-            let arch = target(name).ok_or_else(|| format!("unknown architecture {name}"))?;
+            let arch = target(name).ok_or(ArchError::UnknownArch(name))?;
             let exists = exists(&r.syscall, arch)?;
             on_any |= exists;
             match (r.exists_on(name), exists) {
                 (true, false) => {
-                    return Err(format!(
-                        "filter {}: {} does not exist on {name}: list the architectures it \
-                         exists on in the rule's \"arch\" (and cover what replaces it on {name})",
-                        f.name, r.syscall
-                    ))
+                    return Err(ArchError::Missing {
+                        filter: f.name.clone(),
+                        syscall: r.syscall.clone(),
+                        arch: name,
+                    })
                 }
                 (false, true) => {
-                    return Err(format!(
-                        "filter {}: {} exists on {name} too, but its \"arch\" leaves {name} out: \
-                         the rule would be dropped there",
-                        f.name, r.syscall
-                    ))
+                    return Err(ArchError::LeftOut {
+                        filter: f.name.clone(),
+                        syscall: r.syscall.clone(),
+                        arch: name,
+                    })
                 }
                 _ => {}
             }
         }
         if !on_any {
-            return Err(format!(
-                "filter {}: no architecture has a system call {}",
-                f.name, r.syscall
-            ));
+            return Err(ArchError::Nowhere {
+                filter: f.name.clone(),
+                syscall: r.syscall.clone(),
+            });
         }
     }
     Ok(())
@@ -95,7 +128,10 @@ mod tests {
                 "match_action": {{"errno": 1}}, "filter": [{rules}]}}}}"#
         );
         let filters = parse("test", &source)?;
-        filters.iter().try_for_each(check)
+        filters
+            .iter()
+            .try_for_each(check)
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -1134,6 +1134,15 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_millis(ms))
 }
 
+/// What `--save-profile` and `--export-policy` did after a run.
+#[derive(Debug)]
+pub enum SaveOutcome {
+    /// Written (or nothing asked): what to say, unless quiet.
+    Saved(Vec<String>),
+    /// Not written, because the workload failed: said even when quiet.
+    NotSaved(String),
+}
+
 impl PreparedRun {
     /// Decides the mechanism of every limit asked and makes its cgroups
     /// (a real run only, never `--dry-run`). With `--require-limits`, a
@@ -1158,14 +1167,10 @@ impl PreparedRun {
 
     /// Writes what `--save-profile` and `--export-policy` asked, after a
     /// run that ended with `exit` (None: `--dry-run`): only when the
-    /// workload exited 0. Returns what to say on stderr (`Err` of the
-    /// inner result: said also with `--quiet`).
-    pub fn save_after(
-        &self,
-        exit: Option<i32>,
-    ) -> Result<std::result::Result<Vec<String>, String>> {
+    /// workload exited 0. What to say on stderr is in the [`SaveOutcome`].
+    pub fn save_after(&self, exit: Option<i32>) -> Result<SaveOutcome> {
         let Some(save) = &self.save else {
-            return Ok(Ok(Vec::new()));
+            return Ok(SaveOutcome::Saved(Vec::new()));
         };
         if let Some(code) = exit.filter(|c| *c != 0) {
             let what: Vec<String> = save
@@ -1174,7 +1179,7 @@ impl PreparedRun {
                 .map(|t| format!("the profile {}", t.name))
                 .chain(save.export.iter().map(|f| f.display().to_string()))
                 .collect();
-            return Ok(Err(format!(
+            return Ok(SaveOutcome::NotSaved(format!(
                 "not saved: {} (the workload exited {code}; a profile keeps a command line that worked)",
                 what.join(" and ")
             )));
@@ -1195,7 +1200,7 @@ impl PreparedRun {
             crate::save::export_policy(f, &mir, save.force)?;
             said.push(format!("wrote the policy source {}", f.display()));
         }
-        Ok(Ok(said))
+        Ok(SaveOutcome::Saved(said))
     }
 
     /// What `terra run` says on stderr before the run starts: the backend
