@@ -244,7 +244,7 @@ impl Prepared {
         let outcome = self.start(&private);
         // The launcher has exited: what its ledger still holds (it was
         // killed, or its console closed) is undone now.
-        for p in terra_sandbox::windows::ledger::sweep() {
+        for p in terra_sandbox::windows::cleanup::sweep() {
             eprintln!("terra: cleaning what the launch left: {p}");
         }
         let _ = fs::remove_dir_all(&private);

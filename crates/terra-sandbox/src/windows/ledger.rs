@@ -1,12 +1,13 @@
 //! The ledger on disk (`terra_appcontainer::ledger` is its format): where
-//! it lives, its atomic rewrite, who owns it, and the sweep that undoes
-//! what a launcher that is gone left behind.
+//! it lives, its atomic rewrite and who owns it. Undoing what it records is
+//! `cleanup`'s (which uses the ACL and profile code, both of which record
+//! here).
 
 use super::error::Error;
 use std::os::windows::io::AsRawHandle;
 use std::path::{Path, PathBuf};
 
-use terra_appcontainer::ledger::{is_stale, Ledger, Owner, Record};
+use terra_appcontainer::ledger::{Ledger, Owner, Record};
 use windows_sys::Win32::Foundation::FILETIME;
 use windows_sys::Win32::System::Threading::{
     GetCurrentProcess, GetProcessTimes, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
@@ -108,7 +109,7 @@ impl File {
 /// Writes `bytes` to `path` through a temporary file, flushed to disk and
 /// renamed over it (MoveFileExW with MOVEFILE_REPLACE_EXISTING), so a
 /// reader sees the old ledger or the new one, never half of one.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     use std::io::Write;
     let tmp = path.with_extension("ledger.tmp");
     let mut f = std::fs::File::create(&tmp)
@@ -121,81 +122,4 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         call: format!("replace the ledger {}", path.display()),
         source: e,
     })
-}
-
-/// Undoes one record: every ACE naming the SID on the path (Windows
-/// removes the copies it propagated), or the profile.
-fn undo(r: &Record) -> Result<(), Error> {
-    match r {
-        Record::Ace { sid, path } => super::acl::remove_sid_string(path, sid),
-        Record::Profile { name } => super::profile::delete(name),
-    }
-}
-
-/// Undoes every ledger whose owner is gone, in reverse order of what it
-/// recorded, and removes it; a ledger that cannot be read is left alone
-/// and named. Returns what could not be cleaned.
-pub fn sweep() -> Vec<String> {
-    let mut problems = Vec::new();
-    let dir = match dir() {
-        Ok(d) => d,
-        Err(e) => return vec![e.to_string()],
-    };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return problems; // no ledger was ever written here
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_str().unwrap_or_default();
-        // A temporary file of a rewrite its owner never finished.
-        if let Some(owner) = name.strip_suffix(".tmp").and_then(Owner::from_file_name) {
-            if is_stale(owner, running) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            continue;
-        }
-        let Some(owner) = Owner::from_file_name(name) else {
-            continue;
-        };
-        if !is_stale(owner, running) {
-            continue;
-        }
-        let path = entry.path();
-        let ledger = match std::fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| Ledger::decode(&b).map_err(|e| e.to_string()))
-        {
-            Ok(l) if l.owner == owner => l,
-            Ok(_) => {
-                problems.push(format!("{}: names another owner", path.display()));
-                continue;
-            }
-            Err(e) => {
-                problems.push(format!("{}: {e}", path.display()));
-                continue;
-            }
-        };
-        let mut left = Vec::new();
-        for r in ledger.undo_order() {
-            if let Err(e) = undo(r) {
-                problems.push(e.to_string());
-                left.push(r.clone());
-            }
-        }
-        if left.is_empty() {
-            if let Err(e) = std::fs::remove_file(&path) {
-                problems.push(format!("{}: {e}", path.display()));
-            }
-        } else {
-            left.reverse();
-            let rest = Ledger {
-                owner,
-                records: left,
-            };
-            if let Err(e) = write_atomic(&path, &rest.encode()) {
-                problems.push(e.to_string());
-            }
-        }
-    }
-    problems
 }

@@ -25,6 +25,7 @@
 mod acl;
 mod args;
 mod check;
+pub mod cleanup;
 pub mod console;
 mod consts;
 pub mod error;
@@ -156,7 +157,7 @@ fn launch(canary: &str, job_handle: usize, command: &[String]) -> Result<u32, Er
             "the launcher runs only inside terra run's own job (which ends it with terra run); start it with terra run".into(),
         );
     }
-    for p in ledger::sweep() {
+    for p in cleanup::sweep() {
         eprintln!("terra __sandbox_launcher: cleaning what an earlier run left: {p}");
     }
     if spec.role == Role::Broker {
