@@ -409,12 +409,25 @@ fn seatbelt_dry_run_presets_apply_on_macos() {
     );
     let params = &v["parameters"];
     let profile = v["profile"].as_str().unwrap();
-    for p in [home.join(".cargo/registry"), home.join(".rustup")] {
+    // The toolchain is read-only (the host's next build runs it); the
+    // registry is the preset's download cache, writable.
+    for (p, writable) in [
+        (home.join(".rustup"), false),
+        (home.join(".cargo/registry"), true),
+    ] {
         let p = terra_seatbelt::path::seatbelt_path(p.to_str().unwrap()).unwrap();
         let name = param(params, &p).unwrap_or_else(|| panic!("{p} missing: {params}"));
-        // Read-only: the host's next build reuses these.
-        assert!(profile.contains(&format!("(allow file-read* (subpath (param \"{name}\")))")));
-        assert!(!profile.contains(&format!("file-write* (subpath (param \"{name}\"))")));
+        let rule = if writable {
+            format!("(allow file-read* file-write* (subpath (param \"{name}\")))")
+        } else {
+            format!("(allow file-read* (subpath (param \"{name}\")))")
+        };
+        assert!(profile.contains(&rule), "{p}: {rule}");
+        assert_eq!(
+            profile.contains(&format!("file-write* (subpath (param \"{name}\"))")),
+            writable,
+            "{p}"
+        );
     }
     // Never CARGO_HOME itself (credentials.toml lives there).
     let cargo_home =
